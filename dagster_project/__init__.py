@@ -1,0 +1,1 @@
+"""dagster_project."""

@@ -1,0 +1,93 @@
+"""The one exception hierarchy of dagster-eventhub-ingest.
+
+Every error the package raises on purpose derives from :class:`EventHubIngestError`. Each
+subclass says when it is raised and whether retrying can help, so callers (the ingestion run,
+Dagster's retry policy, a cron wrapper) can tell a transient failure from a configuration error.
+Messages never contain secrets: build them with :func:`redact` when a value may hold one.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "CheckpointRegressionError",
+    "ConfigurationError",
+    "CorruptStoreStateError",
+    "DataLossError",
+    "EventHubIngestError",
+    "EventHubUnavailableError",
+    "OwnershipLostError",
+    "RangeError",
+    "SinkError",
+    "StoreUnavailableError",
+    "redact",
+]
+
+# Keys whose values are secrets in Azure connection strings and SAS query strings.
+_SECRET_KEYS = ("SharedAccessKey", "AccountKey", "SharedAccessSignature", "sig")
+_SECRET_RE = re.compile(
+    r"(?i)\b(" + "|".join(_SECRET_KEYS) + r")=([^;&\s'\"]*)",
+)
+
+
+def redact(text: str) -> str:
+    """Return ``text`` with every connection-string or SAS secret replaced by ``***``.
+
+    Example: ``redact("AccountName=a;AccountKey=abc==")`` -> ``"AccountName=a;AccountKey=***"``.
+    """
+    return _SECRET_RE.sub(lambda m: f"{m.group(1)}=***", text)
+
+
+class EventHubIngestError(Exception):
+    """Root of every error this package raises on purpose; retrying depends on the subclass."""
+
+    retryable: bool = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact(message))
+
+
+class ConfigurationError(EventHubIngestError, ValueError):
+    """Raised at construction when a setting is missing or invalid; retrying cannot help."""
+
+
+class StoreUnavailableError(EventHubIngestError):
+    """Raised when Blob Storage cannot be reached after bounded retries; retrying later may help."""
+
+    retryable = True
+
+
+class EventHubUnavailableError(EventHubIngestError):
+    """Raised when the Event Hubs endpoint cannot be reached after retries; retrying may help."""
+
+    retryable = True
+
+
+class OwnershipLostError(EventHubIngestError):
+    """Raised when a lease this owner held was taken by another (ETag changed); do not retry the
+    write: drop the partition and let the balancer decide again."""
+
+
+class CheckpointRegressionError(EventHubIngestError):
+    """Raised when a checkpoint would move backwards; retrying cannot help (a logic error)."""
+
+
+class CorruptStoreStateError(EventHubIngestError):
+    """Raised when a blob's metadata cannot be parsed (e.g. edited by hand); fix or delete the
+    named blob first, retrying alone cannot help."""
+
+
+class RangeError(EventHubIngestError, ValueError):
+    """Raised for an impossible range (unknown partition, end before start); retrying cannot
+    help."""
+
+
+class DataLossError(EventHubIngestError):
+    """Raised when events in a requested range are no longer readable (retention, gap); retrying
+    cannot help: replay from what is left or set ``on_data_loss: skip``."""
+
+
+class SinkError(EventHubIngestError):
+    """Raised when the sink cannot be written (path not writable, table missing); retrying helps
+    only if the cause was transient."""

@@ -1,0 +1,429 @@
+"""The partition store: leases, fenced checkpoints and write-ahead intents over blob CAS.
+
+The logic lives here once, over a tiny :class:`BlobBackend` protocol (get, list, conditional
+put, the store's clock). Two backends implement it with the same compare-and-set semantics:
+Azure Blob Storage (``resources.blob_store``) and an in-memory one for fast tests
+(``resources.memory_store``). The contract tests run against both.
+
+Blob layout is the one ``azure-eventhub-checkpointstoreblob`` uses, lower-cased::
+
+    {fully_qualified_namespace}/{eventhub}/{consumer_group}/ownership/{partition_id}
+        metadata: ownerid            (SDK key; "" when released)
+                  ehiepoch           (ours: bumped by every claim, fences zombies)
+                  ehiintentstart/end (ours: write-ahead range being ingested, inclusive)
+                  ehiintentowner     (ours: who recorded the intent)
+                  ehisequencenumber, ehioffset  (ours: fenced copy of the checkpoint)
+    {fully_qualified_namespace}/{eventhub}/{consumer_group}/checkpoint/{partition_id}
+        metadata: sequencenumber, offset  (SDK keys, same meaning)
+
+Why the fenced copy lives on the ownership blob: Blob Storage has no multi-blob transaction, and
+the SDK's checkpoint blob only exists after a first checkpoint, so it cannot carry the fence.
+Every claim changes the ownership blob's ETag, so a checkpoint written as a CAS on that blob can
+only succeed for the current owner. The SDK checkpoint blob is then mirrored forward (CAS, never
+backwards); the effective checkpoint is the later of the two, which also picks up progress an
+``EventProcessorClient`` made on the same consumer group.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from resources.errors import CheckpointRegressionError, CorruptStoreStateError, OwnershipLostError
+
+__all__ = [
+    "BlobBackend",
+    "BlobRecord",
+    "Checkpoint",
+    "HubRef",
+    "Intent",
+    "Ownership",
+    "PartitionStore",
+]
+
+logger = logging.getLogger(__name__)
+
+OWNER_KEY = "ownerid"
+SEQ_KEY = "sequencenumber"
+OFFSET_KEY = "offset"
+EPOCH_KEY = "ehiepoch"
+INTENT_START_KEY = "ehiintentstart"
+INTENT_END_KEY = "ehiintentend"
+INTENT_OWNER_KEY = "ehiintentowner"
+OWN_SEQ_KEY = "ehisequencenumber"
+OWN_OFFSET_KEY = "ehioffset"
+_OUR_KEYS = (
+    EPOCH_KEY,
+    INTENT_START_KEY,
+    INTENT_END_KEY,
+    INTENT_OWNER_KEY,
+    OWN_SEQ_KEY,
+    OWN_OFFSET_KEY,
+)
+
+
+@dataclass(frozen=True)
+class BlobRecord:
+    """One blob as the store sees it: name, metadata, ETag and Last-Modified (store clock)."""
+
+    name: str
+    metadata: Mapping[str, str]
+    etag: str
+    last_modified: datetime
+
+
+class BlobBackend(Protocol):
+    """Minimal conditional-write blob API; implementations must keep Azure's CAS semantics."""
+
+    def now(self) -> datetime:
+        """The store's current time (the service's clock, never the local wall clock)."""
+        ...
+
+    def get(self, name: str) -> BlobRecord | None:
+        """The blob named ``name`` with its metadata, or None if it does not exist."""
+        ...
+
+    def list(self, prefix: str) -> list[BlobRecord]:
+        """Every blob whose name starts with ``prefix``, with metadata."""
+        ...
+
+    def put(self, name: str, metadata: Mapping[str, str], *, etag: str | None) -> BlobRecord | None:
+        """Write metadata by compare-and-set; None when the condition failed (a lost race).
+
+        ``etag=None`` means create-only (``If-None-Match: *``); otherwise ``If-Match: etag``
+        (a blob deleted meanwhile is also a lost race). Replaces all metadata.
+        """
+        ...
+
+    def delete(self, name: str, *, etag: str | None = None) -> bool:
+        """Delete a blob (If-Match when ``etag`` is given); False if the condition failed."""
+        ...
+
+
+@dataclass(frozen=True)
+class HubRef:
+    """Which hub and consumer group a store serves; names blobs as the Azure SDK does."""
+
+    fully_qualified_namespace: str
+    eventhub_name: str
+    consumer_group: str = "$Default"
+
+    def prefix(self, kind: str) -> str:
+        """Blob-name prefix for ``kind`` (``ownership`` or ``checkpoint``), lower-cased."""
+        return (
+            f"{self.fully_qualified_namespace}/{self.eventhub_name}/{self.consumer_group}/{kind}/"
+        ).lower()
+
+    def describe(self) -> str:
+        """Human-readable name for log lines and errors."""
+        return f"{self.fully_qualified_namespace}/{self.eventhub_name}[{self.consumer_group}]"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The last event processed in a partition (SDK meaning: resume after it)."""
+
+    partition_id: str
+    sequence_number: int
+    offset: str | None = None
+
+
+@dataclass(frozen=True)
+class Intent:
+    """A write-ahead record: the exact inclusive sequence range ``[start, end]`` being ingested."""
+
+    start: int
+    end: int
+    owner_id: str
+
+
+@dataclass(frozen=True)
+class Ownership:
+    """One partition's ownership blob as last seen; ``etag`` is the token for the next CAS."""
+
+    partition_id: str
+    owner_id: str
+    etag: str
+    last_modified: datetime
+    epoch: int = 0
+    intent: Intent | None = None
+    progress: Checkpoint | None = None
+
+    @property
+    def is_released(self) -> bool:
+        """True when nobody holds the lease (SDK convention: empty owner id)."""
+        return not self.owner_id
+
+    def is_expired(self, now: datetime, expiry: timedelta) -> bool:
+        """True when the lease was not renewed within ``expiry`` of ``now`` (store clock)."""
+        return self.is_released or now - self.last_modified >= expiry
+
+
+def _int(record: BlobRecord, key: str) -> int | None:
+    raw = record.metadata.get(key)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise CorruptStoreStateError(
+            f"blob {record.name!r}: metadata {key}={raw!r} is not an integer. Someone edited it "
+            "by hand? Restore a valid value or delete the blob (deleting an ownership blob "
+            "forgets its pending intent; deleting a checkpoint blob restarts the partition)."
+        ) from None
+
+
+class PartitionStore:
+    """Leases, fenced checkpoints and intents for one hub and consumer group.
+
+    Args:
+        backend: where blobs live (Azure Blob Storage or the in-memory backend).
+        hub: the Event Hub and consumer group whose partitions this store tracks.
+
+    Losing a race when claiming or releasing is a normal result (``None`` / ``False``); using a
+    lease that another owner has taken raises :class:`OwnershipLostError`.
+    """
+
+    def __init__(self, backend: BlobBackend, hub: HubRef) -> None:
+        self.backend = backend
+        self.hub = hub
+
+    # -- reading -------------------------------------------------------------------------------
+    def now(self) -> datetime:
+        """The store's clock; compare it with ``Ownership.last_modified`` to judge expiry."""
+        return self.backend.now()
+
+    def _ownership_name(self, partition_id: str) -> str:
+        return self.hub.prefix("ownership") + partition_id.lower()
+
+    def _checkpoint_name(self, partition_id: str) -> str:
+        return self.hub.prefix("checkpoint") + partition_id.lower()
+
+    def _parse_ownership(self, record: BlobRecord) -> Ownership:
+        pid = record.name.rsplit("/", 1)[-1]
+        start, end = _int(record, INTENT_START_KEY), _int(record, INTENT_END_KEY)
+        if (start is None) != (end is None) or (
+            start is not None and end is not None and end < start
+        ):
+            raise CorruptStoreStateError(
+                f"blob {record.name!r}: intent range [{start}, {end}] is incomplete or reversed. "
+                "Someone edited it by hand? Delete both ehiintent* keys only if you know the "
+                "range was never written, otherwise restore them."
+            )
+        intent = None
+        if start is not None and end is not None:
+            intent = Intent(start, end, record.metadata.get(INTENT_OWNER_KEY, ""))
+        seq = _int(record, OWN_SEQ_KEY)
+        progress = None
+        if seq is not None:
+            progress = Checkpoint(pid, seq, record.metadata.get(OWN_OFFSET_KEY) or None)
+        return Ownership(
+            partition_id=pid,
+            owner_id=record.metadata.get(OWNER_KEY, ""),
+            etag=record.etag,
+            last_modified=record.last_modified,
+            epoch=_int(record, EPOCH_KEY) or 0,
+            intent=intent,
+            progress=progress,
+        )
+
+    def _parse_checkpoint(self, record: BlobRecord) -> Checkpoint:
+        pid = record.name.rsplit("/", 1)[-1]
+        seq = _int(record, SEQ_KEY)
+        if seq is None:
+            raise CorruptStoreStateError(
+                f"blob {record.name!r} has no 'sequencenumber' metadata. Someone edited it by "
+                "hand? Restore it or delete the blob to restart the partition from its start."
+            )
+        return Checkpoint(pid, seq, record.metadata.get(OFFSET_KEY) or None)
+
+    def get_ownership(self, partition_id: str) -> Ownership | None:
+        """The ownership of one partition, or None if it was never claimed."""
+        record = self.backend.get(self._ownership_name(partition_id))
+        return None if record is None else self._parse_ownership(record)
+
+    def list_ownership(self) -> dict[str, Ownership]:
+        """Every ownership blob of this hub, keyed by partition id."""
+        return {
+            o.partition_id: o
+            for o in map(self._parse_ownership, self.backend.list(self.hub.prefix("ownership")))
+        }
+
+    def list_sdk_checkpoints(self) -> dict[str, Checkpoint]:
+        """The checkpoint blobs exactly as the Azure SDK reads them."""
+        return {
+            c.partition_id: c
+            for c in map(self._parse_checkpoint, self.backend.list(self.hub.prefix("checkpoint")))
+        }
+
+    def list_checkpoints(
+        self, ownerships: Mapping[str, Ownership] | None = None
+    ) -> dict[str, Checkpoint]:
+        """Effective checkpoint per partition: the later of the SDK blob and the fenced copy."""
+        result = self.list_sdk_checkpoints()
+        owned = self.list_ownership() if ownerships is None else ownerships
+        for pid, own in owned.items():
+            if own.progress is not None and (
+                pid not in result or own.progress.sequence_number > result[pid].sequence_number
+            ):
+                result[pid] = own.progress
+        return result
+
+    # -- leases --------------------------------------------------------------------------------
+    def claim(
+        self, partition_id: str, owner_id: str, previous: Ownership | None
+    ) -> Ownership | None:
+        """Take ``partition_id`` for ``owner_id`` by CAS on ``previous`` (None: create-only).
+
+        Keeps the pending intent and fenced checkpoint of the previous owner (a takeover must
+        replay the intent) and bumps the epoch. Returns None when another owner won the race.
+        """
+        metadata: dict[str, str] = {}
+        if previous is not None:
+            record = self.backend.get(self._ownership_name(partition_id))
+            if record is None or record.etag != previous.etag:
+                self._log_lost(partition_id, owner_id, "claim")
+                return None
+            metadata = {k: v for k, v in record.metadata.items() if k in _OUR_KEYS}
+        metadata[OWNER_KEY] = owner_id
+        metadata[EPOCH_KEY] = str((previous.epoch if previous else 0) + 1)
+        written = self.backend.put(
+            self._ownership_name(partition_id),
+            metadata,
+            etag=previous.etag if previous is not None else None,
+        )
+        if written is None:
+            self._log_lost(partition_id, owner_id, "claim")
+            return None
+        logger.info(
+            "claimed hub=%s partition=%s owner=%s epoch=%s",
+            self.hub.describe(),
+            partition_id,
+            owner_id,
+            metadata[EPOCH_KEY],
+        )
+        return self._parse_ownership(written)
+
+    def _update(self, own: Ownership, changes: Mapping[str, str | None], action: str) -> Ownership:
+        record = self.backend.get(self._ownership_name(own.partition_id))
+        if record is None or record.etag != own.etag:
+            raise self._lost(own, action)
+        metadata = dict(record.metadata)
+        for key, value in changes.items():
+            if value is None:
+                metadata.pop(key, None)
+            else:
+                metadata[key] = value
+        written = self.backend.put(record.name, metadata, etag=own.etag)
+        if written is None:
+            raise self._lost(own, action)
+        return self._parse_ownership(written)
+
+    def renew(self, own: Ownership) -> Ownership:
+        """Extend the lease (new Last-Modified); raises OwnershipLostError if it was taken."""
+        return self._update(own, {}, "renew")
+
+    def release(self, own: Ownership) -> bool:
+        """Give the lease up, keeping intent and checkpoint; False if it was already taken."""
+        try:
+            self._update(own, {OWNER_KEY: ""}, "release")
+        except OwnershipLostError:
+            return False
+        logger.info(
+            "released hub=%s partition=%s owner=%s",
+            self.hub.describe(),
+            own.partition_id,
+            own.owner_id,
+        )
+        return True
+
+    # -- write-ahead intent and fenced checkpoint ----------------------------------------------
+    def record_intent(self, own: Ownership, start: int, end: int) -> Ownership:
+        """Record ``[start, end]`` (inclusive sequence numbers) before reading it (CAS)."""
+        if end < start:
+            raise ValueError(f"intent end {end} is before start {start}")
+        return self._update(
+            own,
+            {
+                INTENT_START_KEY: str(start),
+                INTENT_END_KEY: str(end),
+                INTENT_OWNER_KEY: own.owner_id,
+            },
+            "record intent",
+        )
+
+    def checkpoint(self, own: Ownership, sequence_number: int, offset: str | None) -> Ownership:
+        """Move the checkpoint to ``sequence_number`` and clear a completed intent.
+
+        Fenced: only the holder of ``own`` (current ETag) can do it, otherwise
+        OwnershipLostError and nothing changes. Never backwards: CheckpointRegressionError.
+        The SDK checkpoint blob is mirrored afterwards, also never backwards.
+        """
+        current = self.list_checkpoints({own.partition_id: own}).get(own.partition_id)
+        if current is not None and sequence_number < current.sequence_number:
+            raise CheckpointRegressionError(
+                f"hub={self.hub.describe()} partition={own.partition_id}: checkpoint would move "
+                f"back from {current.sequence_number} to {sequence_number}"
+            )
+        changes: dict[str, str | None] = {
+            OWN_SEQ_KEY: str(sequence_number),
+            OWN_OFFSET_KEY: offset or "",
+        }
+        if own.intent is not None and own.intent.end <= sequence_number:
+            changes.update({INTENT_START_KEY: None, INTENT_END_KEY: None, INTENT_OWNER_KEY: None})
+        updated = self._update(own, changes, "checkpoint")
+        self._mirror_checkpoint(Checkpoint(own.partition_id, sequence_number, offset))
+        logger.info(
+            "checkpoint hub=%s partition=%s owner=%s sequence_number=%s",
+            self.hub.describe(),
+            own.partition_id,
+            own.owner_id,
+            sequence_number,
+        )
+        return updated
+
+    def _mirror_checkpoint(self, cp: Checkpoint, attempts: int = 5) -> None:
+        name = self._checkpoint_name(cp.partition_id)
+        for _ in range(attempts):
+            record = self.backend.get(name)
+            if record is not None:
+                existing = self._parse_checkpoint(record)
+                if existing.sequence_number >= cp.sequence_number:
+                    return
+            metadata = {SEQ_KEY: str(cp.sequence_number), OFFSET_KEY: cp.offset or ""}
+            if record is not None:
+                # Keep keys other tools may have added; the SDK keys keep their meaning.
+                metadata = {**record.metadata, **metadata}
+            if self.backend.put(name, metadata, etag=record.etag if record else None) is not None:
+                return
+        # The fenced copy on the ownership blob is authoritative; the mirror catches up next time.
+        logger.warning(
+            "hub=%s partition=%s: could not mirror checkpoint %s to the SDK blob after %d tries",
+            self.hub.describe(),
+            cp.partition_id,
+            cp.sequence_number,
+            attempts,
+        )
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _log_lost(self, partition_id: str, owner_id: str, action: str) -> None:
+        logger.info(
+            "lost race to %s hub=%s partition=%s owner=%s",
+            action,
+            self.hub.describe(),
+            partition_id,
+            owner_id,
+        )
+
+    def _lost(self, own: Ownership, action: str) -> OwnershipLostError:
+        return OwnershipLostError(
+            f"owner {own.owner_id!r} lost partition {own.partition_id} of hub "
+            f"{self.hub.describe()} (tried to {action}); another owner claimed it. Drop the "
+            "partition; nothing was written to the store."
+        )
+
+
+Clock = Callable[[], datetime]

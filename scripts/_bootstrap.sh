@@ -1,0 +1,17 @@
+# Sourced by scripts: install uv, the locked Python deps and the pinned Azurite, set local env.
+# Idempotent and quick when everything is already there.
+UV_VERSION=0.13.9
+if ! command -v uv >/dev/null 2>&1; then
+  echo "== installing uv $UV_VERSION" >&2
+  python3 -m pip install --quiet "uv==$UV_VERSION" >&2 || python3 -m pip install --quiet --user "uv==$UV_VERSION" >&2
+  export PATH="$HOME/.local/bin:$PATH"
+fi
+uv sync --frozen --quiet >&2
+if [ ! -x node_modules/.bin/azurite-blob ]; then
+  echo "== installing Azurite (npm ci)" >&2
+  npm ci --no-audit --no-fund --silent >&2
+fi
+export SPARK_LOCAL_IP=127.0.0.1
+export PYSPARK_PYTHON="$PWD/.venv/bin/python"
+export PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
+export DAGSTER_DISABLE_TELEMETRY=1

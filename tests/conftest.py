@@ -1,0 +1,26 @@
+"""Shared fixtures: real local services (always stopped) and per-test uuid-named containers."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests import services
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+@pytest.fixture(scope="session")
+def azurite_connection_string() -> Iterator[str]:
+    """Connection string of an Azurite blob service started for this test session."""
+    with services.azurite() as conn:
+        yield conn
+
+
+@pytest.fixture
+def container_name() -> str:
+    """A fresh, uuid-named container name for one test."""
+    return f"t-{uuid.uuid4().hex[:20]}"

@@ -1,0 +1,109 @@
+"""Start and stop real local services (Azurite) for tests, scripts and the demo.
+
+Used by the pytest fixtures in ``tests/conftest.py`` and by ``scripts/azurite.sh`` users through
+``python -m tests.services``. Services bind 127.0.0.1 on a free port and are always stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Azurite's documented well-known development account (public, not a secret).
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
+    """Block until 127.0.0.1:port accepts connections, or raise with the process's output."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"service exited early with code {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
+
+
+def azurite_binary() -> str:
+    """Path of ``azurite-blob`` from the project's pinned npm install (``npm ci``)."""
+    local = ROOT / "node_modules" / ".bin" / "azurite-blob"
+    if local.exists():
+        return str(local)
+    found = shutil.which("azurite-blob")
+    if found:
+        return found
+    raise RuntimeError(
+        "azurite-blob not found: run `npm ci` in the project folder (it installs the pinned "
+        "Azurite from package-lock.json)"
+    )
+
+
+def azurite_connection_string(port: int) -> str:
+    """Connection string for the Azurite blob service on 127.0.0.1:port."""
+    return (
+        f"DefaultEndpointsProtocol=http;AccountName={AZURITE_ACCOUNT};AccountKey={AZURITE_KEY};"
+        f"BlobEndpoint=http://127.0.0.1:{port}/{AZURITE_ACCOUNT};"
+    )
+
+
+@contextlib.contextmanager
+def azurite(port: int | None = None, location: str | None = None) -> Iterator[str]:
+    """Run Azurite's blob service on 127.0.0.1; yields its connection string; always stops it."""
+    port = port or free_port()
+    with contextlib.ExitStack() as stack:
+        if location is None:
+            location = stack.enter_context(tempfile.TemporaryDirectory(prefix="azurite-"))
+        log = open(os.path.join(location, "azurite.out"), "wb")  # noqa: SIM115
+        stack.callback(log.close)
+        proc = subprocess.Popen(
+            [
+                azurite_binary(),
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                str(port),
+                "--location",
+                location,
+                "--skipApiVersionCheck",
+                "--disableTelemetry",
+                "--silent",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        stack.callback(_stop, proc)
+        wait_for_port(port, proc=proc)
+        yield azurite_connection_string(port)
+
+
+def _stop(proc: subprocess.Popen, grace: float = 5.0) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 15)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 9)
+            proc.wait()
