@@ -1,0 +1,250 @@
+"""Small frozen, picklable settings shared by the store, the Spark source, the run and Dagster.
+
+These travel to Spark executors and into subprocesses, so they hold plain values only; clients
+are built from them where they are used (``consumer_client()``, ``StoreSettings.backend()``),
+never pickled. Secrets are kept out of ``repr`` and every error message is redacted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from resources.errors import ConfigurationError
+from resources.store import HubRef
+
+if TYPE_CHECKING:
+    from azure.core.credentials import TokenCredential
+    from azure.eventhub import EventHubConsumerClient, EventHubProducerClient
+
+    from resources.store import BlobBackend
+
+__all__ = ["CredentialType", "EventHubSettings", "SinkSettings", "StoreSettings", "make_credential"]
+
+CredentialType = Literal["connection_string", "default_azure_credential"]
+
+
+def make_credential(credential_type: CredentialType) -> TokenCredential:
+    """Build an azure-identity credential for ``credential_type`` (inside the process using it)."""
+    if credential_type == "default_azure_credential":
+        from azure.identity import DefaultAzureCredential
+
+        return DefaultAzureCredential()
+    raise ConfigurationError(
+        f"credential_type={credential_type!r} has no token credential; valid: "
+        "'default_azure_credential' (or give a connection string)"
+    )
+
+
+def parse_connection_string(conn_str: str, field_name: str) -> dict[str, str]:
+    """Split ``Key=Value;...`` into a dict; the error names ``field_name`` and never the secret."""
+    parts: dict[str, str] = {}
+    for chunk in conn_str.strip().strip(";").split(";"):
+        if not chunk.strip():
+            continue
+        key, sep, value = chunk.partition("=")
+        if not sep or not key.strip():
+            raise ConfigurationError(
+                f"{field_name}: malformed connection string segment {chunk!r}; expected "
+                "'Key=Value;Key=Value;...' as copied from the Azure portal"
+            )
+        parts[key.strip()] = value.strip()
+    return parts
+
+
+@dataclass(frozen=True)
+class EventHubSettings:
+    """Where to read events: a connection string, or a namespace plus an Entra ID credential.
+
+    Example::
+
+        EventHubSettings(eventhub_name="telemetry", connection_string=os.environ["EH_CONN"])
+        EventHubSettings(eventhub_name="telemetry",
+                         fully_qualified_namespace="myns.servicebus.windows.net",
+                         credential_type="default_azure_credential")
+    """
+
+    eventhub_name: str
+    consumer_group: str = "$Default"
+    connection_string: str | None = field(default=None, repr=False)
+    fully_qualified_namespace: str | None = None
+    credential_type: CredentialType = "connection_string"
+
+    def __post_init__(self) -> None:
+        if not self.eventhub_name:
+            raise ConfigurationError("eventhub_name: must not be empty")
+        if not self.consumer_group:
+            raise ConfigurationError(
+                "consumer_group: must not be empty ('$Default' is the default)"
+            )
+        if self.credential_type == "connection_string":
+            if not self.connection_string:
+                raise ConfigurationError(
+                    "connection_string: required when credential_type='connection_string' "
+                    "(or set credential_type='default_azure_credential' and "
+                    "fully_qualified_namespace)"
+                )
+            parts = parse_connection_string(self.connection_string, "connection_string")
+            endpoint = parts.get("Endpoint", "")
+            if not endpoint.startswith("sb://"):
+                raise ConfigurationError(
+                    f"connection_string: Endpoint={endpoint!r} must look like "
+                    "'sb://<namespace>.servicebus.windows.net/'"
+                )
+            if not (
+                ("SharedAccessKeyName" in parts and "SharedAccessKey" in parts)
+                or "SharedAccessSignature" in parts
+            ):
+                raise ConfigurationError(
+                    "connection_string: needs SharedAccessKeyName and SharedAccessKey, or "
+                    "SharedAccessSignature"
+                )
+            entity = parts.get("EntityPath")
+            if entity and entity != self.eventhub_name:
+                raise ConfigurationError(
+                    f"connection_string: EntityPath={entity!r} differs from "
+                    f"eventhub_name={self.eventhub_name!r}"
+                )
+        elif self.credential_type == "default_azure_credential":
+            if not self.fully_qualified_namespace:
+                raise ConfigurationError(
+                    "fully_qualified_namespace: required with "
+                    "credential_type='default_azure_credential', e.g. "
+                    "'myns.servicebus.windows.net'"
+                )
+        else:
+            raise ConfigurationError(
+                f"credential_type: {self.credential_type!r} is not valid; valid: "
+                "'connection_string', 'default_azure_credential'"
+            )
+
+    @property
+    def namespace(self) -> str:
+        """The fully qualified namespace the Azure SDK reports (names checkpoint blobs)."""
+        if self.fully_qualified_namespace:
+            return self.fully_qualified_namespace
+        assert self.connection_string is not None
+        endpoint = parse_connection_string(self.connection_string, "connection_string")["Endpoint"]
+        # The SDK's EventProcessor names blobs by the endpoint host as given (port included, as
+        # with the emulator's "127.0.0.1:5673"), without scheme or path.
+        return endpoint[len("sb://") :].split("/")[0]
+
+    @property
+    def is_emulator(self) -> bool:
+        """True for a connection string with ``UseDevelopmentEmulator=true``."""
+        if not self.connection_string:
+            return False
+        parts = parse_connection_string(self.connection_string, "connection_string")
+        return parts.get("UseDevelopmentEmulator", "").lower() == "true"
+
+    def hub_ref(self) -> HubRef:
+        """The store key (namespace, hub, consumer group) for this hub."""
+        return HubRef(self.namespace, self.eventhub_name, self.consumer_group)
+
+    def consumer_client(self, **kwargs: Any) -> EventHubConsumerClient:
+        """A new ``EventHubConsumerClient``; create it where it is used (e.g. in ``read()``)."""
+        from azure.eventhub import EventHubConsumerClient
+
+        if self.credential_type == "connection_string":
+            assert self.connection_string is not None
+            return EventHubConsumerClient.from_connection_string(
+                self.connection_string,
+                consumer_group=self.consumer_group,
+                eventhub_name=self.eventhub_name,
+                **kwargs,
+            )
+        assert self.fully_qualified_namespace is not None
+        return EventHubConsumerClient(
+            self.fully_qualified_namespace,
+            self.eventhub_name,
+            self.consumer_group,
+            make_credential(self.credential_type),
+            **kwargs,
+        )
+
+    def producer_client(self, **kwargs: Any) -> EventHubProducerClient:
+        """A new ``EventHubProducerClient`` (demos, benchmarks, tests)."""
+        from azure.eventhub import EventHubProducerClient
+
+        if self.credential_type == "connection_string":
+            assert self.connection_string is not None
+            return EventHubProducerClient.from_connection_string(
+                self.connection_string, eventhub_name=self.eventhub_name, **kwargs
+            )
+        assert self.fully_qualified_namespace is not None
+        return EventHubProducerClient(
+            self.fully_qualified_namespace,
+            self.eventhub_name,
+            make_credential(self.credential_type),
+            **kwargs,
+        )
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """Where leases and checkpoints live: a Blob container, by connection string or account URL.
+
+    ``create_container=True`` creates a missing container; False raises a clear error instead.
+    """
+
+    container: str
+    connection_string: str | None = field(default=None, repr=False)
+    account_url: str | None = None
+    credential_type: CredentialType = "connection_string"
+    create_container: bool = True
+
+    def __post_init__(self) -> None:
+        name = self.container
+        valid = (
+            3 <= len(name) <= 63
+            and name.replace("-", "").isalnum()
+            and name == name.lower()
+            and name[0].isalnum()
+            and "--" not in name
+        )
+        if not valid:
+            raise ConfigurationError(
+                f"container: {name!r} is not a valid Blob container name (3-63 lower-case "
+                "letters, digits and single hyphens, starting with a letter or digit)"
+            )
+        if self.credential_type == "connection_string":
+            if not self.connection_string:
+                raise ConfigurationError(
+                    "store connection_string: required when credential_type='connection_string' "
+                    "(or set credential_type='default_azure_credential' and account_url)"
+                )
+            parse_connection_string(self.connection_string, "store connection_string")
+        elif not self.account_url:
+            raise ConfigurationError(
+                "account_url: required with credential_type='default_azure_credential', e.g. "
+                "'https://myaccount.blob.core.windows.net'"
+            )
+
+    def backend(self) -> BlobBackend:
+        """An Azure Blob backend for this container (see ``resources.blob_store``)."""
+        from resources.blob_store import AzureBlobBackend
+
+        return AzureBlobBackend.from_settings(self)
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    """Where events land: a Spark format and a path or table, or a Delta table via delta-rs.
+
+    ``format``: any format the Spark session can write (``parquet`` by default, ``delta`` on a
+    cluster with Delta) or ``deltalake`` for Delta written from Arrow without Spark jars.
+    """
+
+    format: str = "parquet"
+    path: str | None = None
+    table: str | None = None
+    partition_by: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.path is None) == (self.table is None):
+            raise ConfigurationError(
+                f"sink: give exactly one of path or table (got path={self.path!r}, "
+                f"table={self.table!r})"
+            )
+        if not self.format:
+            raise ConfigurationError("sink format: must not be empty (e.g. 'parquet')")
