@@ -1,4 +1,7 @@
-"""Shared fixtures: real local services (always stopped) and per-test uuid-named containers."""
+"""Shared fixtures: real local services (always stopped) and per-test uuid-named containers.
+
+Fixtures per area live in ``tests/fixtures/<area>.py`` and are registered below.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +14,14 @@ import pytest
 from tests import services
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
+
+pytest_plugins = [
+    "tests.fixtures.store",
+    "tests.fixtures.emulator",
+    "tests.fixtures.spark",
+    "tests.fixtures.dagster",
+]
 
 
 @pytest.fixture(scope="session")
