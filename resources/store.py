@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -76,7 +76,10 @@ class BlobRecord:
 
 
 class BlobBackend(Protocol):
-    """Minimal conditional-write blob API; implementations must keep Azure's CAS semantics."""
+    """Minimal conditional-write blob API; implementations must keep Azure's CAS semantics.
+
+    ETags are handed out in one form (the store compares them as strings).
+    """
 
     def now(self) -> datetime:
         """The store's current time (the service's clock, never the local wall clock)."""
@@ -151,6 +154,11 @@ class Ownership:
     epoch: int = 0
     intent: Intent | None = None
     progress: Checkpoint | None = None
+    # The blob's full metadata when this was read from the store. The next write is a CAS on
+    # ``etag``, so this is exactly what the blob holds if that write succeeds: it lets renew,
+    # intent and checkpoint write in one call instead of a read plus a write. None (built by
+    # hand): the store reads the blob first.
+    metadata: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
 
     @property
     def is_released(self) -> bool:
@@ -228,6 +236,7 @@ class PartitionStore:
             epoch=_int(record, EPOCH_KEY) or 0,
             intent=intent,
             progress=progress,
+            metadata=dict(record.metadata),
         )
 
     def _parse_checkpoint(self, record: BlobRecord) -> Checkpoint:
@@ -283,11 +292,14 @@ class PartitionStore:
         """
         metadata: dict[str, str] = {}
         if previous is not None:
-            record = self.backend.get(self._ownership_name(partition_id))
-            if record is None or record.etag != previous.etag:
-                self._log_lost(partition_id, owner_id, "claim")
-                return None
-            metadata = {k: v for k, v in record.metadata.items() if k in _OUR_KEYS}
+            current = previous.metadata
+            if current is None:
+                record = self.backend.get(self._ownership_name(partition_id))
+                if record is None or record.etag != previous.etag:
+                    self._log_lost(partition_id, owner_id, "claim")
+                    return None
+                current = record.metadata
+            metadata = {k: v for k, v in current.items() if k in _OUR_KEYS}
         metadata[OWNER_KEY] = owner_id
         metadata[EPOCH_KEY] = str((previous.epoch if previous else 0) + 1)
         written = self.backend.put(
@@ -307,17 +319,24 @@ class PartitionStore:
         )
         return self._parse_ownership(written)
 
-    def _update(self, own: Ownership, changes: Mapping[str, str | None], action: str) -> Ownership:
+    def _current(self, own: Ownership, action: str) -> Ownership:
+        """``own`` re-read from the store; OwnershipLostError if its ETag moved."""
         record = self.backend.get(self._ownership_name(own.partition_id))
         if record is None or record.etag != own.etag:
             raise self._lost(own, action)
-        metadata = dict(record.metadata)
+        return self._parse_ownership(record)
+
+    def _update(self, own: Ownership, changes: Mapping[str, str | None], action: str) -> Ownership:
+        if own.metadata is None:
+            own = self._current(own, action)
+        assert own.metadata is not None
+        metadata = dict(own.metadata)
         for key, value in changes.items():
             if value is None:
                 metadata.pop(key, None)
             else:
                 metadata[key] = value
-        written = self.backend.put(record.name, metadata, etag=own.etag)
+        written = self.backend.put(self._ownership_name(own.partition_id), metadata, etag=own.etag)
         if written is None:
             raise self._lost(own, action)
         return self._parse_ownership(written)
@@ -362,8 +381,18 @@ class PartitionStore:
         OwnershipLostError and nothing changes. Never backwards: CheckpointRegressionError.
         The SDK checkpoint blob is mirrored afterwards, also never backwards.
         """
-        current = self.list_checkpoints({own.partition_id: own}).get(own.partition_id)
+        if own.metadata is None:
+            own = self._current(own, "checkpoint")
+        sdk_record = self.backend.get(self._checkpoint_name(own.partition_id))
+        current = own.progress
+        if sdk_record is not None:
+            sdk = self._parse_checkpoint(sdk_record)
+            if current is None or sdk.sequence_number > current.sequence_number:
+                current = sdk
         if current is not None and sequence_number < current.sequence_number:
+            # A zombie's view is stale: tell it that it lost the lease, which is the cause,
+            # rather than a regression it could not have seen.
+            self._current(own, "checkpoint")
             raise CheckpointRegressionError(
                 f"hub={self.hub.describe()} partition={own.partition_id}: checkpoint would move "
                 f"back from {current.sequence_number} to {sequence_number}"
@@ -375,7 +404,7 @@ class PartitionStore:
         if own.intent is not None and own.intent.end <= sequence_number:
             changes.update({INTENT_START_KEY: None, INTENT_END_KEY: None, INTENT_OWNER_KEY: None})
         updated = self._update(own, changes, "checkpoint")
-        self._mirror_checkpoint(Checkpoint(own.partition_id, sequence_number, offset))
+        self._mirror_checkpoint(Checkpoint(own.partition_id, sequence_number, offset), sdk_record)
         logger.info(
             "checkpoint hub=%s partition=%s owner=%s sequence_number=%s",
             self.hub.describe(),
@@ -385,10 +414,13 @@ class PartitionStore:
         )
         return updated
 
-    def _mirror_checkpoint(self, cp: Checkpoint, attempts: int = 5) -> None:
+    def _mirror_checkpoint(
+        self, cp: Checkpoint, record: BlobRecord | None, attempts: int = 5
+    ) -> None:
         name = self._checkpoint_name(cp.partition_id)
-        for _ in range(attempts):
-            record = self.backend.get(name)
+        for attempt in range(attempts):
+            if attempt:
+                record = self.backend.get(name)
             if record is not None:
                 existing = self._parse_checkpoint(record)
                 if existing.sequence_number >= cp.sequence_number:

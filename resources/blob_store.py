@@ -1,0 +1,410 @@
+"""Azure Blob Storage backend of the partition store (azure-storage-blob, sync).
+
+Implements :class:`resources.store.BlobBackend` with the service's own compare-and-set:
+create-only is ``upload_blob(if_none_match="*")`` (409 ``BlobAlreadyExists`` = lost race), a
+conditional update is ``set_blob_metadata(if_match=etag)`` (412, or 404 when the blob was
+deleted meanwhile = lost race). Every other failure is translated into the package's error
+hierarchy (:mod:`resources.errors`) with ``raise ... from exc`` and a redacted message.
+
+The store's clock is the service's: every response's ``Date`` header (and ``Last-Modified``) is
+a lower bound of the service time when it arrived; :meth:`AzureBlobBackend.now` advances the
+best bound with ``time.monotonic()``. The local wall clock is never consulted, so a client
+whose clock is minutes off still judges lease expiry the way every other client does.
+
+Example::
+
+    from resources.settings import StoreSettings
+    from resources.store import HubRef, PartitionStore
+
+    settings = StoreSettings(container="leases", connection_string=os.environ["STORE_CONN"])
+    store = PartitionStore(settings.backend(), HubRef("myns.servicebus.windows.net", "telemetry"))
+    own = store.claim("0", owner_id="run-42", previous=None)
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING, Any
+
+from azure.core.exceptions import (
+    AzureError,
+    ClientAuthenticationError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+from azure.storage.blob import ContainerClient, LinearRetry
+
+from resources.errors import (
+    ConfigurationError,
+    EventHubIngestError,
+    StoreUnavailableError,
+    redact,
+)
+from resources.settings import make_credential, parse_connection_string
+from resources.store import BlobRecord
+
+if TYPE_CHECKING:
+    from azure.core.pipeline import PipelineResponse
+
+    from resources.settings import StoreSettings
+
+__all__ = ["AzureBlobBackend"]
+
+logger = logging.getLogger(__name__)
+
+# Bounded and short on purpose: a run that cannot reach its store should fail within seconds
+# with a clear message, not hang for the SDK's default ~2 minutes of exponential back-off.
+RETRY_TOTAL = 3
+RETRY_BACKOFF_SECONDS = 1
+CONNECTION_TIMEOUT_SECONDS = 3
+READ_TIMEOUT_SECONDS = 20
+CLOCK_REFRESH_SECONDS = 30.0
+
+_CONN_FIELD = "store connection_string"
+
+
+def _validate_connection_string(conn_str: str) -> None:
+    """Check a storage connection string locally; errors name the field, never the secret."""
+    parts = {k.lower(): v for k, v in parse_connection_string(conn_str, _CONN_FIELD).items()}
+    if parts.get("usedevelopmentstorage", "").lower() == "true":
+        return
+    if "blobendpoint" not in parts and "accountname" not in parts:
+        raise ConfigurationError(
+            f"{_CONN_FIELD}: has neither BlobEndpoint nor AccountName; copy the full "
+            "connection string from the storage account's 'Access keys' page"
+        )
+    endpoint = parts.get("blobendpoint")
+    if endpoint is not None and not endpoint.lower().startswith(("http://", "https://")):
+        raise ConfigurationError(
+            f"{_CONN_FIELD}: BlobEndpoint={endpoint!r} must start with http:// or https://"
+        )
+    protocol = parts.get("defaultendpointsprotocol")
+    if protocol is not None and protocol.lower() not in ("http", "https"):
+        raise ConfigurationError(
+            f"{_CONN_FIELD}: DefaultEndpointsProtocol={protocol!r} is not valid; valid: "
+            "'https', 'http'"
+        )
+    key = parts.get("accountkey")
+    if key is not None:
+        if "accountname" not in parts:
+            raise ConfigurationError(
+                f"{_CONN_FIELD}: AccountKey is given without AccountName; add AccountName=..."
+            )
+        try:
+            base64.b64decode(key, validate=True)
+        except (binascii.Error, ValueError):
+            raise ConfigurationError(
+                f"{_CONN_FIELD}: AccountKey is not valid base64 (value redacted); was it cut "
+                "short when copied? Copy key1 or key2 again from the portal"
+            ) from None
+    elif "sharedaccesssignature" not in parts:
+        raise ConfigurationError(
+            f"{_CONN_FIELD}: needs AccountKey or SharedAccessSignature (or use "
+            "credential_type='default_azure_credential' with account_url)"
+        )
+
+
+def _etag(raw: str) -> str:
+    # Listing returns ETags bare (0x8D...), responses quoted ("0x8D..."); the store compares
+    # them as strings, so hand out one form: the quoted one HTTP headers use.
+    return raw if raw.startswith(('"', "W/")) else f'"{raw}"'
+
+
+def _metadata(raw: Mapping[str, str | None] | None) -> dict[str, str]:
+    # Listing returns an empty metadata value (a released ownerid) as None; the SDK writes "".
+    return {k: ("" if v is None else v) for k, v in (raw or {}).items()}
+
+
+class AzureBlobBackend:
+    """A :class:`~resources.store.BlobBackend` over one Blob container (thread-safe).
+
+    Args:
+        container_client: an ``azure.storage.blob.ContainerClient`` (sync) for the container.
+        clock_refresh_seconds: after this long without any response from the service,
+            :meth:`now` asks the service for its time again (one HEAD request).
+
+    ``operations`` counts HTTP responses received (retries included), ``conflicts`` the lost
+    compare-and-set races, as :class:`~resources.memory_store.InMemoryBackend` does.
+    Build it with :meth:`from_settings`, which also checks (or creates) the container.
+    """
+
+    def __init__(
+        self,
+        container_client: ContainerClient,
+        *,
+        clock_refresh_seconds: float = CLOCK_REFRESH_SECONDS,
+    ) -> None:
+        self._client = container_client
+        self.container = container_client.container_name
+        # The URL without any query string: a SAS token must never reach a message.
+        self.endpoint = redact(container_client.url.split("?", 1)[0])
+        self._clock_refresh = clock_refresh_seconds
+        self._lock = threading.Lock()
+        self._offset: float | None = None  # service epoch seconds minus time.monotonic()
+        self._synced_at = 0.0
+        self.operations = 0
+        self.conflicts = 0
+
+    # -- construction --------------------------------------------------------------------------
+    @classmethod
+    def from_settings(cls, settings: StoreSettings, **client_kwargs: Any) -> AzureBlobBackend:
+        """Connect to ``settings.container`` and make sure it exists (see ``create_container``).
+
+        Raises:
+            ConfigurationError: malformed connection string, rejected credentials, or a missing
+                container with ``create_container=False``.
+            StoreUnavailableError: the endpoint did not answer after bounded retries.
+        """
+        kwargs: dict[str, Any] = {
+            "retry_policy": LinearRetry(
+                backoff=RETRY_BACKOFF_SECONDS, retry_total=RETRY_TOTAL, random_jitter_range=0
+            ),
+            "connection_timeout": CONNECTION_TIMEOUT_SECONDS,
+            "read_timeout": READ_TIMEOUT_SECONDS,
+        }
+        kwargs.update(client_kwargs)
+        if settings.credential_type == "connection_string":
+            assert settings.connection_string is not None  # StoreSettings checked it
+            _validate_connection_string(settings.connection_string)
+            try:
+                client = ContainerClient.from_connection_string(
+                    settings.connection_string, settings.container, **kwargs
+                )
+            except ValueError as exc:
+                # The SDK's messages hold no secret, but redact anyway: they may in a future one.
+                raise ConfigurationError(f"{_CONN_FIELD}: {exc}") from exc
+        else:
+            assert settings.account_url is not None
+            if not settings.account_url.lower().startswith(("http://", "https://")):
+                raise ConfigurationError(
+                    f"account_url: {settings.account_url!r} must look like "
+                    "'https://<account>.blob.core.windows.net'"
+                )
+            client = ContainerClient(
+                settings.account_url,
+                settings.container,
+                credential=make_credential(settings.credential_type),
+                **kwargs,
+            )
+        backend = cls(client)
+        backend.ensure_container(create=settings.create_container)
+        return backend
+
+    def ensure_container(self, *, create: bool) -> None:
+        """Check the container exists (and sync the clock); create it when ``create`` is True."""
+        try:
+            self._client.get_container_properties(raw_response_hook=self._on_response)
+            return
+        except ResourceNotFoundError as exc:
+            if not create:
+                raise ConfigurationError(
+                    f"container {self.container!r} does not exist at {self.endpoint}. Create "
+                    "it (e.g. `az storage container create --name "
+                    f"{self.container}`) or set create_container=True in the store settings"
+                ) from exc
+        except AzureError as exc:
+            raise self._translate(exc, "check container", self.container) from exc
+        try:
+            self._client.create_container(raw_response_hook=self._on_response)
+            logger.info("created container %s at %s", self.container, self.endpoint)
+        except ResourceExistsError:
+            pass  # a peer created it between our check and our create
+        except AzureError as exc:
+            raise self._translate(exc, "create container", self.container) from exc
+
+    def close(self) -> None:
+        """Close the HTTP connections."""
+        self._client.close()
+
+    def __enter__(self) -> AzureBlobBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the store's clock ---------------------------------------------------------------------
+    def _on_response(self, response: PipelineResponse) -> None:
+        # Called for every HTTP response (each retry too): count it and learn the service time.
+        arrived = time.monotonic()
+        headers = response.http_response.headers
+        bounds = []
+        for header in ("Date", "Last-Modified"):
+            value = headers.get(header)
+            if value:
+                try:
+                    bounds.append(parsedate_to_datetime(value).timestamp())
+                except (TypeError, ValueError):
+                    logger.debug("ignoring unparsable %s header %r", header, value)
+        with self._lock:
+            self.operations += 1
+            if bounds:
+                self._observe(max(bounds) - arrived, arrived)
+
+    def _observe(self, offset: float, arrived: float) -> None:
+        # HTTP dates have one-second resolution and arrive after they were stamped, so each
+        # offset is a lower bound of the true one: keep the best (largest) bound, which makes
+        # now() non-decreasing and late by < 1 s (a lease is judged expired < 1 s late, never
+        # early). After a quiet spell start afresh, in case the service's clock was corrected.
+        if self._offset is None or arrived - self._synced_at > self._clock_refresh:
+            self._offset = offset
+        else:
+            self._offset = max(self._offset, offset)
+        self._synced_at = arrived
+
+    def now(self) -> datetime:
+        """The service's current time: last seen ``Date`` advanced by the monotonic clock.
+
+        Cheap: a HEAD request only when nothing was heard from the service for
+        ``clock_refresh_seconds``.
+        """
+        with self._lock:
+            stale = self._offset is None or time.monotonic() - self._synced_at > self._clock_refresh
+        if stale:
+            try:
+                self._client.get_container_properties(raw_response_hook=self._on_response)
+            except AzureError as exc:
+                raise self._translate(exc, "read the service clock from", self.container) from exc
+        with self._lock:
+            assert self._offset is not None
+            return datetime.fromtimestamp(time.monotonic() + self._offset, UTC)
+
+    # -- BlobBackend ---------------------------------------------------------------------------
+    def get(self, name: str) -> BlobRecord | None:
+        """The blob with its metadata, or None if it does not exist."""
+        try:
+            props = self._client.get_blob_client(name).get_blob_properties(
+                raw_response_hook=self._on_response
+            )
+        except ResourceNotFoundError as exc:
+            if self._container_missing(exc):
+                raise self._translate(exc, "read", name) from exc
+            return None
+        except AzureError as exc:
+            raise self._translate(exc, "read", name) from exc
+        return BlobRecord(name, _metadata(props.metadata), _etag(props.etag), props.last_modified)
+
+    def list(self, prefix: str) -> list[BlobRecord]:
+        """Every blob whose name starts with ``prefix``, with metadata (all pages)."""
+        try:
+            return [
+                BlobRecord(b.name, _metadata(b.metadata), _etag(b.etag), b.last_modified)
+                for b in self._iter(prefix)
+            ]
+        except AzureError as exc:
+            raise self._translate(exc, "list", prefix) from exc
+
+    def _iter(self, prefix: str) -> Iterator[Any]:
+        return iter(
+            self._client.list_blobs(
+                name_starts_with=prefix,
+                include=["metadata"],
+                raw_response_hook=self._on_response,
+            )
+        )
+
+    def put(self, name: str, metadata: Mapping[str, str], *, etag: str | None) -> BlobRecord | None:
+        """Create-only (``etag=None``) or If-Match metadata write; None when the race was lost."""
+        blob = self._client.get_blob_client(name)
+        try:
+            if etag is None:
+                result = blob.upload_blob(
+                    b"",
+                    metadata=dict(metadata),
+                    if_none_match="*",
+                    raw_response_hook=self._on_response,
+                )
+            else:
+                result = blob.set_blob_metadata(
+                    dict(metadata), if_match=etag, raw_response_hook=self._on_response
+                )
+        except (ResourceExistsError, ResourceModifiedError):
+            self._conflict()
+            return None
+        except ResourceNotFoundError as exc:
+            if self._container_missing(exc):
+                raise self._translate(exc, "write", name) from exc
+            self._conflict()  # deleted meanwhile: the ETag we hold is gone, a lost race
+            return None
+        except HttpResponseError as exc:
+            if exc.status_code == 412:  # some service versions raise it as a plain error
+                self._conflict()
+                return None
+            raise self._translate(exc, "write", name) from exc
+        except AzureError as exc:
+            raise self._translate(exc, "write", name) from exc
+        return BlobRecord(name, dict(metadata), _etag(result["etag"]), result["last_modified"])
+
+    def delete(self, name: str, *, etag: str | None = None) -> bool:
+        """Delete a blob (If-Match when ``etag`` is given); False if the condition failed."""
+        kwargs: dict[str, Any] = {"raw_response_hook": self._on_response}
+        if etag is not None:
+            kwargs["if_match"] = etag
+        try:
+            self._client.get_blob_client(name).delete_blob(**kwargs)
+        except ResourceModifiedError:
+            self._conflict()
+            return False
+        except ResourceNotFoundError as exc:
+            if self._container_missing(exc):
+                raise self._translate(exc, "delete", name) from exc
+            self._conflict()
+            return False
+        except AzureError as exc:
+            raise self._translate(exc, "delete", name) from exc
+        return True
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _conflict(self) -> None:
+        with self._lock:
+            self.conflicts += 1
+
+    @staticmethod
+    def _container_missing(exc: ResourceNotFoundError) -> bool:
+        return str(getattr(exc, "error_code", "") or "").endswith("ContainerNotFound") or (
+            "ContainerNotFound" in str(exc.message or "")
+        )
+
+    def _translate(self, exc: AzureError, action: str, name: str) -> EventHubIngestError:
+        """One of our error types for an Azure error; the message names no secret."""
+        what = f"{action} {name!r} in container {self.container!r} at {self.endpoint}"
+        if isinstance(exc, ServiceRequestError | ServiceResponseError):
+            reason = (str(exc.message or type(exc).__name__).splitlines() or ["?"])[0][:200]
+            return StoreUnavailableError(
+                f"Blob Storage did not answer ({what}) after {RETRY_TOTAL} retries: {reason}. "
+                "Check that the account URL / BlobEndpoint is right, that the service is "
+                "running, and that this machine can reach it (network, firewall, private "
+                "endpoint, proxy)."
+            )
+        if isinstance(exc, ClientAuthenticationError):
+            return ConfigurationError(
+                f"Blob Storage rejected the credentials ({what}): check AccountKey / "
+                "SharedAccessSignature in the store connection_string, or that the identity "
+                "has the 'Storage Blob Data Contributor' role on the container"
+            )
+        if isinstance(exc, ResourceNotFoundError) and self._container_missing(exc):
+            return ConfigurationError(
+                f"container {self.container!r} does not exist at {self.endpoint} ({action} "
+                f"{name!r}); was it deleted? Create it again, or set create_container=True and "
+                "rebuild the store (checkpoints in the old container are gone)"
+            )
+        status = getattr(exc, "status_code", None)
+        code = getattr(exc, "error_code", None)
+        if status is None or status >= 500 or status in (408, 429):
+            return StoreUnavailableError(
+                f"Blob Storage failed ({what}) after {RETRY_TOTAL} retries: HTTP {status} "
+                f"{code or type(exc).__name__}. The service is busy or unhealthy; retry later."
+            )
+        return EventHubIngestError(
+            f"Blob Storage refused to {what}: HTTP {status} {code or type(exc).__name__}"
+        )
