@@ -1,0 +1,292 @@
+"""The claim cycle the ingestion run calls: list once, decide, claim by CAS, renew.
+
+One cycle costs three storage calls to look (store clock, list heartbeats, list ownership; the
+clock is free on the in-memory backend) plus one heartbeat put, then two calls per claim and two
+per renewal. It is split in three steps (:func:`plan_claims`, :func:`execute_claim`,
+:func:`finish_cycle`) so the simulator can interleave owners between them and run exactly this
+code; :func:`claim_cycle` chains them for the run.
+
+The batch-run rule, enforced here whatever the strategy proposes: a cycle never takes a
+partition from a live peer that has recorded its own intent on it (it is reading). It takes
+partitions that are unowned, released, expired (store clock), or held by an owner known dead
+(``is_owner_dead``, even with an intent: the new owner replays it), and surplus partitions a
+live peer holds without an intent of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from ops.balancing.base import BalanceView, BalancingStrategy, Claim
+from ops.balancing.liveness import (
+    DeathCheck,
+    Heartbeat,
+    delete_heartbeat,
+    list_heartbeats,
+    write_heartbeat,
+)
+from ops.balancing.strategies import DelayRace, get_strategy
+from resources.errors import ConfigurationError, OwnershipLostError
+from resources.store import Ownership, PartitionStore
+
+__all__ = ["CyclePlan", "claim_cycle", "execute_claim", "finish_cycle", "leave", "plan_claims"]
+
+logger = logging.getLogger(__name__)
+
+RENEW_FRACTION = 0.5
+"""Idle leases older than this fraction of the expiry are renewed by the cycle."""
+
+
+@dataclass
+class CyclePlan:
+    """The outcome of looking at the store once: the view, the listed blobs and the claims."""
+
+    owner_id: str
+    now: datetime
+    expiry: timedelta
+    view: BalanceView
+    ownerships: dict[str, Ownership]
+    claims: list[Claim]
+    heartbeat: Heartbeat | None = None
+    dropped: list[Claim] = field(default_factory=list)
+
+
+def _dead_check(is_owner_dead: DeathCheck | None) -> Callable[[str], bool]:
+    cache: dict[str, bool] = {}
+
+    def dead(owner: str) -> bool:
+        if is_owner_dead is None:
+            return False
+        if owner not in cache:
+            try:
+                cache[owner] = bool(is_owner_dead(owner))
+            except Exception:  # unsure means alive: never take from a live owner
+                logger.warning("is_owner_dead(%r) failed; treating the owner as alive", owner)
+                cache[owner] = False
+        return cache[owner]
+
+    return dead
+
+
+def build_view(
+    owner_id: str,
+    targets: Sequence[str],
+    now: datetime,
+    expiry: timedelta,
+    ownerships: Mapping[str, Ownership],
+    heartbeats: Mapping[str, Heartbeat],
+    is_owner_dead: DeathCheck | None = None,
+) -> BalanceView:
+    """The :class:`BalanceView` of ``owner_id`` from listed blobs (pure, no I/O)."""
+    dead = _dead_check(is_owner_dead)
+    live = {owner_id}
+    live.update(
+        o for o, hb in heartbeats.items() if hb.is_fresh(now, expiry) and o != "" and not dead(o)
+    )
+    holders: dict[str, str] = {}
+    started: set[str] = set()
+    lease_age: dict[str, float] = {}
+    departed: set[str] = set()
+    for p in targets:
+        own = ownerships.get(p)
+        if own is None or own.is_released:
+            continue
+        holder = own.owner_id
+        if holder != owner_id:
+            if own.is_expired(now, expiry) or dead(holder):
+                departed.add(holder)
+                continue
+            live.add(holder)  # an unexpired lease proves life even without a heartbeat (SDK)
+        holders[p] = holder
+        lease_age[p] = (now - own.last_modified).total_seconds()
+        if own.intent is not None and own.intent.owner_id == holder:
+            started.add(p)
+    departed -= live
+    far = datetime.max.replace(tzinfo=now.tzinfo)
+
+    def joined(o: str) -> tuple[datetime, str]:
+        hb = heartbeats.get(o)
+        if hb is not None:
+            return hb.joined, o
+        return (now if o == owner_id else far), o
+
+    return BalanceView(
+        owner_id=owner_id,
+        partitions=tuple(sorted(targets)),
+        peers=tuple(sorted(live)),
+        holders=holders,
+        started=frozenset(started),
+        lease_age=lease_age,
+        ring=tuple(sorted(live | departed, key=joined)),
+    )
+
+
+def _resolve(strategy: BalancingStrategy | str) -> BalancingStrategy:
+    return get_strategy(strategy) if isinstance(strategy, str) else strategy
+
+
+def plan_claims(
+    store: PartitionStore,
+    owner_id: str,
+    strategy: BalancingStrategy | str,
+    *,
+    targets: Sequence[str],
+    expiry: timedelta,
+    is_owner_dead: DeathCheck | None = None,
+    rng: random.Random | None = None,
+    heartbeat: bool = True,
+) -> CyclePlan:
+    """Look at the store once, write this owner's heartbeat, and decide what to claim."""
+    strategy = _resolve(strategy)
+    if not owner_id:
+        raise ConfigurationError("owner_id: must not be empty (use the run id)")
+    if expiry <= timedelta(0):
+        raise ConfigurationError(f"expiry={expiry!r}: must be positive")
+    if isinstance(strategy, DelayRace) and strategy.min_grab_time >= (
+        expiry.total_seconds() * RENEW_FRACTION
+    ):
+        raise ConfigurationError(
+            f"delay_race: min_grab_time={strategy.min_grab_time}s must be below half the lease "
+            f"expiry ({expiry.total_seconds()}s), otherwise renewals keep every mark closed"
+        )
+    wanted = {p.lower(): p for p in targets}
+    now = store.now()
+    heartbeats = list_heartbeats(store)
+    listed = store.list_ownership()
+    ownerships = {wanted[p]: o for p, o in listed.items() if p in wanted}
+    hb = write_heartbeat(store, owner_id, heartbeats.get(owner_id)) if heartbeat else None
+    view = build_view(owner_id, list(targets), now, expiry, ownerships, heartbeats, is_owner_dead)
+    proposed = strategy.choose(view, rng or random.Random())
+    claims, dropped, seen = [], [], set()
+    for claim in proposed:
+        holder = view.holders.get(claim.partition_id)
+        if (
+            claim.partition_id not in wanted.values()
+            or claim.partition_id in seen
+            or (holder not in (None, owner_id) and claim.partition_id in view.started)
+        ):
+            dropped.append(claim)
+            continue
+        seen.add(claim.partition_id)
+        claims.append(claim)
+    if dropped:
+        logger.warning(
+            "hub=%s owner=%s strategy=%s: dropped %d claims on partitions %s (started by a live "
+            "peer, not a target, or duplicated)",
+            store.hub.describe(),
+            owner_id,
+            strategy.name,
+            len(dropped),
+            [c.partition_id for c in dropped],
+        )
+    return CyclePlan(owner_id, now, expiry, view, ownerships, claims, hb, dropped)
+
+
+def execute_claim(store: PartitionStore, plan: CyclePlan, claim: Claim) -> Ownership | None:
+    """Attempt one claim by CAS on the ETag seen in the plan; None when the race was lost."""
+    previous = plan.ownerships.get(claim.partition_id)
+    won = store.claim(claim.partition_id, plan.owner_id, previous)
+    if won is not None and previous is not None and previous.owner_id not in ("", plan.owner_id):
+        logger.info(
+            "took hub=%s partition=%s owner=%s from=%s reason=%s",
+            store.hub.describe(),
+            claim.partition_id,
+            plan.owner_id,
+            previous.owner_id,
+            claim.reason,
+        )
+    return won
+
+
+def finish_cycle(
+    store: PartitionStore,
+    plan: CyclePlan,
+    won: Mapping[str, Ownership],
+    *,
+    renew: bool = True,
+) -> dict[str, Ownership]:
+    """What ``plan.owner_id`` holds after its claims; renews idle leases past half the expiry.
+
+    Leases this owner is reading (intent recorded by it) are not renewed here: renewing changes
+    the ETag under the caller, whose record_intent/checkpoint CAS renews them instead.
+    """
+    attempted = {c.partition_id for c in plan.claims}
+    held = {
+        p: own
+        for p, own in plan.ownerships.items()
+        if own.owner_id == plan.owner_id and p not in attempted
+    }
+    held.update(won)
+    if not renew:
+        return held
+    threshold = plan.expiry * RENEW_FRACTION
+    for p, own in list(held.items()):
+        reading = own.intent is not None and own.intent.owner_id == plan.owner_id
+        if p in won or reading or plan.now - own.last_modified < threshold:
+            continue
+        try:
+            held[p] = store.renew(own)
+        except OwnershipLostError:
+            del held[p]
+    return held
+
+
+def claim_cycle(
+    store: PartitionStore,
+    owner_id: str,
+    strategy: BalancingStrategy | str,
+    *,
+    targets: Sequence[str],
+    expiry: timedelta,
+    is_owner_dead: DeathCheck | None = None,
+    rng: random.Random | None = None,
+    renew: bool = True,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Ownership]:
+    """One balancing cycle for ``owner_id``; returns what it holds now among ``targets``.
+
+    Lists the store once, applies the batch-run rule (module docstring), asks ``strategy``
+    which partitions to claim, claims them by CAS in order of the strategy's delays (losing a
+    race is normal) and renews idle leases. The returned :class:`Ownership` s carry the ETags
+    to use for the next CAS (record_intent, checkpoint, release).
+
+    Example::
+
+        held = claim_cycle(store, run_id, "balanced", targets=["0", "1", "2", "3"],
+                           expiry=timedelta(seconds=60), is_owner_dead=run_failed)
+    """
+    plan = plan_claims(
+        store,
+        owner_id,
+        strategy,
+        targets=targets,
+        expiry=expiry,
+        is_owner_dead=is_owner_dead,
+        rng=rng,
+    )
+    won: dict[str, Ownership] = {}
+    start = time.monotonic()
+    for claim in sorted(plan.claims, key=lambda c: c.delay):
+        wait = claim.delay - (time.monotonic() - start)
+        if wait > 0:
+            sleep(wait)
+        own = execute_claim(store, plan, claim)
+        if own is not None:
+            won[claim.partition_id] = own
+    return finish_cycle(store, plan, won, renew=renew)
+
+
+def leave(store: PartitionStore, owner_id: str, held: Mapping[str, Ownership]) -> None:
+    """Graceful exit: release what ``owner_id`` holds and delete its heartbeat.
+
+    Intents and fenced checkpoints stay on the blobs, so a peer resumes exactly where this
+    owner stopped.
+    """
+    for own in held.values():
+        store.release(own)
+    delete_heartbeat(store, owner_id)
