@@ -1,0 +1,377 @@
+"""The Event Hub ingestion asset: one Dagster partition per Event Hub partition.
+
+A run for partition keys S calls :func:`ops.run.run_ingestion` with owner id = run id and
+``partition_ids=S``. The run joins the other live runs (peers) in the partition store, claims a
+balanced share, and loops until every key in S is up to date, whoever did the reading. Only then
+does it log one ``AssetMaterialization`` per key, with that partition's events, bytes, sequence
+and enqueued-time ranges, lag after the run and the runs that read it; so a successful run has
+materialized every requested partition, and a failed one only those that really are up to date.
+
+Leases held by a run that Dagster knows to be failed or canceled are taken over at once
+(``is_owner_dead`` asks the instance), without waiting for the lease to expire.
+"""
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import dagster as dg
+from pydantic import Field
+
+from dagster_project.checks import LAG_CHECK_NAME, lag_check_description, lag_check_result
+from ops.run import IngestConfig, PartitionReport, ReplaySpec, RunReport, run_ingestion
+from resources.errors import ConfigurationError, redact
+
+__all__ = [
+    "IngestOptions",
+    "IngestRunConfig",
+    "ResourceKeys",
+    "build_eventhub_ingest_asset",
+    "build_partitions_def",
+    "dagster_run_is_dead",
+    "partition_metadata",
+]
+
+
+@dataclass(frozen=True)
+class ResourceKeys:
+    """Resource keys the asset uses; distinct per asset when several hubs share one project."""
+
+    eventhub: str = "eventhub"
+    partition_store: str = "partition_store"
+    sink: str = "sink"
+    pyspark: str = "pyspark"
+
+    @classmethod
+    def prefixed(cls, prefix: str) -> "ResourceKeys":
+        """Keys named ``{prefix}_eventhub`` etc. (used by the Component, one set per instance)."""
+        return cls(
+            eventhub=f"{prefix}_eventhub",
+            partition_store=f"{prefix}_partition_store",
+            sink=f"{prefix}_sink",
+            pyspark=f"{prefix}_pyspark",
+        )
+
+    def all(self) -> set[str]:
+        """Every key, for ``required_resource_keys``."""
+        return {self.eventhub, self.partition_store, self.sink, self.pyspark}
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    """How runs ingest (passed to :class:`ops.run.IngestConfig`) and judge lag.
+
+    ``max_lag_events`` / ``max_lag_seconds``: thresholds of the lag check; the check exists only
+    when at least one is set.
+    """
+
+    strategy: str = "balanced"
+    max_events_per_partition: int = 100_000
+    lease_expiry_seconds: float = 60.0
+    on_data_loss: Literal["fail", "skip"] = "fail"
+    receive_timeout_seconds: float = 30.0
+    prefetch: int = 300
+    max_readers_per_partition: int = 1
+    max_lag_events: int | None = None
+    max_lag_seconds: float | None = None
+    lag_check_severity: Literal["WARN", "ERROR"] = "WARN"
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.max_events_per_partition < 1:
+            raise ConfigurationError(
+                f"max_events_per_partition: {self.max_events_per_partition} must be >= 1"
+            )
+        if self.lease_expiry_seconds <= 0:
+            raise ConfigurationError(
+                f"lease_expiry_seconds: {self.lease_expiry_seconds} must be > 0 (e.g. 60)"
+            )
+        if self.on_data_loss not in ("fail", "skip"):
+            raise ConfigurationError(
+                f"on_data_loss: {self.on_data_loss!r} is not valid; valid: 'fail', 'skip'"
+            )
+        for name in ("max_lag_events", "max_lag_seconds"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ConfigurationError(f"{name}: {value} must be >= 0 (or unset for no check)")
+
+    @property
+    def has_lag_check(self) -> bool:
+        """True when a lag threshold is configured."""
+        return self.max_lag_events is not None or self.max_lag_seconds is not None
+
+
+class IngestRunConfig(dg.Config):
+    """Per-run options (launchpad / run config). Empty for normal catch-up runs.
+
+    Replay re-reads a range into the sink and never moves the live checkpoint.
+    """
+
+    replay_ranges: dict[str, list[int]] = Field(
+        default_factory=dict,
+        description=(
+            "Replay: partition id -> [first, last] sequence numbers (inclusive) to re-read into "
+            "the sink, e.g. {'0': [100, 200]}. Each partition must be one of the run's keys."
+        ),
+    )
+    replay_from: str | None = Field(
+        default=None,
+        description=(
+            "Replay every target partition from this position: a sequence number, 'earliest', "
+            "or 'latest'. The live checkpoint is not moved."
+        ),
+    )
+    replay_to: str | None = Field(
+        default=None,
+        description="End of a replay_from replay (inclusive sequence number or 'latest').",
+    )
+    max_events_per_partition: int | None = Field(
+        default=None,
+        description="Override the asset's bound on events read per partition in this run.",
+    )
+
+    def replay_spec(self, partition_keys: Sequence[str]) -> ReplaySpec | None:
+        """The :class:`ReplaySpec` this config asks for, or None; bad input raises a clear error."""
+        if self.replay_ranges and (self.replay_from or self.replay_to):
+            raise ConfigurationError(
+                "replay: give either replay_ranges or replay_from/replay_to, not both"
+            )
+        if self.replay_to and not self.replay_from:
+            raise ConfigurationError("replay_to: needs replay_from (where the replay starts)")
+        if self.replay_ranges:
+            ranges: dict[str, tuple[int, int]] = {}
+            for pid, bounds in self.replay_ranges.items():
+                if pid not in partition_keys:
+                    raise ConfigurationError(
+                        f"replay_ranges: partition {pid!r} is not among this run's partition keys "
+                        f"{list(partition_keys)}; launch the run for that partition"
+                    )
+                if len(bounds) != 2 or bounds[0] < 0 or bounds[1] < bounds[0]:
+                    raise ConfigurationError(
+                        f"replay_ranges[{pid!r}]: {bounds} must be [first, last] with "
+                        "0 <= first <= last (inclusive sequence numbers)"
+                    )
+                ranges[pid] = (int(bounds[0]), int(bounds[1]))
+            return ReplaySpec(ranges=ranges)
+        if self.replay_from:
+            return ReplaySpec(starting_position=self.replay_from, ending_position=self.replay_to)
+        return None
+
+
+def dagster_run_is_dead(instance: dg.DagsterInstance) -> Callable[[str], bool]:
+    """``is_owner_dead`` for the run: True iff the owner id is a run this instance saw fail.
+
+    Owners that are not Dagster runs here (the CLI, another deployment) are never judged dead;
+    their leases are taken over only after expiry.
+    """
+    dead = {dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
+
+    def is_dead(owner_id: str) -> bool:
+        if not owner_id:
+            return False
+        try:
+            run = instance.get_run_by_id(owner_id)
+        except Exception:  # a malformed id or a storage hiccup: fall back to lease expiry
+            return False
+        return run is not None and run.status in dead
+
+    return is_dead
+
+
+def build_partitions_def(
+    partition_ids: Sequence[str] | None, dynamic_name: str
+) -> dg.StaticPartitionsDefinition | dg.DynamicPartitionsDefinition:
+    """Static partitions from config, or dynamic ones a sensor keeps in sync with the hub."""
+    if partition_ids is None:
+        return dg.DynamicPartitionsDefinition(name=dynamic_name)
+    ids = [str(p) for p in partition_ids]
+    if not ids:
+        raise ConfigurationError(
+            "partitions: the list is empty; list the hub's partition ids (e.g. ['0', '1']) or "
+            "leave it unset for dynamic partitions synced from the hub"
+        )
+    if len(set(ids)) != len(ids):
+        raise ConfigurationError(f"partitions: {ids} has duplicates")
+    return dg.StaticPartitionsDefinition(ids)
+
+
+def partition_metadata(
+    report: PartitionReport, *, output_location: str | None, replay: bool
+) -> dict[str, dg.MetadataValue]:
+    """Materialization metadata for one partition: numbers stay numeric so Dagster plots them."""
+    md: dict[str, dg.MetadataValue] = {
+        "events": dg.MetadataValue.int(report.events),
+        "bytes": dg.MetadataValue.int(report.bytes),
+    }
+    if report.first_sequence_number is not None and report.last_sequence_number is not None:
+        md["first_sequence_number"] = dg.MetadataValue.int(report.first_sequence_number)
+        md["last_sequence_number"] = dg.MetadataValue.int(report.last_sequence_number)
+        md["sequence_range"] = dg.MetadataValue.text(
+            f"{report.first_sequence_number}..{report.last_sequence_number}"
+        )
+    if report.first_enqueued_time is not None:
+        md["first_enqueued_time"] = dg.MetadataValue.timestamp(_aware(report.first_enqueued_time))
+    if report.last_enqueued_time is not None:
+        md["last_enqueued_time"] = dg.MetadataValue.timestamp(_aware(report.last_enqueued_time))
+    if report.checkpoint_sequence_number is not None:
+        md["checkpoint_sequence_number"] = dg.MetadataValue.int(report.checkpoint_sequence_number)
+    if report.lag_events is not None:
+        md["lag_events"] = dg.MetadataValue.int(report.lag_events)
+    if report.lag_seconds is not None:
+        md["lag_seconds"] = dg.MetadataValue.float(float(report.lag_seconds))
+    md["read_by"] = dg.MetadataValue.text(", ".join(report.read_by) or "(nothing new to read)")
+    if report.skipped_ranges:
+        md["skipped_ranges"] = dg.MetadataValue.text(
+            ", ".join(f"{a}..{b}" for a, b in report.skipped_ranges)
+        )
+    if output_location:
+        md["output_location"] = dg.MetadataValue.path(redact(output_location))
+    if replay:
+        md["replay"] = dg.MetadataValue.bool(True)
+    return md
+
+
+def _aware(ts: datetime) -> datetime:
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+
+
+def build_eventhub_ingest_asset(
+    *,
+    key: str | Sequence[str] | dg.AssetKey = "eventhub_events",
+    partition_ids: Sequence[str] | None = None,
+    dynamic_partitions_name: str | None = None,
+    options: IngestOptions | None = None,
+    resource_keys: ResourceKeys | None = None,
+    group_name: str | None = None,
+    description: str | None = None,
+    backfill_max_partitions_per_run: int | None = None,
+) -> dg.AssetsDefinition:
+    """Build the ingestion asset, partitioned by Event Hub partition id.
+
+    Args:
+        key: asset key.
+        partition_ids: static partition ids; None makes the partitions dynamic (named
+            ``dynamic_partitions_name``, default ``{key}_partitions``), kept in sync with the hub
+            by the sensor from :func:`dagster_project.sensors.build_partition_sync_sensor`.
+        options: ingestion knobs and lag thresholds.
+        resource_keys: which resources to use (defaults: eventhub, partition_store, sink,
+            pyspark).
+        group_name: Dagster asset group.
+        description: asset description shown in the UI.
+        backfill_max_partitions_per_run: None (default) runs a UI backfill as one run per
+            contiguous range, which brings every key up to date with a balanced plan; N splits
+            it into runs of at most N partitions (more parallel runs, each fewer keys).
+
+    Example::
+
+        asset = build_eventhub_ingest_asset(key="telemetry", partition_ids=["0", "1"])
+        defs = dg.Definitions(assets=[asset], resources={...})
+    """
+    opts = options or IngestOptions()
+    keys = resource_keys or ResourceKeys()
+    asset_key = dg.AssetKey.from_coercible(key)
+    pdef = build_partitions_def(
+        partition_ids, dynamic_partitions_name or f"{asset_key.to_python_identifier()}_partitions"
+    )
+    if backfill_max_partitions_per_run is None:
+        policy = dg.BackfillPolicy.single_run()
+    elif backfill_max_partitions_per_run >= 1:
+        policy = dg.BackfillPolicy.multi_run(backfill_max_partitions_per_run)
+    else:
+        raise ConfigurationError(
+            f"backfill_max_partitions_per_run: {backfill_max_partitions_per_run} must be >= 1 "
+            "(or unset for one run per range)"
+        )
+    check_specs = (
+        [
+            dg.AssetCheckSpec(
+                LAG_CHECK_NAME,
+                asset=asset_key,
+                description=lag_check_description(opts.max_lag_events, opts.max_lag_seconds),
+            )
+        ]
+        if opts.has_lag_check
+        else None
+    )
+
+    @dg.asset(
+        key=asset_key,
+        partitions_def=pdef,
+        backfill_policy=policy,
+        required_resource_keys=keys.all(),
+        output_required=False,
+        check_specs=check_specs,
+        group_name=group_name,
+        kinds={"azure", "spark"},
+        description=description
+        or "Events from an Azure Event Hub, landed exactly once; one partition per hub partition.",
+    )
+    def _ingest(
+        context: dg.AssetExecutionContext, config: IngestRunConfig
+    ) -> Iterator[dg.AssetMaterialization | dg.AssetCheckResult]:
+        targets = list(context.partition_keys)
+        resources = context.resources
+        eventhub = getattr(resources, keys.eventhub)
+        store = getattr(resources, keys.partition_store)
+        sink = getattr(resources, keys.sink)
+        spark = getattr(resources, keys.pyspark).spark_session
+        replay = config.replay_spec(targets)
+        ingest_config = IngestConfig(
+            eventhub=eventhub.settings(),
+            store=store.settings(),
+            sink=sink.settings(),
+            strategy=opts.strategy,
+            max_events_per_partition=config.max_events_per_partition
+            or opts.max_events_per_partition,
+            lease_expiry_seconds=opts.lease_expiry_seconds,
+            on_data_loss=opts.on_data_loss,
+            receive_timeout_seconds=opts.receive_timeout_seconds,
+            prefetch=opts.prefetch,
+            max_readers_per_partition=opts.max_readers_per_partition,
+        )
+        context.log.info(
+            f"run {context.run_id} ingesting {ingest_config.eventhub.hub_ref().describe()} "
+            f"partitions {targets} (strategy {opts.strategy}"
+            f"{', replay' if replay else ''})"
+        )
+        report: RunReport = run_ingestion(
+            ingest_config,
+            spark,
+            owner_id=context.run_id,
+            partition_ids=targets,
+            replay=replay,
+            is_owner_dead=dagster_run_is_dead(context.instance),
+            log=context.log,
+        )
+        done = [
+            pid
+            for pid in targets
+            if pid in report.partitions and (report.partitions[pid].up_to_date or report.complete)
+        ]
+        for pid in done:
+            yield dg.AssetMaterialization(
+                asset_key=asset_key,
+                partition=pid,
+                metadata=partition_metadata(
+                    report.partitions[pid],
+                    output_location=report.output_location,
+                    replay=replay is not None,
+                ),
+            )
+        if check_specs:
+            yield lag_check_result(
+                asset_key, opts, {pid: report.partitions.get(pid) for pid in targets}
+            )
+        missing = [pid for pid in targets if pid not in done]
+        if missing or not report.complete:
+            raise dg.Failure(
+                description=(
+                    f"partitions {missing} of {asset_key.to_user_string()} are not up to date "
+                    f"after run {context.run_id}; the next run (or a retry) continues from their "
+                    "checkpoints, and any recorded intent is replayed exactly once"
+                ),
+                allow_retries=True,
+            )
+
+    return _ingest

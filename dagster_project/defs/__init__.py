@@ -1,0 +1,1 @@
+"""Component definitions (``defs.yaml`` folders) loaded by ``dagster_project.definitions``."""

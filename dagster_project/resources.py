@@ -1,0 +1,280 @@
+"""Dagster resources: the Event Hub, the partition store, the sink, and a local Spark default.
+
+Each resource is a typed ``ConfigurableResource`` whose fields are described in the UI. Secrets
+(connection strings) are meant to arrive through ``dg.EnvVar``: Dagster then shows the variable's
+name, never its value, in the launchpad and run config. Credentials are a union told apart by a
+literal ``credential_type``, as dagster-azure does::
+
+    import dagster as dg
+    from dagster_project.resources import (
+        EventHubConnectionString, EventHubResource, PartitionStoreResource, SinkResource,
+        StoreConnectionString, local_pyspark_resource,
+    )
+
+    defs = dg.Definitions(
+        assets=[...],
+        resources={
+            "eventhub": EventHubResource(
+                eventhub_name="telemetry",
+                credential=EventHubConnectionString(
+                    connection_string=dg.EnvVar("EVENTHUB_CONNECTION_STRING")
+                ),
+            ),
+            "partition_store": PartitionStoreResource(
+                container="eventhub-checkpoints",
+                credential=StoreConnectionString(
+                    connection_string=dg.EnvVar("AZURE_STORAGE_CONNECTION_STRING")
+                ),
+            ),
+            "sink": SinkResource(path="/data/telemetry"),
+            "pyspark": local_pyspark_resource(),
+        },
+    )
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Literal
+
+import dagster as dg
+from dagster_pyspark import PySparkResource
+from pydantic import Field
+
+from resources.settings import EventHubSettings, SinkSettings, StoreSettings
+from resources.store import HubRef, PartitionStore
+
+__all__ = [
+    "LOCAL_SPARK_CONFIG",
+    "EventHubConnectionString",
+    "EventHubIdentity",
+    "EventHubResource",
+    "LocalPySparkResource",
+    "PartitionStoreResource",
+    "SinkResource",
+    "StoreConnectionString",
+    "StoreIdentity",
+    "local_pyspark_resource",
+]
+
+
+class EventHubConnectionString(dg.Config):
+    """Authenticate to Event Hubs with a connection string (SAS key or the local emulator)."""
+
+    credential_type: Literal["connection_string"] = Field(
+        default="connection_string", description="Selects connection-string authentication."
+    )
+    connection_string: str = Field(
+        description=(
+            "Event Hubs connection string ('Endpoint=sb://...;SharedAccessKeyName=...;"
+            "SharedAccessKey=...'). Pass dg.EnvVar('EVENTHUB_CONNECTION_STRING') so the secret "
+            "never appears in the UI."
+        )
+    )
+
+
+class EventHubIdentity(dg.Config):
+    """Authenticate to Event Hubs with azure-identity's DefaultAzureCredential (Entra ID)."""
+
+    credential_type: Literal["default_azure_credential"] = Field(
+        default="default_azure_credential",
+        description="Selects DefaultAzureCredential (managed identity, workload identity, CLI).",
+    )
+    fully_qualified_namespace: str = Field(
+        description="The namespace host, e.g. 'myns.servicebus.windows.net'."
+    )
+
+
+class StoreConnectionString(dg.Config):
+    """Authenticate to Blob Storage with a connection string (account key, SAS or Azurite)."""
+
+    credential_type: Literal["connection_string"] = Field(
+        default="connection_string", description="Selects connection-string authentication."
+    )
+    connection_string: str = Field(
+        description=(
+            "Blob Storage connection string. Pass dg.EnvVar('AZURE_STORAGE_CONNECTION_STRING') "
+            "so the secret never appears in the UI."
+        )
+    )
+
+
+class StoreIdentity(dg.Config):
+    """Authenticate to Blob Storage with azure-identity's DefaultAzureCredential (Entra ID)."""
+
+    credential_type: Literal["default_azure_credential"] = Field(
+        default="default_azure_credential",
+        description="Selects DefaultAzureCredential (managed identity, workload identity, CLI).",
+    )
+    account_url: str = Field(
+        description="The Blob service URL, e.g. 'https://myaccount.blob.core.windows.net'."
+    )
+
+
+class EventHubResource(dg.ConfigurableResource):
+    """The Event Hub to read, and the consumer group whose checkpoints this pipeline owns.
+
+    Example::
+
+        EventHubResource(
+            eventhub_name="telemetry",
+            credential=EventHubConnectionString(
+                connection_string=dg.EnvVar("EVENTHUB_CONNECTION_STRING")
+            ),
+        )
+    """
+
+    eventhub_name: str = Field(description="Name of the Event Hub (the entity, not the namespace).")
+    consumer_group: str = Field(
+        default="$Default",
+        description=(
+            "Consumer group to read as. Checkpoints are kept per consumer group, so use one that "
+            "no other reader checkpoints into (unless it is an EventProcessorClient you migrate)."
+        ),
+    )
+    credential: EventHubConnectionString | EventHubIdentity = Field(
+        discriminator="credential_type",
+        description="How to authenticate: a connection string, or DefaultAzureCredential.",
+    )
+
+    def settings(self) -> EventHubSettings:
+        """The frozen, picklable settings the run and Spark executors use (validated here)."""
+        cred = self.credential
+        if isinstance(cred, EventHubConnectionString):
+            return EventHubSettings(
+                eventhub_name=self.eventhub_name,
+                consumer_group=self.consumer_group,
+                connection_string=cred.connection_string,
+            )
+        return EventHubSettings(
+            eventhub_name=self.eventhub_name,
+            consumer_group=self.consumer_group,
+            fully_qualified_namespace=cred.fully_qualified_namespace,
+            credential_type="default_azure_credential",
+        )
+
+    def partition_ids(self) -> list[str]:
+        """The hub's current partition ids, in numeric order (a hub can gain partitions)."""
+        client = self.settings().consumer_client()
+        with client:
+            ids = list(client.get_partition_ids())
+        return sort_partition_ids(ids)
+
+    def last_enqueued(self, partition_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """``get_partition_properties`` for each id (last enqueued sequence number and time)."""
+        client = self.settings().consumer_client()
+        with client:
+            return {pid: dict(client.get_partition_properties(pid)) for pid in partition_ids}
+
+
+class PartitionStoreResource(dg.ConfigurableResource):
+    """The Blob container holding leases and checkpoints (the Azure SDK's layout)."""
+
+    container: str = Field(
+        description="Blob container for ownership and checkpoint blobs, e.g. 'eventhub-state'."
+    )
+    create_container: bool = Field(
+        default=True,
+        description="Create the container if it is missing (False: fail with a clear error).",
+    )
+    credential: StoreConnectionString | StoreIdentity = Field(
+        discriminator="credential_type",
+        description="How to authenticate: a connection string, or DefaultAzureCredential.",
+    )
+
+    def settings(self) -> StoreSettings:
+        """The frozen, picklable store settings (validated here)."""
+        cred = self.credential
+        if isinstance(cred, StoreConnectionString):
+            return StoreSettings(
+                container=self.container,
+                connection_string=cred.connection_string,
+                create_container=self.create_container,
+            )
+        return StoreSettings(
+            container=self.container,
+            account_url=cred.account_url,
+            credential_type="default_azure_credential",
+            create_container=self.create_container,
+        )
+
+    def store(self, hub: HubRef) -> PartitionStore:
+        """A :class:`PartitionStore` over this container for ``hub``."""
+        return PartitionStore(self.settings().backend(), hub)
+
+
+class SinkResource(dg.ConfigurableResource):
+    """Where events land: a path or a table, in a Spark format (or ``deltalake``)."""
+
+    format: str = Field(
+        default="parquet",
+        description=(
+            "Output format: any format the Spark session writes ('parquet', 'delta' on a "
+            "cluster with Delta) or 'deltalake' (Delta written from Arrow, no Spark jars)."
+        ),
+    )
+    path: str | None = Field(
+        default=None, description="Output folder or URI (give this or 'table', not both)."
+    )
+    table: str | None = Field(
+        default=None, description="Spark catalog table name (give this or 'path', not both)."
+    )
+    partition_by: list[str] = Field(
+        default_factory=list,
+        description="Extra columns to partition the output by (beyond what the writer uses).",
+    )
+
+    def settings(self) -> SinkSettings:
+        """The frozen, picklable sink settings (validated here)."""
+        return SinkSettings(
+            format=self.format,
+            path=self.path,
+            table=self.table,
+            partition_by=tuple(self.partition_by),
+        )
+
+
+# Loopback-only, quiet defaults for a local Spark: the driver must not bind a public address,
+# console progress bars garble Dagster's captured logs, and the UI is not needed for batches.
+LOCAL_SPARK_CONFIG: dict[str, str] = {
+    "spark.master": "local[*]",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "8",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+class LocalPySparkResource(PySparkResource):
+    """dagster-pyspark's ``PySparkResource`` that also fixes the local environment first.
+
+    Sets ``SPARK_LOCAL_IP`` and ``PYSPARK_PYTHON`` (executors need this interpreter, which has
+    pyarrow) when unset, and lowers Spark's log level to WARN once the session exists.
+    """
+
+    log_level: str = Field(
+        default="WARN", description="Spark log level set on the session (e.g. WARN, INFO)."
+    )
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        super().setup_for_execution(context)
+        self.spark_session.sparkContext.setLogLevel(self.log_level)
+
+
+def local_pyspark_resource(spark_config: dict[str, Any] | None = None) -> LocalPySparkResource:
+    """A PySpark resource with loopback, quiet defaults; ``spark_config`` entries override them.
+
+    Example: ``local_pyspark_resource({"spark.master": "local[2]"})``.
+    """
+    return LocalPySparkResource(spark_config={**LOCAL_SPARK_CONFIG, **(spark_config or {})})
+
+
+def sort_partition_ids(ids: list[str]) -> list[str]:
+    """Event Hub partition ids in numeric order when they are numbers ("2" before "10")."""
+    return sorted(ids, key=lambda p: (0, int(p), p) if p.isdigit() else (1, 0, p))

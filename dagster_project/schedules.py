@@ -1,0 +1,100 @@
+"""The ingestion job and its schedule: every N minutes, K parallel runs over all partitions.
+
+Each of the K runs targets every partition key (one run over the whole key range). They meet in
+the partition store as peers, split the partitions by the configured balancing strategy, and each
+stays until all keys are up to date; so K > 1 adds read parallelism without a coordinator, and a
+run that dies is covered by the others.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import dagster as dg
+
+from resources.errors import ConfigurationError
+
+__all__ = ["RUNNER_TAG", "build_ingest_job", "build_ingest_schedule", "every_minutes_cron"]
+
+RUNNER_TAG = "ehingest/runner"
+
+
+def every_minutes_cron(minutes: int) -> str:
+    """A cron string for "every ``minutes`` minutes" (must divide an hour or a day evenly)."""
+    if 1 <= minutes < 60 and 60 % minutes == 0:
+        return "* * * * *" if minutes == 1 else f"*/{minutes} * * * *"
+    if minutes >= 60 and minutes % 60 == 0 and 24 % (minutes // 60) == 0:
+        hours = minutes // 60
+        return "0 * * * *" if hours == 1 else f"0 */{hours} * * *"
+    raise ConfigurationError(
+        f"schedule every_minutes: {minutes} does not divide an hour or a day evenly; use one of "
+        "1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60, 120, 180, ... or give a cron string"
+    )
+
+
+def build_ingest_job(
+    asset: dg.AssetsDefinition, name: str | None = None
+) -> dg.UnresolvedAssetJobDefinition:
+    """A job that materializes ``asset`` (and its lag check) for a set of partition keys."""
+    return dg.define_asset_job(
+        name or f"{asset.key.to_python_identifier()}_job",
+        selection=dg.AssetSelection.assets(asset),
+        partitions_def=asset.partitions_def,
+    )
+
+
+def build_ingest_schedule(
+    job: dg.UnresolvedAssetJobDefinition,
+    partitions_def: dg.PartitionsDefinition,
+    *,
+    every_minutes: int = 5,
+    runs: int = 1,
+    cron_schedule: str | None = None,
+    name: str | None = None,
+    running: bool = False,
+) -> dg.ScheduleDefinition:
+    """Every ``every_minutes`` (or on ``cron_schedule``), launch ``runs`` runs over all keys.
+
+    Args:
+        job: the job from :func:`build_ingest_job`.
+        partitions_def: the asset's partitions (static, or dynamic: read from the instance at
+            each tick, so partitions the sensor added are included).
+        every_minutes: period when no cron string is given.
+        runs: K, how many parallel runs to start per tick; they share the work.
+        cron_schedule: a cron string overriding ``every_minutes``.
+        name: schedule name (default ``{job}_schedule``).
+        running: start the schedule switched on (default off, switch it on in the UI).
+    """
+    if runs < 1:
+        raise ConfigurationError(f"schedule runs: {runs} must be >= 1 (parallel runs per tick)")
+    cron = cron_schedule or every_minutes_cron(every_minutes)
+
+    @dg.schedule(
+        name=name or f"{job.name}_schedule",
+        cron_schedule=cron,
+        job=job,
+        default_status=(
+            dg.DefaultScheduleStatus.RUNNING if running else dg.DefaultScheduleStatus.STOPPED
+        ),
+        description=f"{runs} run(s) over every partition, on '{cron}'",
+    )
+    def _schedule(context: dg.ScheduleEvaluationContext) -> list[dg.RunRequest] | dg.SkipReason:
+        keys = partitions_def.get_partition_keys(dynamic_partitions_store=context.instance)
+        if not keys:
+            return dg.SkipReason(
+                "no partitions yet: the partition sensor adds them from the hub on its first tick"
+            )
+        tick_id = (context.scheduled_execution_time or datetime.now(UTC)).isoformat()
+        return [
+            dg.RunRequest(
+                run_key=f"{tick_id}#{i}",
+                tags={
+                    "dagster/asset_partition_range_start": keys[0],
+                    "dagster/asset_partition_range_end": keys[-1],
+                    RUNNER_TAG: f"{i}/{runs}",
+                },
+            )
+            for i in range(1, runs + 1)
+        ]
+
+    return _schedule
