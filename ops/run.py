@@ -1,27 +1,78 @@
 """One ingestion run ("processor"): snapshot, claim, intent, read, write, checkpoint, release.
 
-PUBLIC API CONTRACT (shared by the CLI and the Dagster integration). The types below are the
-agreed interface; the implementation fills in ``run_ingestion``.
+PUBLIC API CONTRACT (shared by the CLI and the Dagster integration): :class:`IngestConfig`,
+:class:`ReplaySpec`, :class:`PartitionReport`, :class:`RunReport` and :func:`run_ingestion`.
+
+The loop (docs/run.md has the exactly-once argument step by step):
+
+1. Snapshot: per target partition ``end_p = min(last_enqueued, checkpoint_p + max_events)``.
+2. Claim with the configured balancing strategy (CAS on the ownership blobs).
+3. Record the intent ``[start_p, end_p]`` on the ownership blob (write-ahead, CAS), or take over
+   the pending intent a crashed owner left, unchanged.
+4. Read every claimed range as one Spark DataFrame and write it to the idempotent sink.
+5. Checkpoint each partition to its range end (fenced by the ownership ETag), release, loop
+   until every target's checkpoint reached its bound, whoever did the reading.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+from ops.fault import fault_point, fault_timer
+from ops.hub import HubClient, PartitionInfo
+from ops.ingest import Ingestor, RangeResult
+from ops.lease import LeaseKeeper
+from ops.plan import Bound, Step, next_step, replay_ranges, snapshot_bound
+from resources.errors import (
+    CheckpointRegressionError,
+    ConfigurationError,
+    DataLossError,
+    OwnershipLostError,
+)
 from resources.settings import EventHubSettings, SinkSettings, StoreSettings
+from resources.store import Checkpoint, Ownership, PartitionStore
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["IngestConfig", "PartitionReport", "ReplaySpec", "RunReport", "run_ingestion"]
+__all__ = [
+    "IngestConfig",
+    "PartitionReport",
+    "Processor",
+    "ReplaySpec",
+    "RunReport",
+    "run_ingestion",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Claims the given unsatisfied partitions for this owner; returns the leases it now holds.
+ClaimFn = Callable[[Sequence[str]], Mapping[str, Ownership]]
+
+STRATEGIES_HINT = "greedy, balanced, eph, equal, jump_hash, delay_race"
 
 
 @dataclass(frozen=True)
 class IngestConfig:
-    """Everything one run needs; the CLI builds it from YAML, Dagster from resources."""
+    """Everything one run needs; the CLI builds it from YAML, Dagster from resources.
+
+    Attributes:
+        strategy: balancing strategy name (``ops.balancing.get_strategy``).
+        max_events_per_partition: at most this many new events per partition per run.
+        lease_expiry_seconds: a lease not renewed for this long (store clock) may be taken.
+        on_data_loss: ``fail`` (default) raises DataLossError when the checkpoint is older than
+            retention; ``skip`` continues from the earliest retained event and reports the gap.
+        run_timeout_seconds: stop waiting for live peers after this long (None: no limit);
+            the report then says ``complete=False``.
+        poll_initial_seconds / poll_max_seconds: backoff while live peers hold partitions.
+        report_lag_seconds: read one event per lagging partition at the end to report how old
+            its oldest unprocessed event is (``PartitionReport.lag_seconds``).
+    """
 
     eventhub: EventHubSettings
     store: StoreSettings
@@ -33,6 +84,29 @@ class IngestConfig:
     receive_timeout_seconds: float = 30.0
     prefetch: int = 300
     max_readers_per_partition: int = 1
+    run_timeout_seconds: float | None = None
+    poll_initial_seconds: float = 0.2
+    poll_max_seconds: float = 5.0
+    report_lag_seconds: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_events_per_partition < 1:
+            raise ConfigurationError(
+                f"max_events_per_partition: {self.max_events_per_partition!r} must be an "
+                "integer >= 1"
+            )
+        if not self.lease_expiry_seconds > 0:
+            raise ConfigurationError(
+                f"lease_expiry_seconds: {self.lease_expiry_seconds!r} must be > 0 (60 is typical)"
+            )
+        if self.on_data_loss not in ("fail", "skip"):
+            raise ConfigurationError(
+                f"on_data_loss: {self.on_data_loss!r} is not valid; valid: 'fail', 'skip'"
+            )
+        if self.max_readers_per_partition < 1:
+            raise ConfigurationError(
+                f"max_readers_per_partition: {self.max_readers_per_partition!r} must be >= 1"
+            )
 
 
 @dataclass(frozen=True)
@@ -40,7 +114,8 @@ class ReplaySpec:
     """Re-read a range into the sink without touching the live checkpoint.
 
     Either ``ranges`` (partition id -> inclusive ``(start_seq, end_seq)``) or a
-    ``starting_position`` / ``ending_position`` (sequence number, ``earliest``, ``latest``, ...).
+    ``starting_position`` / ``ending_position`` (a sequence number, ``earliest``, ``latest`` or
+    ``checkpoint``; defaults ``earliest`` .. ``latest``) applied to every target partition.
     """
 
     ranges: dict[str, tuple[int, int]] | None = None
@@ -50,7 +125,14 @@ class ReplaySpec:
 
 @dataclass
 class PartitionReport:
-    """What one run knows about one target partition when it ends (for logs and metadata)."""
+    """What one run knows about one target partition when it ends (for logs and metadata).
+
+    ``events``/``bytes``/sequence and enqueued-time ranges count what THIS run wrote;
+    ``checkpoint_sequence_number`` and the lag are the partition's state at the end, whoever
+    read it. ``read_by`` names the owners seen moving the checkpoint during the run
+    (``"unknown"`` when a peer did it between two looks). ``skipped_ranges`` are inclusive
+    ranges lost to retention and passed over (``on_data_loss: skip``).
+    """
 
     partition_id: str
     events: int = 0
@@ -66,16 +148,511 @@ class PartitionReport:
     read_by: list[str] = field(default_factory=list)
     skipped_ranges: list[tuple[int, int]] = field(default_factory=list)
     up_to_date: bool = False
+    last_enqueued_sequence_number: int | None = None
+    ranges_written: list[tuple[int, int]] = field(default_factory=list)
+
+    def add(self, result: RangeResult, owner_id: str) -> None:
+        """Fold one written range into the report."""
+        self.events += result.events
+        self.bytes += result.bytes
+        self.ranges_written.append((result.start, result.end))
+        if result.first_sequence_number is not None and (
+            self.first_sequence_number is None
+            or result.first_sequence_number < self.first_sequence_number
+        ):
+            self.first_sequence_number = result.first_sequence_number
+        if result.last_sequence_number is not None and (
+            self.last_sequence_number is None
+            or result.last_sequence_number > self.last_sequence_number
+        ):
+            self.last_sequence_number = result.last_sequence_number
+        if result.first_enqueued_time is not None and (
+            self.first_enqueued_time is None
+            or result.first_enqueued_time < self.first_enqueued_time
+        ):
+            self.first_enqueued_time = result.first_enqueued_time
+        if result.last_enqueued_time is not None and (
+            self.last_enqueued_time is None or result.last_enqueued_time > self.last_enqueued_time
+        ):
+            self.last_enqueued_time = result.last_enqueued_time
+        if owner_id not in self.read_by:
+            self.read_by.append(owner_id)
 
 
 @dataclass
 class RunReport:
-    """The outcome of ``run_ingestion``; ``complete`` iff every target reached its bound."""
+    """The outcome of ``run_ingestion``; ``complete`` iff every target reached its bound.
+
+    In replay mode ``complete`` means every requested range was written; checkpoints untouched.
+    """
 
     owner_id: str
     partitions: dict[str, PartitionReport]
     complete: bool
     output_location: str | None = None
+    hub: str = ""
+    consumer_group: str = ""
+    replay: bool = False
+    cycles: int = 0
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def events(self) -> int:
+        """Events this run wrote, over all partitions."""
+        return sum(p.events for p in self.partitions.values())
+
+    @property
+    def bytes(self) -> int:
+        """Body bytes this run wrote, over all partitions."""
+        return sum(p.bytes for p in self.partitions.values())
+
+    @property
+    def incomplete_partitions(self) -> list[str]:
+        """Target partitions that did not reach their bound."""
+        return [p for p, r in self.partitions.items() if not r.up_to_date]
+
+
+def _effective(*cps: Checkpoint | None) -> Checkpoint | None:
+    best: Checkpoint | None = None
+    for cp in cps:
+        if cp is not None and (best is None or cp.sequence_number > best.sequence_number):
+            best = cp
+    return best
+
+
+def _satisfied(bound: Bound, cp: Checkpoint | None) -> bool:
+    target = bound.target
+    return target is None or (cp is not None and cp.sequence_number >= target)
+
+
+class _Log:
+    """Log lines to the module logger and, when given, to Dagster's ``context.log`` too."""
+
+    def __init__(self, extra: Any) -> None:
+        self.extra = extra
+
+    def info(self, msg: str) -> None:
+        logger.info(msg)
+        if self.extra is not None:
+            self.extra.info(msg)
+
+    def warning(self, msg: str) -> None:
+        logger.warning(msg)
+        if self.extra is not None:
+            self.extra.warning(msg)
+
+
+class Processor:
+    """The run loop over injected parts, so the same code runs on Azure and in pure tests.
+
+    Args:
+        config: the run's settings (strategy, bounds, expiry, data-loss policy).
+        store: leases, checkpoints and intents.
+        hub: partition bounds on the driver.
+        ingestor: the read+write step (Spark in production).
+        owner_id: this run's owner id.
+        claim: the claim cycle (``ops.balancing``); gets the unsatisfied targets.
+        heartbeat: called with every lease renewal (an owner heartbeat), optional.
+        log: Dagster's ``context.log`` or None.
+        sleep / monotonic: injectable for tests.
+    """
+
+    def __init__(
+        self,
+        config: IngestConfig,
+        store: PartitionStore,
+        hub: HubClient,
+        ingestor: Ingestor,
+        *,
+        owner_id: str,
+        claim: ClaimFn,
+        heartbeat: Callable[[], None] | None = None,
+        log: Any = None,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not owner_id:
+            raise ConfigurationError("owner_id: must not be empty (the Dagster run id, a host)")
+        self.config = config
+        self.store = store
+        self.hub = hub
+        self.ingestor = ingestor
+        self.owner_id = owner_id
+        self.claim = claim
+        self.heartbeat = heartbeat
+        self.log = _Log(log)
+        self.sleep = sleep
+        self.monotonic = monotonic
+        self.hub_desc = store.hub.describe()
+        self._last_cp: dict[str, int | None] = {}
+        self._seen: dict[str, set[str]] = {}
+
+    # -- public --------------------------------------------------------------------------------
+    def run(self, partition_ids: Sequence[str] | None = None) -> RunReport:
+        """Bring ``partition_ids`` (default: all) up to their snapshot bound, exactly once."""
+        started = datetime.now(UTC)
+        targets = self._targets(partition_ids)
+        infos = self.hub.partition_info(targets)
+        owns = self.store.list_ownership()
+        cps = self.store.list_checkpoints(owns)
+        bounds = {
+            p: snapshot_bound(
+                infos[p],
+                cps.get(p),
+                self.config.max_events_per_partition,
+                self.config.on_data_loss,
+                self.hub_desc,
+            )
+            for p in targets
+        }
+        reports = {
+            p: PartitionReport(p, snapshot_end_sequence_number=bounds[p].target) for p in targets
+        }
+        for p in targets:
+            self._last_cp[p] = cps[p].sequence_number if p in cps else None
+            self._seen[p] = set()
+            self.log.info(
+                f"snapshot hub={self.hub_desc} partition={p} owner={self.owner_id} "
+                f"checkpoint={self._last_cp[p]} last_enqueued="
+                f"{infos[p].last_enqueued_sequence_number} bound={bounds[p].target}"
+            )
+        cycles = 0
+        keeper = LeaseKeeper(
+            self.store,
+            self.owner_id,
+            interval=max(self.config.lease_expiry_seconds / 3, 0.05),
+            on_tick=self.heartbeat,
+        )
+        deadline = (
+            self.monotonic() + self.config.run_timeout_seconds
+            if self.config.run_timeout_seconds is not None
+            else None
+        )
+        backoff = self.config.poll_initial_seconds
+        with keeper:
+            try:
+                while True:
+                    owns = self.store.list_ownership()
+                    cps = self.store.list_checkpoints(owns)
+                    self._observe(targets, owns, cps, reports)
+                    pending = [p for p in targets if not _satisfied(bounds[p], cps.get(p))]
+                    if not pending:
+                        break
+                    wanted = set(pending)
+                    claimed = {p: o for p, o in self.claim(pending).items() if p in wanted}
+                    if not claimed:
+                        if deadline is not None and self.monotonic() > deadline:
+                            self.log.warning(
+                                f"run_timeout_seconds reached hub={self.hub_desc} "
+                                f"owner={self.owner_id}; partitions still behind: {pending}"
+                            )
+                            break
+                        self.sleep(backoff)
+                        backoff = min(backoff * 2, self.config.poll_max_seconds)
+                        continue
+                    backoff = self.config.poll_initial_seconds
+                    cycles += 1
+                    keeper.hold(claimed.values())
+                    fault_point("after_claim")
+                    self._cycle(keeper, claimed, bounds, infos, reports)
+                    keeper.release_all()
+            finally:
+                # Pending intents stay on the blobs: whoever claims next replays them.
+                keeper.release_all()
+        return self._final_report(targets, bounds, infos, reports, cycles, started, replay=False)
+
+    def replay(self, spec: ReplaySpec, partition_ids: Sequence[str] | None = None) -> RunReport:
+        """Write the ranges of ``spec`` to the sink; leases and checkpoints are not touched."""
+        started = datetime.now(UTC)
+        if spec.ranges is not None:
+            targets = self._targets(list(spec.ranges))
+        else:
+            targets = self._targets(partition_ids)
+        infos = self.hub.partition_info(targets)
+        cps = self.store.list_checkpoints()
+        ranges, skipped = replay_ranges(
+            targets,
+            infos,
+            cps,
+            ranges=spec.ranges,
+            starting_position=spec.starting_position,
+            ending_position=spec.ending_position,
+            on_data_loss=self.config.on_data_loss,
+            hub=self.hub_desc,
+        )
+        reports = {p: PartitionReport(p) for p in targets}
+        for pid, gap in skipped.items():
+            reports[pid].skipped_ranges.append(gap)
+        for pid, (start, end) in ranges.items():
+            reports[pid].snapshot_end_sequence_number = end
+            self.log.info(
+                f"replay hub={self.hub_desc} partition={pid} owner={self.owner_id} "
+                f"range=[{start}, {end}] (checkpoint not moved)"
+            )
+        results = self._ingest(ranges) if ranges else {}
+        for pid, result in results.items():
+            reports[pid].add(result, self.owner_id)
+        for pid in targets:
+            reports[pid].up_to_date = pid not in ranges or pid in results
+        report = self._final_report(targets, {}, infos, reports, 1, started, replay=True)
+        return report
+
+    # -- one cycle -----------------------------------------------------------------------------
+    def _cycle(
+        self,
+        keeper: LeaseKeeper,
+        claimed: Mapping[str, Ownership],
+        bounds: Mapping[str, Bound],
+        infos: dict[str, PartitionInfo],
+        reports: dict[str, PartitionReport],
+    ) -> None:
+        sdk = self.store.list_sdk_checkpoints()
+        steps: dict[str, Step] = {}
+        for pid, own in claimed.items():
+            try:
+                step = self._plan_partition(keeper, pid, own, sdk.get(pid), bounds[pid], infos)
+            except OwnershipLostError:
+                continue
+            if step.kind == "done":
+                keeper.release(pid)
+                continue
+            steps[pid] = step
+        fault_point("after_intent")
+        ranges = {p: (s.start, s.end) for p, s in steps.items() if s.kind in ("read", "replay")}
+        results: dict[str, RangeResult] = {}
+        if ranges:
+            try:
+                results = self._ingest(ranges)
+            except DataLossError:
+                if self.config.on_data_loss != "skip":
+                    raise
+                # Retention moved since the snapshot: look again; the intents stay and the next
+                # cycle plans them against the new earliest event.
+                infos.update(self.hub.partition_info(list(ranges)))
+                self.log.warning(
+                    f"data loss while reading hub={self.hub_desc} owner={self.owner_id} "
+                    f"partitions={sorted(ranges)}; re-planning with on_data_loss=skip"
+                )
+                return
+            fault_point("after_write")
+        for pid, step in steps.items():
+            if step.kind == "skip":
+                end, offset = step.end, None
+            elif pid in results:
+                end, offset = step.end, results[pid].last_offset
+            else:
+                continue
+            fault_point("during_checkpoint")
+            try:
+                keeper.apply(pid, self._checkpointer(end, offset))
+            except (OwnershipLostError, CheckpointRegressionError) as exc:
+                # The new owner replays the same intent into the same output; nothing to undo.
+                self.log.warning(
+                    f"checkpoint refused hub={self.hub_desc} partition={pid} "
+                    f"owner={self.owner_id}: {exc}"
+                )
+                continue
+            self._last_cp[pid] = end
+            report = reports[pid]
+            if step.skipped is not None:
+                report.skipped_ranges.append(step.skipped)
+                self.log.warning(
+                    f"skipped expired events hub={self.hub_desc} partition={pid} "
+                    f"owner={self.owner_id} range={list(step.skipped)} (on_data_loss=skip)"
+                )
+            if pid in results:
+                report.add(results[pid], self.owner_id)
+            self.log.info(
+                f"ingested hub={self.hub_desc} partition={pid} owner={self.owner_id} "
+                f"{step.kind}=[{step.start}, {step.end}] events="
+                f"{results[pid].events if pid in results else 0} checkpoint={end}"
+            )
+        fault_point("after_checkpoint")
+
+    def _checkpointer(self, end: int, offset: str | None) -> Callable[[Ownership], Ownership]:
+        return lambda own: self.store.checkpoint(own, end, offset)
+
+    def _plan_partition(
+        self,
+        keeper: LeaseKeeper,
+        pid: str,
+        own: Ownership,
+        sdk_cp: Checkpoint | None,
+        bound: Bound,
+        infos: Mapping[str, PartitionInfo],
+    ) -> Step:
+        begin = infos[pid].begin_sequence_number
+        cp = _effective(sdk_cp, own.progress)
+        step = next_step(bound, cp, own.intent, begin, self.config.on_data_loss, self.hub_desc)
+        if step.kind == "clear" and cp is not None:
+            # A checkpoint written elsewhere (an SDK processor) already covers the intent.
+            keeper.apply(pid, lambda o: self.store.checkpoint(o, cp.sequence_number, cp.offset))
+            step = next_step(bound, cp, None, begin, self.config.on_data_loss, self.hub_desc)
+        if step.kind == "read":
+            keeper.apply(pid, lambda o: self.store.record_intent(o, step.start, step.end))
+            self.log.info(
+                f"intent hub={self.hub_desc} partition={pid} owner={self.owner_id} "
+                f"range=[{step.start}, {step.end}]"
+            )
+        elif step.kind == "replay":
+            assert own.intent is not None
+            self.log.info(
+                f"replaying pending intent hub={self.hub_desc} partition={pid} "
+                f"owner={self.owner_id} range=[{step.start}, {step.end}] "
+                f"left by {own.intent.owner_id or 'unknown'}"
+            )
+        return step
+
+    def _ingest(self, ranges: Mapping[str, tuple[int, int]]) -> dict[str, RangeResult]:
+        timer = fault_timer("mid_read")
+        try:
+            results = self.ingestor.ingest(ranges)
+        finally:
+            if timer is not None:
+                timer.cancel()
+        for pid, (start, end) in ranges.items():
+            result = results.get(pid)
+            expected = end - start + 1
+            if result is None or result.events != expected or result.last_sequence_number != end:
+                got = "nothing" if result is None else f"{result.events} events"
+                raise DataLossError(
+                    f"hub={self.hub_desc} partition={pid}: range [{start}, {end}] should hold "
+                    f"{expected} events but the reader returned {got}; the checkpoint was not "
+                    "moved. The events may have expired meanwhile; run again (on_data_loss: "
+                    "skip passes over expired ones)."
+                )
+        return results
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+    def _targets(self, partition_ids: Sequence[str] | None) -> list[str]:
+        if partition_ids:
+            targets = list(dict.fromkeys(str(p) for p in partition_ids))
+            known = self.hub.partition_ids()
+            unknown = [p for p in targets if p not in known]
+            if unknown:
+                from resources.errors import RangeError
+
+                raise RangeError(
+                    f"partition(s) {', '.join(unknown)} do not exist in hub {self.hub_desc}; "
+                    f"valid partition ids: {', '.join(known)}"
+                )
+            return targets
+        return self.hub.partition_ids()
+
+    def _observe(
+        self,
+        targets: Sequence[str],
+        owns: Mapping[str, Ownership],
+        cps: Mapping[str, Checkpoint],
+        reports: dict[str, PartitionReport],
+    ) -> None:
+        """Attribute checkpoint moves this run did not make to the peers seen holding them."""
+        for pid in targets:
+            own = owns.get(pid)
+            if own is not None:
+                for who in (own.owner_id, own.intent.owner_id if own.intent else ""):
+                    if who and who != self.owner_id:
+                        self._seen[pid].add(who)
+            current = cps[pid].sequence_number if pid in cps else None
+            previous = self._last_cp.get(pid)
+            if current is not None and (previous is None or current > previous):
+                for who in sorted(self._seen[pid]) or ["unknown"]:
+                    if who not in reports[pid].read_by:
+                        reports[pid].read_by.append(who)
+                self._seen[pid].clear()
+            self._last_cp[pid] = current
+
+    def _final_report(
+        self,
+        targets: Sequence[str],
+        bounds: Mapping[str, Bound],
+        snapshot: Mapping[str, PartitionInfo],
+        reports: dict[str, PartitionReport],
+        cycles: int,
+        started: datetime,
+        *,
+        replay: bool,
+    ) -> RunReport:
+        try:
+            infos = self.hub.partition_info(targets)
+        except Exception:  # the run is done; stale bounds still tell the lag
+            self.log.warning(f"could not refresh partition bounds hub={self.hub_desc}")
+            infos = dict(snapshot)
+        cps = self.store.list_checkpoints()
+        wanted: dict[str, int] = {}
+        for pid in targets:
+            r, info, cp = reports[pid], infos[pid], cps.get(pid)
+            r.checkpoint_sequence_number = cp.sequence_number if cp else None
+            r.last_enqueued_sequence_number = info.last_enqueued_sequence_number
+            done_upto = cp.sequence_number if cp else info.begin_sequence_number - 1
+            r.lag_events = max(0, info.last_enqueued_sequence_number - done_upto)
+            if r.lag_events == 0:
+                r.lag_seconds = 0.0
+            else:
+                wanted[pid] = max(done_upto + 1, info.begin_sequence_number)
+            if not replay:
+                bound = bounds[pid]
+                r.up_to_date = _satisfied(bound, cp)
+                if (
+                    bound.gap is not None
+                    and not r.skipped_ranges
+                    and cp is not None
+                    and cp.sequence_number >= bound.gap[1]
+                ):
+                    r.skipped_ranges.append(bound.gap)  # a peer passed over it
+        if wanted and self.config.report_lag_seconds:
+            now = datetime.now(UTC)
+            for pid, when in self.hub.enqueued_times(wanted).items():
+                if when is not None:
+                    reports[pid].lag_seconds = max(0.0, (now - when).total_seconds())
+        report = RunReport(
+            owner_id=self.owner_id,
+            partitions={p: reports[p] for p in targets},
+            complete=all(reports[p].up_to_date for p in targets),
+            output_location=self.ingestor.output_location,
+            hub=f"{self.store.hub.fully_qualified_namespace}/{self.store.hub.eventhub_name}",
+            consumer_group=self.store.hub.consumer_group,
+            replay=replay,
+            cycles=cycles,
+            started_at=started,
+            finished_at=datetime.now(UTC),
+        )
+        self.log.info(
+            f"run finished hub={self.hub_desc} owner={self.owner_id} complete={report.complete} "
+            f"events={report.events} cycles={cycles}"
+        )
+        return report
+
+
+def _default_claim(
+    config: IngestConfig,
+    store: PartitionStore,
+    owner_id: str,
+    is_owner_dead: Callable[[str], bool] | None,
+) -> ClaimFn:
+    from ops.balancing import claim_cycle, get_strategy
+
+    try:
+        strategy = get_strategy(config.strategy)
+    except (KeyError, ValueError) as exc:
+        raise ConfigurationError(
+            f"strategy: {config.strategy!r} is not a known balancing strategy; valid: "
+            f"{STRATEGIES_HINT}"
+        ) from exc
+    expiry = timedelta(seconds=config.lease_expiry_seconds)
+
+    def claim(targets: Sequence[str]) -> Mapping[str, Ownership]:
+        return claim_cycle(
+            store,
+            owner_id,
+            strategy,
+            targets=list(targets),
+            expiry=expiry,
+            is_owner_dead=is_owner_dead,
+        )
+
+    return claim
 
 
 def run_ingestion(
@@ -88,5 +665,49 @@ def run_ingestion(
     is_owner_dead: Callable[[str], bool] | None = None,
     log: Any = None,
 ) -> RunReport:
-    """Bring ``partition_ids`` (default: all) up to their snapshot bound, exactly once."""
-    raise NotImplementedError
+    """Bring ``partition_ids`` (default: all) up to their snapshot bound, exactly once.
+
+    Args:
+        config: hub, store, sink and run settings.
+        spark: the session to read and write with; None starts a local one only if there is
+            something to read.
+        owner_id: this run's owner id (the Dagster run id; a host/pid for the CLI).
+        partition_ids: target partitions (default: every partition of the hub).
+        replay: re-write a range into the sink without moving checkpoints.
+        is_owner_dead: tells whether another owner id is known dead (e.g. its Dagster run
+            failed), so its partitions are taken over without waiting for lease expiry.
+        log: Dagster's ``context.log`` (progress lines also go to this module's logger).
+
+    Returns:
+        The run report; ``complete`` is True iff every target reached its bound.
+
+    Raises:
+        DataLossError: a checkpoint is older than retention (``on_data_loss: fail``).
+        RangeError: an unknown partition id or an impossible replay range.
+        EventHubUnavailableError / StoreUnavailableError: a service is unreachable.
+        SinkError: the sink cannot be written.
+    """
+    from ops.hub import SdkHubClient
+    from ops.ingest import SparkIngestor
+
+    store = PartitionStore(config.store.backend(), config.eventhub.hub_ref())
+    hub = SdkHubClient(config.eventhub)
+    ingestor = SparkIngestor(
+        spark,
+        config.eventhub,
+        config.sink,
+        options={
+            "prefetch": config.prefetch,
+            "receive_timeout_seconds": config.receive_timeout_seconds,
+            "max_readers_per_partition": config.max_readers_per_partition,
+        },
+    )
+    claim: ClaimFn = (
+        (lambda targets: {})
+        if replay is not None
+        else _default_claim(config, store, owner_id, is_owner_dead)
+    )
+    processor = Processor(config, store, hub, ingestor, owner_id=owner_id, claim=claim, log=log)
+    if replay is not None:
+        return processor.replay(replay, partition_ids)
+    return processor.run(partition_ids)

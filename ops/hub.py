@@ -1,0 +1,170 @@
+"""What the run asks Event Hubs directly (on the driver): partition ids, bounds, one event's time.
+
+Everything else is read on Spark executors by the ``eventhubs`` data source. The driver only
+makes management calls, which are cheap, and at most one single-event receive per lagging
+partition to tell how old the oldest unprocessed event is.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from resources.errors import EventHubUnavailableError, RangeError, redact
+from resources.settings import EventHubSettings
+
+__all__ = ["HubClient", "PartitionInfo", "SdkHubClient"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """One partition's bounds at snapshot time (inclusive sequence numbers; -1 when empty)."""
+
+    partition_id: str
+    begin_sequence_number: int
+    last_enqueued_sequence_number: int
+    last_enqueued_offset: str | None = None
+    last_enqueued_time: datetime | None = None
+    is_empty: bool = False
+
+
+class HubClient(Protocol):
+    """The few Event Hubs calls the run makes on the driver."""
+
+    def partition_ids(self) -> list[str]:
+        """Every partition id of the hub, in the service's order."""
+        ...
+
+    def partition_info(self, partition_ids: Sequence[str]) -> dict[str, PartitionInfo]:
+        """Bounds of each partition (one management call per partition)."""
+        ...
+
+    def enqueued_time_of(self, partition_id: str, sequence_number: int) -> datetime | None:
+        """Enqueued time of one event, or None if it cannot be read quickly."""
+        ...
+
+    def enqueued_times(self, wanted: dict[str, int]) -> dict[str, datetime | None]:
+        """:meth:`enqueued_time_of` for several partitions (partition -> sequence number)."""
+        ...
+
+
+def _utc(value: Any) -> datetime | None:
+    if not isinstance(value, datetime):
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+class SdkHubClient:
+    """:class:`HubClient` over ``azure-eventhub``; fails fast with a clear error when unreachable.
+
+    Args:
+        settings: the hub to talk to.
+        retry_total: attempts per management call before giving up (the SDK default of 3 with
+            exponential backoff takes ~6 s to report a closed port).
+        peek_timeout: seconds to wait for one event in :meth:`enqueued_time_of`.
+    """
+
+    def __init__(
+        self, settings: EventHubSettings, *, retry_total: int = 2, peek_timeout: float = 5.0
+    ) -> None:
+        self.settings = settings
+        self.retry_total = retry_total
+        self.peek_timeout = peek_timeout
+        self._ids: list[str] | None = None
+
+    def _client(self) -> Any:
+        return self.settings.consumer_client(
+            retry_total=self.retry_total, retry_backoff_factor=0.2, retry_backoff_max=2
+        )
+
+    def _unavailable(self, what: str, exc: Exception) -> EventHubUnavailableError:
+        hub = f"{self.settings.namespace}/{self.settings.eventhub_name}"
+        return EventHubUnavailableError(
+            f"Event Hubs {hub}: {what} failed: {type(exc).__name__}: {redact(str(exc))[:300]}. "
+            "Check that the namespace is reachable from here, the hub exists and the credential "
+            "may read it; retrying later may help."
+        )
+
+    def partition_ids(self) -> list[str]:
+        """Every partition id of the hub (cached for this client's lifetime)."""
+        if self._ids is None:
+            try:
+                with self._client() as client:
+                    self._ids = [str(p) for p in client.get_partition_ids()]
+            except Exception as exc:
+                raise self._unavailable("listing partitions", exc) from exc
+        return list(self._ids)
+
+    def partition_info(self, partition_ids: Sequence[str]) -> dict[str, PartitionInfo]:
+        """Bounds of each partition; unknown ids raise :class:`RangeError` naming the valid ones."""
+        known = self.partition_ids()
+        unknown = [p for p in partition_ids if p not in known]
+        if unknown:
+            raise RangeError(
+                f"partition(s) {', '.join(unknown)} do not exist in hub "
+                f"{self.settings.eventhub_name!r}; valid partition ids: {', '.join(known)}"
+            )
+        result: dict[str, PartitionInfo] = {}
+        try:
+            with self._client() as client:
+                for pid in partition_ids:
+                    props = client.get_partition_properties(pid)
+                    result[pid] = PartitionInfo(
+                        partition_id=pid,
+                        begin_sequence_number=int(props["beginning_sequence_number"]),
+                        last_enqueued_sequence_number=int(props["last_enqueued_sequence_number"]),
+                        last_enqueued_offset=str(props.get("last_enqueued_offset") or "") or None,
+                        last_enqueued_time=_utc(props.get("last_enqueued_time_utc")),
+                        is_empty=bool(props.get("is_empty")),
+                    )
+        except Exception as exc:
+            raise self._unavailable("reading partition properties", exc) from exc
+        return result
+
+    def enqueued_time_of(self, partition_id: str, sequence_number: int) -> datetime | None:
+        """Enqueued time of event ``sequence_number`` (None if not received in time)."""
+        got: list[datetime | None] = []
+        done = threading.Event()
+        client = self._client()
+
+        def on_event(_context: Any, event: Any) -> None:
+            if event is not None and not done.is_set():
+                got.append(_utc(event.enqueued_time))
+                done.set()
+
+        def receive() -> None:
+            try:
+                client.receive(
+                    on_event,
+                    partition_id=partition_id,
+                    starting_position=sequence_number,
+                    starting_position_inclusive=True,
+                    prefetch=1,
+                    max_wait_time=self.peek_timeout,
+                )
+            except Exception:  # lag is informational; the caller shows None
+                logger.debug("peek failed partition=%s", partition_id, exc_info=True)
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=receive, name=f"peek-{partition_id}", daemon=True)
+        thread.start()
+        done.wait(self.peek_timeout)
+        client.close()
+        thread.join(self.peek_timeout)
+        return got[0] if got else None
+
+    def enqueued_times(self, wanted: dict[str, int]) -> dict[str, datetime | None]:
+        """:meth:`enqueued_time_of` for several partitions at once (threads, bounded)."""
+        if not wanted:
+            return {}
+        with ThreadPoolExecutor(max_workers=min(8, len(wanted))) as pool:
+            futures = {p: pool.submit(self.enqueued_time_of, p, s) for p, s in wanted.items()}
+            return {p: f.result() for p, f in futures.items()}

@@ -1,0 +1,160 @@
+"""Keep this run's leases alive while Spark reads: one renewer thread, one lock, fenced updates.
+
+Every store operation on a held partition (intent, checkpoint, release, renew) goes through
+:meth:`LeaseKeeper.apply`, so the renewer and the run never race each other on the ETag; each
+successful call replaces the remembered :class:`Ownership` with the one the store returned.
+Expiry is judged by peers on the store's clock (Last-Modified); the local timer only paces
+renewals, at a third of the expiry so two missed renewals still leave the lease valid.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+
+from resources.errors import EventHubIngestError, OwnershipLostError
+from resources.store import Ownership, PartitionStore
+
+__all__ = ["LeaseKeeper"]
+
+logger = logging.getLogger(__name__)
+
+
+class LeaseKeeper:
+    """Hold, renew and update this owner's leases.
+
+    Args:
+        store: the partition store.
+        owner_id: this run's owner id (for log lines).
+        interval: seconds between renewals (a third of the lease expiry is a good value).
+        on_tick: called on every renewal tick (e.g. an owner heartbeat); errors are logged.
+    """
+
+    def __init__(
+        self,
+        store: PartitionStore,
+        owner_id: str,
+        interval: float,
+        on_tick: Callable[[], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.owner_id = owner_id
+        self.interval = interval
+        self.on_tick = on_tick
+        self._held: dict[str, Ownership] = {}
+        self.lost: set[str] = set()
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> LeaseKeeper:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Start the renewer thread (daemon: a killed process leaves leases to expire)."""
+        self._thread = threading.Thread(
+            target=self._loop, name=f"lease-renewer-{self.owner_id}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop renewing (does not release; call :meth:`release_all` first)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.interval + 5)
+
+    @property
+    def held(self) -> dict[str, Ownership]:
+        """A copy of the leases held right now."""
+        with self._lock:
+            return dict(self._held)
+
+    def hold(self, ownerships: Iterable[Ownership]) -> None:
+        """Start renewing these (just claimed) leases."""
+        with self._lock:
+            for own in ownerships:
+                self._held[own.partition_id] = own
+                self.lost.discard(own.partition_id)
+
+    def apply(self, partition_id: str, op: Callable[[Ownership], Ownership]) -> Ownership:
+        """Run a fenced store operation on a held lease and remember its result.
+
+        Raises :class:`OwnershipLostError` (and forgets the lease) if another owner took it.
+        """
+        with self._lock:
+            own = self._held.get(partition_id)
+            if own is None:
+                raise OwnershipLostError(
+                    f"owner {self.owner_id!r} no longer holds partition {partition_id} of hub "
+                    f"{self.store.hub.describe()}"
+                )
+            try:
+                updated = op(own)
+            except OwnershipLostError:
+                self._forget(partition_id)
+                raise
+            self._held[partition_id] = updated
+            return updated
+
+    def _forget(self, partition_id: str) -> None:
+        self._held.pop(partition_id, None)
+        self.lost.add(partition_id)
+        logger.warning(
+            "lease lost hub=%s partition=%s owner=%s",
+            self.store.hub.describe(),
+            partition_id,
+            self.owner_id,
+        )
+
+    def release(self, partition_id: str) -> None:
+        """Give one lease up (a lost race here is fine: someone else has it)."""
+        with self._lock:
+            own = self._held.pop(partition_id, None)
+            if own is not None:
+                try:
+                    self.store.release(own)
+                except EventHubIngestError:
+                    logger.warning(
+                        "release failed hub=%s partition=%s owner=%s; it will expire",
+                        self.store.hub.describe(),
+                        partition_id,
+                        self.owner_id,
+                        exc_info=True,
+                    )
+
+    def release_all(self) -> None:
+        """Give every held lease up."""
+        for pid in list(self.held):
+            self.release(pid)
+
+    def renew_all(self) -> None:
+        """Renew every held lease once (the renewer thread calls this)."""
+        for pid in list(self.held):
+            try:
+                self.apply(pid, self.store.renew)
+            except OwnershipLostError:
+                pass  # already logged and forgotten; the run drops the partition
+            except Exception:
+                # A transient store error: keep the lease and retry next tick; it only expires
+                # if renewals keep failing for the whole expiry.
+                logger.warning(
+                    "renew failed hub=%s partition=%s owner=%s",
+                    self.store.hub.describe(),
+                    pid,
+                    self.owner_id,
+                    exc_info=True,
+                )
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.renew_all()
+            if self.on_tick is not None:
+                try:
+                    self.on_tick()
+                except Exception:
+                    logger.warning("owner heartbeat failed owner=%s", self.owner_id, exc_info=True)

@@ -1,0 +1,248 @@
+"""Pure planning: a run's per-partition bound, the next range to ingest, replay ranges.
+
+No I/O here, so every rule about ranges (bounds, pending intents, retention gaps, replay
+positions) is unit-tested without a hub, a store or Spark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ops.hub import PartitionInfo
+from resources.errors import DataLossError, RangeError
+from resources.store import Checkpoint, Intent
+
+__all__ = [
+    "Bound",
+    "Step",
+    "next_step",
+    "replay_ranges",
+    "snapshot_bound",
+]
+
+OnDataLoss = Literal["fail", "skip"]
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A run's target for one partition: bring the checkpoint to ``end`` (inclusive).
+
+    ``start`` is where reading would begin at snapshot time; ``end < start`` means there is
+    nothing to read. ``gap`` is a retention gap ``(first, last)`` found at snapshot time.
+    """
+
+    partition_id: str
+    start: int
+    end: int
+    checkpoint: int | None
+    gap: tuple[int, int] | None = None
+
+    @property
+    def target(self) -> int | None:
+        """The checkpoint value that satisfies this bound (None: no checkpoint needed)."""
+        if self.end >= self.start or self.gap is not None:
+            return self.end
+        return self.checkpoint
+
+
+def _data_loss_message(
+    hub: str, partition_id: str, first_missing: int, last_missing: int, begin: int
+) -> str:
+    return (
+        f"hub={hub} partition={partition_id}: events {first_missing}..{last_missing} expired "
+        f"before they were ingested (the checkpoint is at {first_missing - 1}, the earliest "
+        f"retained event is {begin}); they cannot be read any more. To continue from "
+        f"{begin} and record the gap in the run report set on_data_loss: skip; to keep them "
+        "next time raise the hub's retention or run ingestion more often."
+    )
+
+
+def snapshot_bound(
+    info: PartitionInfo,
+    checkpoint: Checkpoint | None,
+    max_events: int,
+    on_data_loss: OnDataLoss,
+    hub: str = "",
+) -> Bound:
+    """The bound ``end_p = min(last_enqueued, checkpoint_p + max_events)`` of one partition.
+
+    A partition never checkpointed starts at its earliest retained event (nothing was lost).
+    A checkpoint older than retention is data loss: :class:`DataLossError`, or with
+    ``on_data_loss='skip'`` reading starts at ``begin_sequence_number`` and ``gap`` says what
+    was skipped.
+    """
+    if max_events < 1:
+        raise RangeError(f"max_events_per_partition must be >= 1, got {max_events}")
+    begin, last = info.begin_sequence_number, info.last_enqueued_sequence_number
+    cp = checkpoint.sequence_number if checkpoint is not None else None
+    start = begin if cp is None else cp + 1
+    gap = None
+    if cp is not None and begin > cp + 1:
+        if on_data_loss != "skip":
+            raise DataLossError(
+                _data_loss_message(hub, info.partition_id, cp + 1, begin - 1, begin)
+            )
+        gap = (cp + 1, begin - 1)
+        start = begin
+    end = min(last, start - 1 + max_events)
+    if end < start and gap is None:
+        end = start - 1
+    return Bound(info.partition_id, start, end, cp, gap)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the current owner does with a claimed partition in one cycle.
+
+    ``kind``: ``read`` (record intent ``[start, end]`` then read it), ``replay`` (read exactly
+    the pending intent), ``skip`` (checkpoint to ``end`` without reading: retention gap with
+    ``on_data_loss: skip``), ``clear`` (a stale intent already covered by the checkpoint),
+    ``done`` (nothing to do for this run's bound).
+    """
+
+    kind: Literal["read", "replay", "skip", "clear", "done"]
+    start: int = 0
+    end: int = -1
+    skipped: tuple[int, int] | None = None
+
+
+def next_step(
+    bound: Bound,
+    checkpoint: Checkpoint | None,
+    intent: Intent | None,
+    begin_sequence_number: int,
+    on_data_loss: OnDataLoss,
+    hub: str = "",
+) -> Step:
+    """Decide one cycle's work on a partition from the state read under a held lease.
+
+    A pending intent is always replayed exactly (same range, so the idempotent write yields the
+    same output once), whatever this run's bound is. Otherwise the range is
+    ``[checkpoint + 1, bound.end]``: a peer may have moved the checkpoint since the snapshot.
+    """
+    cp = checkpoint.sequence_number if checkpoint is not None else None
+    pid = bound.partition_id
+    begin = begin_sequence_number
+    if intent is not None:
+        if cp is not None and intent.end <= cp:
+            return Step("clear", cp, cp)
+        if intent.start < begin_sequence_number:
+            if on_data_loss != "skip":
+                raise DataLossError(
+                    f"hub={hub} partition={pid}: the pending intent [{intent.start}, "
+                    f"{intent.end}] left by owner {intent.owner_id!r} can no longer be replayed: "
+                    f"events before {begin_sequence_number} expired. Its output may or may not "
+                    "have been written. Set on_data_loss: skip to checkpoint past it (the run "
+                    "report lists the range as skipped), then check the sink for that range."
+                )
+            # Replaying a shortened range could duplicate rows the crashed run already wrote
+            # under the original range key, so the whole intent is skipped and reported.
+            return Step("skip", intent.start, intent.end, skipped=(intent.start, intent.end))
+        return Step("replay", intent.start, intent.end)
+    target = bound.target
+    if target is None or (cp is not None and cp >= target):
+        return Step("done")
+    start = begin_sequence_number if cp is None else cp + 1
+    skipped = None
+    if cp is not None and begin_sequence_number > cp + 1:
+        if on_data_loss != "skip":
+            raise DataLossError(_data_loss_message(hub, pid, cp + 1, begin - 1, begin))
+        skipped = (cp + 1, begin_sequence_number - 1)
+        start = begin_sequence_number
+    end = target
+    if end < start:
+        if skipped is not None:
+            return Step("skip", skipped[0], skipped[1], skipped=skipped)
+        return Step("done")
+    return Step("read", start, end, skipped=skipped)
+
+
+def _position(
+    raw: str | int | None,
+    info: PartitionInfo,
+    checkpoint: Checkpoint | None,
+    name: str,
+    default: int,
+) -> int:
+    if raw is None or raw == "":
+        return default
+    if isinstance(raw, int) or raw.lstrip("-").isdigit():
+        return int(raw)
+    key = raw.strip().lower()
+    if key == "earliest":
+        return info.begin_sequence_number
+    if key == "latest":
+        return info.last_enqueued_sequence_number
+    if key == "checkpoint":
+        # Never checkpointed: nothing ingested yet, i.e. just before the earliest event.
+        return checkpoint.sequence_number if checkpoint else info.begin_sequence_number - 1
+    raise RangeError(
+        f"replay {name}={raw!r} is not valid; use a sequence number, 'earliest', 'latest' or "
+        "'checkpoint'"
+    )
+
+
+def replay_ranges(
+    partition_ids: Sequence[str],
+    infos: Mapping[str, PartitionInfo],
+    checkpoints: Mapping[str, Checkpoint],
+    *,
+    ranges: Mapping[str, tuple[int, int]] | None,
+    starting_position: str | None,
+    ending_position: str | None,
+    on_data_loss: OnDataLoss,
+    hub: str = "",
+) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
+    """Resolve a replay into inclusive ranges per partition, and the expired parts skipped.
+
+    Raises :class:`RangeError` for a reversed range or one past the last enqueued event, and
+    :class:`DataLossError` for an expired start unless ``on_data_loss='skip'`` (then clipped).
+    """
+    if ranges is not None and (starting_position or ending_position):
+        raise RangeError("replay: give either ranges or starting/ending position, not both")
+    resolved: dict[str, tuple[int, int]] = {}
+    skipped: dict[str, tuple[int, int]] = {}
+    wanted: dict[str, tuple[int, int]] = {}
+    if ranges is not None:
+        unknown = [p for p in ranges if p not in infos]
+        if unknown:
+            raise RangeError(
+                f"replay: partition(s) {', '.join(unknown)} unknown; valid: {', '.join(infos)}"
+            )
+        wanted = {p: (int(s), int(e)) for p, (s, e) in ranges.items()}
+    else:
+        for pid in partition_ids:
+            info, cp = infos[pid], checkpoints.get(pid)
+            start = _position(
+                starting_position, info, cp, "starting_position", info.begin_sequence_number
+            )
+            end = _position(
+                ending_position, info, cp, "ending_position", info.last_enqueued_sequence_number
+            )
+            wanted[pid] = (start, end)
+    for pid, (start, end) in wanted.items():
+        info = infos[pid]
+        if end < start:
+            if ranges is None:
+                continue  # positions that select nothing in this partition
+            raise RangeError(f"replay partition {pid}: end {end} is before start {start}")
+        if end > info.last_enqueued_sequence_number:
+            raise RangeError(
+                f"replay partition {pid}: end {end} is after the last enqueued event "
+                f"{info.last_enqueued_sequence_number}"
+            )
+        if start < info.begin_sequence_number:
+            if on_data_loss != "skip":
+                raise DataLossError(
+                    f"hub={hub} partition={pid}: replay start {start} expired; the earliest "
+                    f"retained event is {info.begin_sequence_number}. Start at or after it, or "
+                    "set on_data_loss: skip to clip the range."
+                )
+            skipped[pid] = (start, info.begin_sequence_number - 1)
+            start = info.begin_sequence_number
+            if end < start:
+                continue
+        resolved[pid] = (start, end)
+    return resolved, skipped

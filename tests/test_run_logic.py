@@ -1,0 +1,452 @@
+"""Pure logic of the ingestion run: in-memory store (Blob CAS semantics), fake hub and sink."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from ops.fault import FaultPlan
+from ops.hub import PartitionInfo
+from ops.plan import next_step, replay_ranges, snapshot_bound
+from ops.run import IngestConfig, Processor, ReplaySpec
+from resources.errors import ConfigurationError, DataLossError, RangeError
+from resources.memory_store import InMemoryBackend
+from resources.settings import EventHubSettings, SinkSettings, StoreSettings
+from resources.store import Checkpoint, HubRef, Intent, Ownership, PartitionStore
+from tests.run_fakes import FakeHub, FakeIngestor
+
+HUB = HubRef("ns.example", "hub", "$Default")
+EH_CONN = "Endpoint=sb://ns.example/;SharedAccessKeyName=k;SharedAccessKey=s3cret"
+ST_CONN = "DefaultEndpointsProtocol=http;AccountName=a;AccountKey=s3cret"
+
+
+class Crash(BaseException):
+    """A simulated process death (BaseException so no `except Exception` swallows it)."""
+
+
+def config(**kw) -> IngestConfig:
+    base = dict(
+        eventhub=EventHubSettings(eventhub_name="hub", connection_string=EH_CONN),
+        store=StoreSettings(container="c-test", connection_string=ST_CONN),
+        sink=SinkSettings(path="/tmp/x"),
+        max_events_per_partition=1000,
+        lease_expiry_seconds=5.0,
+        report_lag_seconds=True,
+        poll_initial_seconds=0.001,
+        poll_max_seconds=0.01,
+    )
+    base.update(kw)
+    return IngestConfig(**base)  # type: ignore[arg-type]
+
+
+def greedy_claim(store: PartitionStore, owner: str, expiry: float = 5.0):
+    """Claim every free, released or expired target (what a strategy does for one owner)."""
+
+    def claim(targets: Sequence[str]) -> dict[str, Ownership]:
+        owned = store.list_ownership()
+        now = store.now()
+        got = {}
+        for pid in targets:
+            prev = owned.get(pid)
+            live = prev is not None and not prev.is_expired(now, timedelta(seconds=expiry))
+            if live and prev is not None and prev.owner_id != owner:
+                continue
+            own = store.claim(pid, owner, prev)
+            if own is not None:
+                got[pid] = own
+        return got
+
+    return claim
+
+
+def make(hub: FakeHub, backend: InMemoryBackend | None = None, owner: str = "run-a", **kw):
+    backend = backend or InMemoryBackend()
+    store = PartitionStore(backend, HUB)
+    ingestor = FakeIngestor(hub)
+    cfg = config(**kw)
+    proc = Processor(
+        cfg,
+        store,
+        hub,
+        ingestor,
+        owner_id=owner,
+        claim=greedy_claim(store, owner, cfg.lease_expiry_seconds),
+    )
+    return proc, store, ingestor
+
+
+# -- planning ----------------------------------------------------------------------------------
+def info(pid="0", begin=0, last=99) -> PartitionInfo:
+    return PartitionInfo(pid, begin, last)
+
+
+def test_bound_is_min_of_last_enqueued_and_checkpoint_plus_max() -> None:
+    assert snapshot_bound(info(), None, 10, "fail").end == 9
+    assert snapshot_bound(info(), Checkpoint("0", 49), 10, "fail").end == 59
+    assert snapshot_bound(info(), Checkpoint("0", 95), 10, "fail").end == 99
+    empty = snapshot_bound(info(last=-1), None, 10, "fail")
+    assert empty.target is None  # nothing to read, nothing to checkpoint
+
+
+def test_checkpoint_older_than_retention_fails_with_advice_or_skips() -> None:
+    with pytest.raises(DataLossError) as err:
+        snapshot_bound(info(begin=50), Checkpoint("0", 9), 100, "fail", hub="ns/hub[$Default]")
+    msg = str(err.value)
+    assert "events 10..49 expired" in msg and "on_data_loss: skip" in msg and "partition=0" in msg
+    bound = snapshot_bound(info(begin=50), Checkpoint("0", 9), 100, "skip")
+    assert (bound.start, bound.end, bound.gap) == (50, 99, (10, 49))
+
+
+def test_pending_intent_is_replayed_exactly_whatever_the_bound() -> None:
+    bound = snapshot_bound(info(), Checkpoint("0", 9), 5, "fail")  # this run: [10, 14]
+    step = next_step(bound, Checkpoint("0", 9), Intent(10, 40, "dead"), 0, "fail")
+    assert (step.kind, step.start, step.end) == ("replay", 10, 40)
+    # An intent already covered by a checkpoint (e.g. written by an SDK processor) is cleared.
+    assert next_step(bound, Checkpoint("0", 50), Intent(10, 40, "x"), 0, "fail").kind == "clear"
+    # A partially expired intent cannot be replayed exactly.
+    with pytest.raises(DataLossError, match="pending intent"):
+        next_step(bound, Checkpoint("0", 9), Intent(10, 40, "dead"), 20, "fail")
+    skip = next_step(bound, Checkpoint("0", 9), Intent(10, 40, "dead"), 20, "skip")
+    assert (skip.kind, skip.end, skip.skipped) == ("skip", 40, (10, 40))
+
+
+def test_range_starts_after_a_checkpoint_a_peer_moved() -> None:
+    bound = snapshot_bound(info(), Checkpoint("0", 9), 50, "fail")  # [10, 59]
+    step = next_step(bound, Checkpoint("0", 30), None, 0, "fail")
+    assert (step.kind, step.start, step.end) == ("read", 31, 59)
+    assert next_step(bound, Checkpoint("0", 59), None, 0, "fail").kind == "done"
+
+
+def test_replay_ranges_positions_and_errors() -> None:
+    infos = {"0": info("0", 10, 99), "1": info("1", 0, -1)}
+    cps = {"0": Checkpoint("0", 50)}
+    ranges, skipped = replay_ranges(
+        ["0", "1"],
+        infos,
+        cps,
+        ranges=None,
+        starting_position="earliest",
+        ending_position="checkpoint",
+        on_data_loss="fail",
+    )
+    assert ranges == {"0": (10, 50)} and skipped == {}
+    with pytest.raises(RangeError, match="after the last enqueued event 99"):
+        replay_ranges(
+            ["0"],
+            infos,
+            cps,
+            ranges={"0": (10, 200)},
+            starting_position=None,
+            ending_position=None,
+            on_data_loss="fail",
+        )
+    with pytest.raises(DataLossError, match="replay start 0 expired"):
+        replay_ranges(
+            ["0"],
+            infos,
+            cps,
+            ranges={"0": (0, 20)},
+            starting_position=None,
+            ending_position=None,
+            on_data_loss="fail",
+        )
+    ranges, skipped = replay_ranges(
+        ["0"],
+        infos,
+        cps,
+        ranges={"0": (0, 20)},
+        starting_position=None,
+        ending_position=None,
+        on_data_loss="skip",
+    )
+    assert ranges == {"0": (10, 20)} and skipped == {"0": (0, 9)}
+    with pytest.raises(RangeError, match="'yesterday' is not valid"):
+        replay_ranges(
+            ["0"],
+            infos,
+            cps,
+            ranges=None,
+            starting_position="yesterday",
+            ending_position=None,
+            on_data_loss="fail",
+        )
+
+
+def test_config_rejects_bad_values_naming_them() -> None:
+    with pytest.raises(ConfigurationError, match="max_events_per_partition: 0"):
+        config(max_events_per_partition=0)
+    with pytest.raises(ConfigurationError, match=r"on_data_loss: 'ignore'.*'fail', 'skip'"):
+        config(on_data_loss="ignore")
+
+
+def test_fault_plan_parses_probability_and_count() -> None:
+    plan = FaultPlan("after_claim:2,mid_read:1.0")
+    assert [plan.fires("after_claim") for _ in range(3)] == [False, True, False]
+    assert plan.fires("mid_read") and not plan.fires("after_write")
+    with pytest.raises(ConfigurationError, match="valid steps: after_claim"):
+        FaultPlan("before_lunch:1")
+    with pytest.raises(ConfigurationError, match="neither a probability"):
+        FaultPlan("after_claim:often")
+
+
+# -- the run loop ------------------------------------------------------------------------------
+def test_one_run_lands_every_event_once_and_reports_it() -> None:
+    hub = FakeHub(3)
+    hub.send_all(25)
+    proc, store, sink = make(hub)
+    report = proc.run()
+    assert report.complete and report.cycles >= 1
+    assert sink.rows() == sink.expected()
+    cps = store.list_checkpoints()
+    assert {p: c.sequence_number for p, c in cps.items()} == {"0": 24, "1": 24, "2": 24}
+    assert cps["0"].offset == "2400"  # the offset of the event the checkpoint names
+    r = report.partitions["1"]
+    assert (r.events, r.first_sequence_number, r.last_sequence_number) == (25, 0, 24)
+    assert r.bytes == sum(len(f"1-{i}".encode()) for i in range(25))
+    assert r.first_enqueued_time is not None and r.last_enqueued_time is not None
+    assert (r.last_enqueued_time - r.first_enqueued_time).total_seconds() == 24
+    assert (r.lag_events, r.lag_seconds, r.read_by, r.up_to_date) == (0, 0.0, ["run-a"], True)
+    assert report.events == 75
+    # Leases are released at the end; no intent left behind.
+    assert all(o.is_released and o.intent is None for o in store.list_ownership().values())
+
+
+def test_max_events_bounds_a_run_and_the_next_run_continues() -> None:
+    hub = FakeHub(2)
+    hub.send_all(30)
+    backend = InMemoryBackend()
+    proc, _store, sink = make(hub, backend, max_events_per_partition=10)
+    first = proc.run()
+    assert first.complete  # complete = reached this run's bound, not the end of the hub
+    r = first.partitions["0"]
+    assert (r.snapshot_end_sequence_number, r.checkpoint_sequence_number) == (9, 9)
+    assert r.lag_events == 20 and r.lag_seconds is not None and r.lag_seconds > 0
+    proc2, _, _sink2 = make(hub, backend, owner="run-b", max_events_per_partition=10)
+    proc2.ingestor = sink  # the same sink
+    second = proc2.run()
+    assert second.partitions["0"].first_sequence_number == 10
+    assert second.partitions["0"].checkpoint_sequence_number == 19
+    assert sink.rows() == sink.expected({"0": 19, "1": 19})
+
+
+def test_partition_subset_and_unknown_partition() -> None:
+    hub = FakeHub(3)
+    hub.send_all(5)
+    proc, store, _sink = make(hub)
+    report = proc.run(["2"])
+    assert list(report.partitions) == ["2"] and set(store.list_checkpoints()) == {"2"}
+    with pytest.raises(
+        RangeError, match=r"partition\(s\) 7 do not exist.*valid partition ids: 0, 1, 2"
+    ):
+        proc.run(["2", "7"])
+
+
+def test_pending_intent_left_by_a_crash_is_replayed_exactly() -> None:
+    hub = FakeHub(2)
+    hub.send_all(20)
+    now = [datetime(2024, 1, 1, tzinfo=UTC)]
+    backend = InMemoryBackend(clock=lambda: now[0])
+    proc, store, sink = make(hub, backend, owner="dead", max_events_per_partition=8)
+
+    def crash(_ranges):
+        raise Crash()
+
+    sink.after_write = crash  # written, not checkpointed
+    with pytest.raises(Crash):
+        proc.run()
+    intents = {p: o.intent for p, o in store.list_ownership().items()}
+    assert intents == {"0": Intent(0, 7, "dead"), "1": Intent(0, 7, "dead")}
+    hub.send_all(10)  # more events arrive; the replay must not widen the range
+    proc2, _, _ = make(hub, backend, owner="next", max_events_per_partition=100)
+    proc2.ingestor = sink
+    sink.after_write = None
+    report = proc2.run()
+    assert sink.calls[1] == {"0": (0, 7), "1": (0, 7)}  # exactly the recorded ranges
+    assert report.complete
+    assert sink.rows() == sink.expected()  # once each, nothing lost
+    assert report.partitions["0"].checkpoint_sequence_number == 29
+
+
+def test_takeover_waits_for_expiry_of_a_live_lease_then_replays() -> None:
+    hub = FakeHub(1)
+    hub.send_all(10)
+    now = [datetime(2024, 1, 1, tzinfo=UTC)]
+    backend = InMemoryBackend(clock=lambda: now[0])
+    store = PartitionStore(backend, HUB)
+    own = store.claim("0", "zombie", None)
+    assert own is not None
+    store.record_intent(own, 0, 4)  # the zombie's lease is fresh: a peer must wait
+    proc, _, sink = make(hub, backend, owner="next")
+    slept = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += timedelta(seconds=2)  # store clock moves; the lease expires after 5 s
+
+    proc.sleep = sleep
+    report = proc.run()
+    assert len(slept) >= 2 and report.complete
+    assert sink.calls[0] == {"0": (0, 4)}  # the zombie's intent first, exactly
+    assert sink.rows() == sink.expected()
+
+
+def test_a_live_peer_that_finishes_is_credited_and_nothing_is_read_twice() -> None:
+    hub = FakeHub(2)
+    hub.send_all(10)
+    backend = InMemoryBackend()
+    store = PartitionStore(backend, HUB)
+    peer = store.claim("1", "peer", None)
+    assert peer is not None
+    peer = store.record_intent(peer, 0, 9)
+    proc, _, sink = make(hub, backend, owner="me")
+
+    def sleep(_s: float) -> None:  # meanwhile the peer finishes its range
+        if store.get_ownership("1").owner_id == "peer":  # type: ignore[union-attr]
+            current = store.get_ownership("1")
+            assert current is not None
+            store.release(store.checkpoint(current, 9, "900"))
+
+    proc.sleep = sleep
+    report = proc.run()
+    assert report.complete
+    assert sink.calls == [{"0": (0, 9)}]
+    assert report.partitions["1"].read_by == ["peer"] and report.partitions["1"].events == 0
+
+
+def test_checkpoint_is_refused_after_the_lease_was_taken() -> None:
+    hub = FakeHub(1)
+    hub.send_all(10)
+    backend = InMemoryBackend()
+    proc, store, sink = make(hub, backend, owner="slow", run_timeout_seconds=0.0)
+
+    def stolen(_ranges):  # while "slow" reads, another owner takes the lease and replays
+        current = store.get_ownership("0")
+        taken = store.claim("0", "fast", current)
+        assert taken is not None and taken.intent == Intent(0, 9, "slow")
+        store.release(store.checkpoint(taken, 9, "900"))
+
+    sink.before_write = stolen
+    report = proc.run()
+    assert store.list_checkpoints()["0"].sequence_number == 9
+    assert report.partitions["0"].events == 0  # slow's write was not counted: fenced out
+    assert sink.rows() == sink.expected()  # same range key: written once
+
+
+def test_replay_writes_but_never_moves_the_checkpoint() -> None:
+    hub = FakeHub(2)
+    hub.send_all(10)
+    proc, store, sink = make(hub)
+    proc.run()
+    before = store.list_checkpoints()
+    hub.send_all(5)
+    report = proc.replay(ReplaySpec(ranges={"1": (3, 12)}))
+    assert report.replay and report.complete and list(report.partitions) == ["1"]
+    assert sink.calls[-1] == {"1": (3, 12)} and report.partitions["1"].events == 10
+    assert store.list_checkpoints() == before
+    everything = proc.replay(ReplaySpec(starting_position="5", ending_position="latest"))
+    assert sink.calls[-1] == {"0": (5, 14), "1": (5, 14)} and everything.events == 20
+    assert store.list_checkpoints() == before
+
+
+def test_data_loss_fails_by_default_and_skip_records_the_gap() -> None:
+    hub = FakeHub(1)
+    hub.send_all(10)
+    backend = InMemoryBackend()
+    proc, store, sink = make(hub, backend)
+    proc.run()
+    hub.send_all(30)
+    hub.expire("0", 25)  # events 10..24 expire unread
+    with pytest.raises(DataLossError, match=r"events 10\.\.24 expired"):
+        proc.run()
+    assert store.list_checkpoints()["0"].sequence_number == 9  # nothing moved
+    proc2, _, _ = make(hub, backend, on_data_loss="skip")
+    proc2.ingestor = sink
+    report = proc2.run()
+    r = report.partitions["0"]
+    assert report.complete and r.skipped_ranges == [(10, 24)]
+    assert (r.first_sequence_number, r.checkpoint_sequence_number) == (25, 39)
+
+
+def test_concurrent_runs_with_random_crashes_land_everything_exactly_once() -> None:
+    """Three owners race over 6 partitions while events arrive; owners die at random steps."""
+    hub = FakeHub(6)
+    hub.send_all(15)
+    now = [datetime(2024, 1, 1, tzinfo=UTC)]
+    clock_lock = threading.Lock()
+
+    def clock() -> datetime:
+        with clock_lock:
+            now[0] += timedelta(milliseconds=50)  # every store call ages leases a bit
+            return now[0]
+
+    backend = InMemoryBackend(clock=clock)
+    sink = FakeIngestor(hub)
+    rng = random.Random(7)
+    steps = ["claim", "before_write", "after_write"]
+    errors: list[BaseException] = []
+
+    def owner(n: int) -> None:
+        for attempt in range(6):
+            store = PartitionStore(backend, HUB)
+            name = f"o{n}-{attempt}"
+            cfg = config(max_events_per_partition=7, lease_expiry_seconds=1.0)
+            where = rng.choice(steps) if attempt < 5 else None
+
+            def maybe(step: str, _where=where) -> None:
+                hub.send(str(rng.randrange(6)), rng.randrange(4))
+                if step == _where and rng.random() < 0.5:
+                    raise Crash()
+
+            base_claim = greedy_claim(store, name, 1.0)
+
+            def claim(targets, _c=base_claim):
+                got = _c(targets)
+                maybe("claim")
+                return got
+
+            ing = _Shared(sink, lambda _r: maybe("before_write"), lambda _r: maybe("after_write"))
+            proc = Processor(cfg, store, hub, ing, owner_id=name, claim=claim, sleep=lambda s: None)
+            try:
+                proc.run()
+            except Crash:
+                continue
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=owner, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    final = Processor(
+        config(max_events_per_partition=10_000),
+        PartitionStore(backend, HUB),
+        hub,
+        sink,
+        owner_id="final",
+        claim=greedy_claim(PartitionStore(backend, HUB), "final", 1.0),
+        sleep=lambda s: None,
+    )
+    assert final.run().complete
+    assert sink.rows() == sink.expected()
+    assert len(sink.rows()) == sum(len(e) for e in hub.events.values()) > 0
+
+
+class _Shared:
+    """One sink shared by several owners, with per-owner crash hooks."""
+
+    def __init__(self, sink: FakeIngestor, before, after) -> None:
+        self.sink, self.before, self.after = sink, before, after
+        self.output_location = sink.output_location
+
+    def ingest(self, ranges):
+        self.before(ranges)
+        out = self.sink.ingest(ranges)
+        self.after(ranges)
+        return out
