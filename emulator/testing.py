@@ -1,0 +1,272 @@
+"""Run the emulator in-process on a background thread, for tests, benchmarks, scripts and demos.
+
+Example::
+
+    from emulator.testing import running_emulator
+
+    with running_emulator(hubs={"telemetry": 4}) as emu:
+        hub = emu.create_hub(partitions=2)            # uuid-named, created at runtime
+        hub.send("0", [b"hello"])                     # through the real SDK producer
+        print(hub.connection_string)
+
+The emulator always stops when the ``with`` block ends, even on error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from emulator.hub import Namespace
+from emulator.server import EmulatorServer
+
+if TYPE_CHECKING:
+    from resources.settings import EventHubSettings
+
+__all__ = ["EmulatedHub", "EmulatorHandle", "connection_string", "running_emulator"]
+
+# Any values work: the emulator accepts every well-formed token. They are not secrets.
+KEY_NAME = "RootManageSharedAccessKey"
+KEY_VALUE = "SAS_KEY_VALUE"
+
+
+def connection_string(host: str, port: int) -> str:
+    """Connection string for an emulator on ``host:port`` (no EntityPath; TLS off)."""
+    return (
+        f"Endpoint=sb://{host}:{port};SharedAccessKeyName={KEY_NAME};"
+        f"SharedAccessKey={KEY_VALUE};UseDevelopmentEmulator=true"
+    )
+
+
+@dataclass(frozen=True)
+class EmulatedHub:
+    """A hub on a running emulator, with what a test needs to reach it."""
+
+    name: str
+    connection_string: str = field(repr=False)
+    partition_ids: tuple[str, ...]
+    consumer_groups: tuple[str, ...] = ("$Default",)
+
+    def settings(self, consumer_group: str = "$Default") -> EventHubSettings:
+        """``EventHubSettings`` for this hub and ``consumer_group``."""
+        from resources.settings import EventHubSettings
+
+        return EventHubSettings(
+            eventhub_name=self.name,
+            consumer_group=consumer_group,
+            connection_string=self.connection_string,
+        )
+
+    def producer(self, **kwargs: Any) -> Any:
+        """A new real ``EventHubProducerClient`` for this hub (close it when done)."""
+        from azure.eventhub import EventHubProducerClient
+
+        return EventHubProducerClient.from_connection_string(
+            self.connection_string, eventhub_name=self.name, **kwargs
+        )
+
+    def consumer(self, consumer_group: str = "$Default", **kwargs: Any) -> Any:
+        """A new real ``EventHubConsumerClient`` for this hub (close it when done)."""
+        from azure.eventhub import EventHubConsumerClient
+
+        return EventHubConsumerClient.from_connection_string(
+            self.connection_string,
+            consumer_group=consumer_group,
+            eventhub_name=self.name,
+            **kwargs,
+        )
+
+    def send(
+        self,
+        partition_id: str | None,
+        bodies: Iterable[bytes | str],
+        properties: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
+        partition_key: str | None = None,
+    ) -> int:
+        """Send ``bodies`` with the real SDK producer, in as few batches as fit; return the count.
+
+        ``partition_id`` targets one partition; ``None`` sends to the hub (routed by
+        ``partition_key`` if given, else round-robin). ``properties`` is one mapping for every
+        event or one mapping (or None) per event.
+        """
+        from azure.eventhub import EventData
+
+        items = list(bodies)
+        if properties is None or isinstance(properties, Mapping):
+            per_event: list[Mapping[str, Any] | None] = [properties] * len(items)
+        else:
+            per_event = list(properties)
+            if len(per_event) != len(items):
+                raise ValueError(
+                    f"properties: {len(per_event)} mappings for {len(items)} bodies; give one "
+                    "per body or a single mapping for all"
+                )
+        options: dict[str, Any] = {}
+        if partition_id is not None:
+            options["partition_id"] = partition_id
+        if partition_key is not None:
+            options["partition_key"] = partition_key
+        producer = self.producer()
+        try:
+            batch = producer.create_batch(**options)
+            for body, props in zip(items, per_event, strict=True):
+                event = EventData(body)
+                if props:
+                    event_props: dict[str | bytes, Any] = dict(props)
+                    event.properties = event_props
+                try:
+                    batch.add(event)
+                except ValueError:  # batch full: send it and start the next
+                    producer.send_batch(batch)
+                    batch = producer.create_batch(**options)
+                    batch.add(event)
+            if len(batch):
+                producer.send_batch(batch)
+        finally:
+            producer.close()
+        return len(items)
+
+
+class EmulatorHandle:
+    """A running emulator: its address, and thread-safe hub creation."""
+
+    def __init__(self, server: EmulatorServer, loop: asyncio.AbstractEventLoop) -> None:
+        self.server = server
+        self.loop = loop
+
+    @property
+    def host(self) -> str:
+        """The bound host (127.0.0.1)."""
+        return self.server.host
+
+    @property
+    def port(self) -> int:
+        """The bound port."""
+        return self.server.port
+
+    @property
+    def connection_string(self) -> str:
+        """Connection string for this emulator (``UseDevelopmentEmulator=true``, no EntityPath)."""
+        return connection_string(self.host, self.port)
+
+    def create_hub(
+        self,
+        name: str | None = None,
+        partitions: int = 4,
+        consumer_groups: Iterable[str] = (),
+        retention_seconds: float | None = None,
+    ) -> EmulatedHub:
+        """Create a hub now (``name`` defaults to a fresh uuid-based one); safe from any thread."""
+        name = name or f"hub-{uuid.uuid4().hex[:16]}"
+        groups = tuple(consumer_groups)
+        hub = self.server.namespace.create_hub(name, partitions, groups, retention_seconds)
+        return EmulatedHub(
+            name=hub.name,
+            connection_string=self.connection_string,
+            partition_ids=tuple(hub.partition_ids),
+            consumer_groups=tuple(sorted(hub.consumer_groups)),
+        )
+
+    def hub(self, name: str) -> EmulatedHub:
+        """An existing hub by name."""
+        hub = self.server.namespace.get(name)
+        if hub is None:
+            raise KeyError(f"no hub named {name!r} on this emulator")
+        return EmulatedHub(
+            name=hub.name,
+            connection_string=self.connection_string,
+            partition_ids=tuple(hub.partition_ids),
+            consumer_groups=tuple(sorted(hub.consumer_groups)),
+        )
+
+    def call(self, fn: Any, *args: Any) -> Any:
+        """Run ``fn(*args)`` on the emulator's loop thread and return its result."""
+
+        async def run() -> Any:
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(30)
+
+
+def _parse_hubs(hubs: Mapping[str, int] | Iterable[str] | None) -> list[tuple[str, int]]:
+    if hubs is None:
+        return []
+    if isinstance(hubs, Mapping):
+        return [(name, int(count)) for name, count in hubs.items()]
+    out = []
+    for spec in hubs:
+        name, sep, count = spec.partition(":")
+        out.append((name, int(count) if sep else 1))
+    return out
+
+
+@contextlib.contextmanager
+def running_emulator(
+    hubs: Mapping[str, int] | Iterable[str] | None = None,
+    consumer_groups: Iterable[str] = (),
+    data_dir: str | os.PathLike[str] | None = None,
+    retention: float | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    max_message_size: int | None = None,
+) -> Iterator[EmulatorHandle]:
+    """Start an emulator on a background thread; yield its handle; always stop it.
+
+    ``hubs`` maps names to partition counts (or lists ``"name:partitions"`` specs); every hub
+    gets the ``consumer_groups`` besides ``$Default``. ``data_dir`` persists events across
+    restarts; ``retention`` (seconds) makes older events unreadable. ``port=0`` picks a free port.
+    """
+    namespace = Namespace(data_dir, retention_seconds=retention)
+    groups = tuple(consumer_groups)
+    for name, count in _parse_hubs(hubs):
+        namespace.create_hub(name, count, groups)
+    kwargs: dict[str, Any] = {}
+    if max_message_size is not None:
+        kwargs["max_message_size"] = max_message_size
+    server = EmulatorServer(namespace, host=host, port=port, **kwargs)
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    failure: list[BaseException] = []
+    stop_event: asyncio.Event | None = None
+
+    async def main() -> None:
+        nonlocal stop_event
+        stop_event = asyncio.Event()
+        try:
+            await server.start()
+        except BaseException as exc:
+            failure.append(exc)
+            started.set()
+            return
+        started.set()
+        try:
+            await stop_event.wait()
+        finally:
+            await server.stop()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(main())
+        finally:
+            loop.close()
+
+    thread = threading.Thread(target=run, name=f"eventhubs-emulator-{port}", daemon=True)
+    thread.start()
+    started.wait(30)
+    if failure:
+        thread.join(5)
+        error = failure[0]
+        raise RuntimeError(f"emulator failed to start on {host}:{port}: {error}") from error
+    try:
+        yield EmulatorHandle(server, loop)
+    finally:
+        if stop_event is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(stop_event.set)
+        thread.join(15)
