@@ -371,13 +371,19 @@ class AzureBlobBackend:
 
     @staticmethod
     def _container_missing(exc: ResourceNotFoundError) -> bool:
-        return str(getattr(exc, "error_code", "") or "").endswith("ContainerNotFound") or (
+        # error_code is a StorageErrorCode enum or a plain string depending on the call.
+        code = getattr(exc, "error_code", None)
+        return str(getattr(code, "value", code)) == "ContainerNotFound" or (
             "ContainerNotFound" in str(exc.message or "")
         )
 
     def _translate(self, exc: AzureError, action: str, name: str) -> EventHubIngestError:
         """One of our error types for an Azure error; the message names no secret."""
-        what = f"{action} {name!r} in container {self.container!r} at {self.endpoint}"
+        target = "" if name == self.container else f" {name!r} in"
+        what = f"{action}{target} container {self.container!r} at {self.endpoint}"
+        status = getattr(exc, "status_code", None)
+        code = getattr(exc, "error_code", None)
+        code = str(getattr(code, "value", code) or type(exc).__name__)
         if isinstance(exc, ServiceRequestError | ServiceResponseError):
             reason = (str(exc.message or type(exc).__name__).splitlines() or ["?"])[0][:200]
             return StoreUnavailableError(
@@ -386,11 +392,12 @@ class AzureBlobBackend:
                 "running, and that this machine can reach it (network, firewall, private "
                 "endpoint, proxy)."
             )
-        if isinstance(exc, ClientAuthenticationError):
+        if isinstance(exc, ClientAuthenticationError) or status in (401, 403):
             return ConfigurationError(
                 f"Blob Storage rejected the credentials ({what}): check AccountKey / "
                 "SharedAccessSignature in the store connection_string, or that the identity "
-                "has the 'Storage Blob Data Contributor' role on the container"
+                f"has the 'Storage Blob Data Contributor' role on the container (HTTP {status} "
+                f"{code})"
             )
         if isinstance(exc, ResourceNotFoundError) and self._container_missing(exc):
             return ConfigurationError(
@@ -398,13 +405,9 @@ class AzureBlobBackend:
                 f"{name!r}); was it deleted? Create it again, or set create_container=True and "
                 "rebuild the store (checkpoints in the old container are gone)"
             )
-        status = getattr(exc, "status_code", None)
-        code = getattr(exc, "error_code", None)
         if status is None or status >= 500 or status in (408, 429):
             return StoreUnavailableError(
                 f"Blob Storage failed ({what}) after {RETRY_TOTAL} retries: HTTP {status} "
-                f"{code or type(exc).__name__}. The service is busy or unhealthy; retry later."
+                f"{code}. The service is busy or unhealthy; retry later."
             )
-        return EventHubIngestError(
-            f"Blob Storage refused to {what}: HTTP {status} {code or type(exc).__name__}"
-        )
+        return EventHubIngestError(f"Blob Storage refused to {what}: HTTP {status} {code}")
