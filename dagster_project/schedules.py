@@ -39,7 +39,6 @@ def build_ingest_job(
     return dg.define_asset_job(
         name or f"{asset.key.to_python_identifier()}_job",
         selection=dg.AssetSelection.assets(asset),
-        partitions_def=asset.partitions_def,
     )
 
 

@@ -1,0 +1,289 @@
+"""Dagster definitions without services: Component from YAML, schedule, run config, lag check,
+run liveness, and secrets kept out of what the UI shows."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.remote_representation.external_data import RepositorySnap
+from dagster._serdes import serialize_value
+from dagster.components.testing.utils import component_defs
+
+from dagster_project.assets import (
+    IngestOptions,
+    IngestRunConfig,
+    build_eventhub_ingest_asset,
+    dagster_run_is_dead,
+)
+from dagster_project.checks import LAG_CHECK_NAME, lag_check_result
+from dagster_project.component import EventHubIngestComponent
+from dagster_project.resources import EventHubResource
+from dagster_project.schedules import (
+    RUNNER_TAG,
+    build_ingest_job,
+    build_ingest_schedule,
+    every_minutes_cron,
+)
+from dagster_project.sensors import partitions_to_add
+from ops.run import PartitionReport
+from resources.errors import ConfigurationError
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "c2VjcmV0LWtleS1uZXZlci1zaG93bg=="
+EH_CONN = f"Endpoint=sb://myns.servicebus.windows.net/;SharedAccessKeyName=listen;SharedAccessKey={SECRET}"
+ST_CONN = (
+    "DefaultEndpointsProtocol=https;AccountName=acct;"
+    f"AccountKey={SECRET};EndpointSuffix=core.windows.net"
+)
+
+YAML = """
+type: dagster_project.component.EventHubIngestComponent
+attributes:
+  asset_key: raw/telemetry
+  eventhub:
+    eventhub_name: telemetry
+    connection_string_env: TEST_EH_CONN
+  store:
+    container: eventhub-state
+    connection_string_env: TEST_ST_CONN
+  sink:
+    path: /tmp/out
+  partitions: [0, 1, 2, 10]
+  schedule: {every_minutes: 10, runs: 3}
+  lag_check: {max_lag_events: 50}
+"""
+
+
+def _component(yaml_text: str) -> EventHubIngestComponent:
+    import yaml
+
+    attributes = yaml.safe_load(yaml_text)["attributes"]
+    return EventHubIngestComponent.resolve_from_yaml(yaml.safe_dump(attributes))
+
+
+def test_component_from_yaml_coerces_partition_ids_and_builds_everything() -> None:
+    component = _component(YAML)
+    assert component.partitions == ["0", "1", "2", "10"]
+    defs = component_defs(component=component)
+    asset = defs.resolve_assets_def(dg.AssetKey(["raw", "telemetry"]))
+    assert asset.partitions_def is not None
+    assert asset.partitions_def.get_partition_keys() == ["0", "1", "2", "10"]
+    assert asset.backfill_policy == dg.BackfillPolicy.single_run()
+    assert dg.AssetCheckKey(asset.key, LAG_CHECK_NAME) in asset.check_keys
+    schedule = defs.resolve_schedule_def("raw__telemetry_job_schedule")
+    assert schedule.cron_schedule == "*/10 * * * *"
+    assert set(defs.resources or {}) == {
+        "raw__telemetry_eventhub",
+        "raw__telemetry_partition_store",
+        "raw__telemetry_sink",
+        "raw__telemetry_pyspark",
+    }
+
+
+def test_component_without_partitions_is_dynamic_with_a_sync_sensor() -> None:
+    component = _component(YAML.replace("  partitions: [0, 1, 2, 10]\n", ""))
+    defs = component_defs(component=component)
+    asset = defs.resolve_assets_def(dg.AssetKey(["raw", "telemetry"]))
+    assert isinstance(asset.partitions_def, dg.DynamicPartitionsDefinition)
+    sensor = defs.resolve_sensor_def("raw__telemetry_partitions_sync")
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+
+
+@pytest.mark.parametrize(
+    ("snippet", "message"),
+    [
+        ("  partitions: [0, 0]\n", "duplicates"),
+        ("  partitions: []\n", "the list is empty"),
+        ("  partitions: [0, [1]]\n", "partitions.list"),
+        ("  backfill_max_partitions_per_run: 0\n", "backfill_max_partitions_per_run: 0"),
+        ("  max_events_per_partition: 0\n", "max_events_per_partition: 0 must be >= 1"),
+    ],
+)
+def test_component_bad_input_names_the_field(snippet: str, message: str) -> None:
+    text = YAML.replace("  partitions: [0, 1, 2, 10]\n", "") + snippet
+    with pytest.raises(Exception) as info:
+        component_defs(component=_component(text))
+    assert message in str(info.value)
+
+
+def test_bad_schedule_period_is_explained() -> None:
+    with pytest.raises(ConfigurationError, match="every_minutes: 7 does not divide"):
+        every_minutes_cron(7)
+    assert every_minutes_cron(1) == "* * * * *"
+    assert every_minutes_cron(15) == "*/15 * * * *"
+    assert every_minutes_cron(120) == "0 */2 * * *"
+
+
+def test_project_definitions_load_the_example_defs_yaml() -> None:
+    from dagster_project.definitions import defs
+
+    loaded = defs()
+    asset = loaded.resolve_assets_def("eventhub_events")
+    assert asset.partitions_def is not None
+    assert asset.partitions_def.get_partition_keys() == ["0", "1", "2", "3"]
+    loaded.resolve_job_def("eventhub_events_job")
+
+
+def test_dg_lists_the_component_and_checks_the_project() -> None:
+    env = {**os.environ, "DAGSTER_DISABLE_TELEMETRY": "1", "VIRTUAL_ENV": sys.prefix}
+    dg_bin = str(Path(sys.executable).with_name("dg"))
+    listed = subprocess.run(
+        [dg_bin, "list", "components", "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "dagster_project.component.EventHubIngestComponent" in listed.stdout
+    checked = subprocess.run(
+        [dg_bin, "check", "defs"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "All definitions loaded successfully" in checked.stdout + checked.stderr
+
+
+def test_secrets_from_env_vars_never_reach_the_ui_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEST_EH_CONN", EH_CONN)
+    monkeypatch.setenv("TEST_ST_CONN", ST_CONN)
+    component = _component(YAML)
+    defs = component_defs(component=component)
+    repo = defs.get_repository_def()
+    snapshot = serialize_value(RepositorySnap.from_def(repo))
+    assert "TEST_EH_CONN" in snapshot
+    assert SECRET not in snapshot
+    # The value is still resolved when a run uses the resource.
+    seen: list[str] = []
+
+    @dg.asset
+    def probe(eventhub: EventHubResource) -> None:
+        settings = eventhub.settings()
+        assert SECRET not in repr(settings)
+        seen.append(settings.connection_string or "")
+
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [probe], resources={"eventhub": component.eventhub.resource()}, instance=instance
+        )
+        assert result.success
+        logs = " ".join(str(e.message) for e in instance.all_logs(result.run_id) if e.message)
+    assert seen == [EH_CONN]
+    assert SECRET not in logs
+
+
+def _static_job() -> tuple[dg.AssetsDefinition, dg.UnresolvedAssetJobDefinition]:
+    asset = build_eventhub_ingest_asset(key="events", partition_ids=["0", "1", "2", "3"])
+    return asset, build_ingest_job(asset)
+
+
+def test_schedule_launches_k_runs_each_over_every_partition(
+    dagster_instance: dg.DagsterInstance,
+) -> None:
+    asset, job = _static_job()
+    assert asset.partitions_def is not None
+    schedule = build_ingest_schedule(job, asset.partitions_def, every_minutes=5, runs=3)
+    tick = datetime(2026, 1, 1, 12, 5, tzinfo=UTC)
+    ctx = dg.build_schedule_context(instance=dagster_instance, scheduled_execution_time=tick)
+    requests = schedule.evaluate_tick(ctx).run_requests
+    assert requests is not None and len(requests) == 3
+    assert len({r.run_key for r in requests}) == 3
+    for i, request in enumerate(requests, start=1):
+        assert request.tags["dagster/asset_partition_range_start"] == "0"
+        assert request.tags["dagster/asset_partition_range_end"] == "3"
+        assert request.tags[RUNNER_TAG] == f"{i}/3"
+
+
+def test_schedule_over_dynamic_partitions_uses_what_the_instance_knows(
+    dagster_instance: dg.DagsterInstance,
+) -> None:
+    asset = build_eventhub_ingest_asset(key="events", partition_ids=None)
+    pdef = asset.partitions_def
+    assert isinstance(pdef, dg.DynamicPartitionsDefinition) and pdef.name
+    schedule = build_ingest_schedule(build_ingest_job(asset), pdef, every_minutes=1, runs=2)
+    tick = datetime(2026, 1, 1, 12, 5, tzinfo=UTC)
+    ctx = dg.build_schedule_context(instance=dagster_instance, scheduled_execution_time=tick)
+    data = schedule.evaluate_tick(ctx)
+    assert not data.run_requests and data.skip_message and "no partitions yet" in data.skip_message
+    dagster_instance.add_dynamic_partitions(pdef.name, ["0", "1", "2"])
+    ctx = dg.build_schedule_context(instance=dagster_instance, scheduled_execution_time=tick)
+    requests = schedule.evaluate_tick(ctx).run_requests
+    assert requests is not None and len(requests) == 2
+    assert {r.tags["dagster/asset_partition_range_end"] for r in requests} == {"2"}
+
+
+def test_partitions_to_add_only_new_ids_in_numeric_order() -> None:
+    assert partitions_to_add(["10", "2", "0", "1"], ["0", "1"]) == ["2", "10"]
+    assert partitions_to_add(["0", "1"], ["0", "1"]) == []
+
+
+def test_replay_run_config_is_validated_with_clear_messages() -> None:
+    assert IngestRunConfig().replay_spec(["0"]) is None
+    spec = IngestRunConfig(replay_ranges={"0": [5, 9]}).replay_spec(["0", "1"])
+    assert spec is not None and spec.ranges == {"0": (5, 9)}
+    spec = IngestRunConfig(replay_from="earliest").replay_spec(["0"])
+    assert spec is not None and spec.starting_position == "earliest"
+    cases = [
+        (IngestRunConfig(replay_ranges={"7": [1, 2]}), "partition '7' is not among"),
+        (IngestRunConfig(replay_ranges={"0": [9, 5]}), "must be [first, last]"),
+        (IngestRunConfig(replay_ranges={"0": [1]}), "must be [first, last]"),
+        (IngestRunConfig(replay_to="10"), "replay_to: needs replay_from"),
+        (
+            IngestRunConfig(replay_ranges={"0": [1, 2]}, replay_from="earliest"),
+            "either replay_ranges or replay_from",
+        ),
+    ]
+    for config, message in cases:
+        with pytest.raises(ConfigurationError) as info:
+            config.replay_spec(["0", "1"])
+        assert message in str(info.value)
+
+
+def _report(pid: str, lag_events: int | None, lag_seconds: float | None) -> PartitionReport:
+    return PartitionReport(partition_id=pid, lag_events=lag_events, lag_seconds=lag_seconds)
+
+
+def test_lag_check_passes_within_and_fails_over_threshold() -> None:
+    key = dg.AssetKey("events")
+    opts = IngestOptions(max_lag_events=10, max_lag_seconds=60.0)
+    ok = lag_check_result(key, opts, {"0": _report("0", 0, 0.0), "1": _report("1", 10, 59.0)})
+    assert ok.passed
+    assert ok.metadata["partitions_over_threshold"].value == "none"
+    over_events = lag_check_result(key, opts, {"0": _report("0", 11, 1.0)})
+    assert not over_events.passed
+    assert over_events.metadata["partitions_over_threshold"].value == "0"
+    assert over_events.metadata["max_lag_events"].value == 11
+    over_seconds = lag_check_result(key, opts, {"0": _report("0", 1, 61.0)})
+    assert not over_seconds.passed
+    missing = lag_check_result(key, opts, {"0": _report("0", 0, 0.0), "1": None})
+    assert not missing.passed
+    assert missing.metadata["partitions_over_threshold"].value == "1"
+
+
+def test_is_owner_dead_follows_the_instance_run_status(
+    dagster_instance: dg.DagsterInstance,
+) -> None:
+    @dg.asset
+    def fails() -> None:
+        raise RuntimeError("boom")
+
+    @dg.asset
+    def works() -> None:
+        return None
+
+    failed = dg.materialize([fails], instance=dagster_instance, raise_on_error=False)
+    succeeded = dg.materialize([works], instance=dagster_instance)
+    assert not failed.success
+    is_dead = dagster_run_is_dead(dagster_instance)
+    assert is_dead(failed.run_id)
+    assert not is_dead(succeeded.run_id)
+    assert not is_dead(str(uuid.uuid4()))  # unknown run: wait for lease expiry instead
+    assert not is_dead("ehingest-cli@host-1")  # not a run id at all
+    assert not is_dead("")
