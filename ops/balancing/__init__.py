@@ -19,6 +19,7 @@ from ops.balancing.cycle import (
     claim_cycle,
     execute_claim,
     finish_cycle,
+    join,
     leave,
     plan_claims,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "execute_claim",
     "finish_cycle",
     "get_strategy",
+    "join",
     "jump_consistent_hash",
     "leave",
     "list_heartbeats",

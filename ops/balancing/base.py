@@ -81,6 +81,22 @@ class BalanceView:
             p for p in self.partitions if self.holders.get(p) == owner and p not in self.started
         ]
 
+    def preference(self, candidates: list[str], rng: random.Random) -> list[str]:
+        """``candidates`` ordered for claiming: this owner's round-robin slots first.
+
+        The designs pick free partitions at random; owners that start together then collide
+        on the same blobs. Every peer computes the same round-robin split of the sorted
+        targets over the sorted peers, so each tries "its" partitions first and a simultaneous
+        start is settled in one claim phase. The rest follow in random (seeded) order.
+        """
+        n = max(len(self.peers), 1)
+        index = {p: i for i, p in enumerate(self.partitions)}
+        me = self.peers.index(self.owner_id) if self.owner_id in self.peers else -1
+        own = sorted((p for p in candidates if index.get(p, -1) % n == me), key=lambda p: index[p])
+        taken = set(own)
+        rest = [p for p in candidates if p not in taken]
+        return own + rng.sample(rest, len(rest))
+
     def fair_share(self) -> tuple[int, int]:
         """``(floor, ceil)`` of partitions per live owner."""
         n = max(len(self.peers), 1)

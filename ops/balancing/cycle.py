@@ -34,7 +34,16 @@ from ops.balancing.strategies import DelayRace, get_strategy
 from resources.errors import ConfigurationError, OwnershipLostError
 from resources.store import Ownership, PartitionStore
 
-__all__ = ["CyclePlan", "claim_cycle", "execute_claim", "finish_cycle", "leave", "plan_claims"]
+__all__ = [
+    "CyclePlan",
+    "build_view",
+    "claim_cycle",
+    "execute_claim",
+    "finish_cycle",
+    "join",
+    "leave",
+    "plan_claims",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -140,8 +149,12 @@ def plan_claims(
     is_owner_dead: DeathCheck | None = None,
     rng: random.Random | None = None,
     heartbeat: bool = True,
+    heartbeats: Mapping[str, Heartbeat] | None = None,
 ) -> CyclePlan:
-    """Look at the store once, write this owner's heartbeat, and decide what to claim."""
+    """Look at the store once, write this owner's heartbeat, and decide what to claim.
+
+    ``heartbeats``: a listing the caller just made (saves one storage call).
+    """
     strategy = _resolve(strategy)
     if not owner_id:
         raise ConfigurationError("owner_id: must not be empty (use the run id)")
@@ -156,7 +169,8 @@ def plan_claims(
         )
     wanted = {p.lower(): p for p in targets}
     now = store.now()
-    heartbeats = list_heartbeats(store)
+    if heartbeats is None:
+        heartbeats = list_heartbeats(store)
     listed = store.list_ownership()
     ownerships = {wanted[p]: o for p, o in listed.items() if p in wanted}
     hb = write_heartbeat(store, owner_id, heartbeats.get(owner_id)) if heartbeat else None
@@ -246,13 +260,17 @@ def claim_cycle(
     is_owner_dead: DeathCheck | None = None,
     rng: random.Random | None = None,
     renew: bool = True,
+    join_grace: float = 1.0,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Ownership]:
     """One balancing cycle for ``owner_id``; returns what it holds now among ``targets``.
 
     Lists the store once, applies the batch-run rule (module docstring), asks ``strategy``
     which partitions to claim, claims them by CAS in order of the strategy's delays (losing a
-    race is normal) and renews idle leases. The returned :class:`Ownership` s carry the ETags
+    race is normal) and renews idle leases. On this owner's first cycle (no heartbeat of its
+    own yet) it writes its heartbeat and waits ``join_grace`` seconds before looking, so runs
+    started together see each other and split the partitions in one claim phase instead of
+    each claiming everything. The returned :class:`Ownership` s carry the ETags
     to use for the next CAS (record_intent, checkpoint, release).
 
     Example::
@@ -260,6 +278,11 @@ def claim_cycle(
         held = claim_cycle(store, run_id, "balanced", targets=["0", "1", "2", "3"],
                            expiry=timedelta(seconds=60), is_owner_dead=run_failed)
     """
+    heartbeats: dict[str, Heartbeat] | None = list_heartbeats(store)
+    if heartbeats is not None and owner_id not in heartbeats and join_grace > 0:
+        join(store, owner_id)
+        sleep(join_grace)
+        heartbeats = None
     plan = plan_claims(
         store,
         owner_id,
@@ -268,6 +291,7 @@ def claim_cycle(
         expiry=expiry,
         is_owner_dead=is_owner_dead,
         rng=rng,
+        heartbeats=heartbeats,
     )
     won: dict[str, Ownership] = {}
     start = time.monotonic()
@@ -279,6 +303,11 @@ def claim_cycle(
         if own is not None:
             won[claim.partition_id] = own
     return finish_cycle(store, plan, won, renew=renew)
+
+
+def join(store: PartitionStore, owner_id: str) -> Heartbeat:
+    """Announce ``owner_id`` (first heartbeat) so peers count it before it claims anything."""
+    return write_heartbeat(store, owner_id)
 
 
 def leave(store: PartitionStore, owner_id: str, held: Mapping[str, Ownership]) -> None:

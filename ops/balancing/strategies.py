@@ -70,7 +70,7 @@ class _ProcessorClient:
         free = view.free()
         if free:
             take = need if self.per_cycle is None else min(need, self.per_cycle)
-            return [Claim(p) for p in rng.sample(free, min(take, len(free)))]
+            return [Claim(p) for p in view.preference(free, rng)[:take]]
         counts = view.counts()
         over = [
             o
@@ -115,7 +115,7 @@ class EventProcessorHost:
         free = view.free()
         if free:
             need = ceil - mine
-            return [Claim(p) for p in rng.sample(free, max(0, min(need, len(free))))]
+            return [Claim(p) for p in view.preference(free, rng)[: max(0, need)]]
         victim = _victim(view, rng)
         if victim is not None and view.counts()[victim] >= mine + 2:
             return _steal_one(view, rng, victim)
@@ -139,7 +139,7 @@ class EqualPartitions:
             return []
         free = view.free()
         if free:
-            return [Claim(p) for p in rng.sample(free, min(need, len(free)))]
+            return [Claim(p) for p in view.preference(free, rng)[:need]]
         victim = _victim(view, rng)
         if victim is not None and view.counts()[victim] > target - (1 if need > 1 else 0):
             return _steal_one(view, rng, victim)
@@ -205,56 +205,63 @@ class JumpHash:
 
 @dataclass(frozen=True)
 class DelayRace:
-    """``delay_race``: contenders race for each open lease; the less loaded one waits less.
+    """``delay_race``: contenders race for each open lease mark; the less loaded waits less.
 
-    A lease mark is open when it is free (unowned, released, older than the maximum lease time
-    = the cycle's ``expiry``, or of a dead owner) or when it is older than ``min_grab_time``
-    (the winner's mark is cleared) and its holder has not started reading it. A holder
-    re-races for its own open marks after ``(active - 0.5) * delay``; a contender waits
-    ``(active + i + 0.5) * delay`` for its i-th claim of the cycle (its active count as it
-    would be by then). Each contender races for every free partition and for one open mark of
-    the most loaded peer per cycle. A holder that loses learns it at its next CAS, i.e. within
-    one cycle: the maximum shutdown time. A holder paused past ``min_grab_time`` loses to
-    any contender: the failure mode the simulator's ``slow_owner`` scenario measures.
+    A mark opens when it is free (unowned, released, older than the maximum lease time = the
+    cycle's ``expiry``, or of a dead owner) or ``min_grab_time`` after its holder last wrote it
+    (the winner's mark is cleared), unless the holder has started reading it. Each race starts
+    when the mark opens: the holder re-grabs its own after ``(active - 0.5) * delay``, a
+    contender claims after ``(active + i + 0.5) * delay`` for its i-th claim of the cycle (its
+    active count by then). An owner looks ``lookahead`` seconds ahead (one polling interval)
+    so all contenders race from the same opening instant. Each contender races for every free
+    partition and for one mark of the most loaded peer per cycle. A holder that loses learns it
+    at its next CAS, within one cycle: the maximum shutdown time. A holder paused past its
+    mark's opening loses it to any contender: the failure the ``slow_owner`` scenario measures.
     """
 
     delay: float = 0.05
     min_grab_time: float = 10.0
+    lookahead: float = 10.0
     name: str = "delay_race"
 
     def __post_init__(self) -> None:
-        if self.delay <= 0:
-            raise ConfigurationError(f"delay_race: delay={self.delay!r} must be > 0 (seconds)")
-        if self.min_grab_time <= 0:
-            raise ConfigurationError(
-                f"delay_race: min_grab_time={self.min_grab_time!r} must be > 0 (seconds)"
-            )
+        for key in ("delay", "min_grab_time", "lookahead"):
+            value = getattr(self, key)
+            if not isinstance(value, int | float) or value <= 0:
+                raise ConfigurationError(f"delay_race: {key}={value!r} must be > 0 (seconds)")
 
-    def _open(self, view: BalanceView, p: str) -> bool:
-        return p not in view.started and view.lease_age.get(p, 0.0) >= self.min_grab_time
+    def _opens_in(self, view: BalanceView, p: str) -> float | None:
+        """Seconds until ``p``'s mark opens (0: open now), None if not within the lookahead."""
+        if p in view.started:
+            return None
+        wait = max(self.min_grab_time - view.lease_age.get(p, 0.0), 0.0)
+        return wait if wait <= self.lookahead else None
 
     def choose(self, view: BalanceView, rng: random.Random) -> list[Claim]:
         counts = view.counts()
         active = counts[view.owner_id]
-        claims = [
-            Claim(p, "keep", max(active - 0.5, 0.0) * self.delay)
-            for p in view.mine()
-            if self._open(view, p)
-        ]
-        contest = rng.sample(view.free(), len(view.free()))
-        others = [
-            o
+        claims = []
+        for p in view.mine():
+            opens = self._opens_in(view, p)
+            if opens is not None:
+                claims.append(Claim(p, "keep", opens + max(active - 0.5, 0.0) * self.delay))
+        free = view.free()
+        contest = [(p, 0.0) for p in rng.sample(free, len(free))]
+        marks = {
+            o: [
+                (p, w) for p in view.stealable_from(o) if (w := self._opens_in(view, p)) is not None
+            ]
             for o in view.peers
-            if o != view.owner_id and any(self._open(view, p) for p in view.stealable_from(o))
-        ]
+            if o != view.owner_id
+        }
+        others = [o for o, opened in marks.items() if opened]
         if others:
             top = max(counts[o] for o in others)
             victim = rng.choice(sorted(o for o in others if counts[o] == top))
-            opened = [p for p in view.stealable_from(victim) if self._open(view, p)]
-            contest.append(rng.choice(opened))
-        for i, p in enumerate(contest):
+            contest.append(rng.choice(marks[victim]))
+        for i, (p, opens) in enumerate(contest):
             reason = "free" if p not in view.holders else "steal"
-            claims.append(Claim(p, reason, (active + i + 0.5) * self.delay))
+            claims.append(Claim(p, reason, opens + (active + i + 0.5) * self.delay))
         return claims
 
 
