@@ -13,7 +13,10 @@ import click
 
 __all__ = ["main"]
 
-SUBCOMMANDS: dict[str, str] = {}
+SUBCOMMANDS: dict[str, str] = {
+    "emulator": "cli.emulator:emulator",
+    "simulate": "cli.simulate:simulate",
+}
 
 
 class LazyGroup(click.Group):
