@@ -118,7 +118,7 @@ class EmulatedHub:
             for body, props in zip(items, per_event, strict=True):
                 event = EventData(body)
                 if props:
-                    event_props: dict[str | bytes, Any] = dict(props)
+                    event_props: dict[str | bytes, Any] = {k: v for k, v in props.items()}
                     event.properties = event_props
                 try:
                     batch.add(event)
