@@ -54,8 +54,6 @@ logger = logging.getLogger(__name__)
 #: Claims the given unsatisfied partitions for this owner; returns the leases it now holds.
 ClaimFn = Callable[[Sequence[str]], Mapping[str, Ownership]]
 
-STRATEGIES_HINT = "greedy, balanced, eph, equal, jump_hash, delay_race"
-
 
 @dataclass(frozen=True)
 class IngestConfig:
@@ -63,6 +61,7 @@ class IngestConfig:
 
     Attributes:
         strategy: balancing strategy name (``ops.balancing.get_strategy``).
+        strategy_options: options of that strategy (only ``delay_race`` has some).
         max_events_per_partition: at most this many new events per partition per run.
         lease_expiry_seconds: a lease not renewed for this long (store clock) may be taken.
         on_data_loss: ``fail`` (default) raises DataLossError when the checkpoint is older than
@@ -78,6 +77,7 @@ class IngestConfig:
     store: StoreSettings
     sink: SinkSettings
     strategy: str = "balanced"
+    strategy_options: Mapping[str, Any] = field(default_factory=dict)
     max_events_per_partition: int = 100_000
     lease_expiry_seconds: float = 60.0
     on_data_loss: Literal["fail", "skip"] = "fail"
@@ -633,13 +633,8 @@ def _default_claim(
 ) -> ClaimFn:
     from ops.balancing import claim_cycle, get_strategy
 
-    try:
-        strategy = get_strategy(config.strategy)
-    except (KeyError, ValueError) as exc:
-        raise ConfigurationError(
-            f"strategy: {config.strategy!r} is not a known balancing strategy; valid: "
-            f"{STRATEGIES_HINT}"
-        ) from exc
+    # Raises ConfigurationError naming the valid strategies.
+    strategy = get_strategy(config.strategy, **dict(config.strategy_options))
     expiry = timedelta(seconds=config.lease_expiry_seconds)
 
     def claim(targets: Sequence[str]) -> Mapping[str, Ownership]:
@@ -710,4 +705,13 @@ def run_ingestion(
     processor = Processor(config, store, hub, ingestor, owner_id=owner_id, claim=claim, log=log)
     if replay is not None:
         return processor.replay(replay, partition_ids)
-    return processor.run(partition_ids)
+    from ops.balancing import delete_heartbeat
+
+    try:
+        return processor.run(partition_ids)
+    finally:
+        # Graceful leave: peers stop counting this owner at once (leases were released).
+        try:
+            delete_heartbeat(store, owner_id)
+        except Exception:  # a leftover heartbeat only ages out
+            logger.warning("could not delete heartbeat owner=%s", owner_id, exc_info=True)
