@@ -1,0 +1,725 @@
+"""Idempotent sinks: write one batch (partition + sequence range per Event Hub partition) once.
+
+Every row gets a batch key column ``eh_batch = "<partition>-<start>-<end>"`` (the intent it
+belongs to) and the output is partitioned by it (after the user's ``partition_by`` columns).
+Writing a batch replaces exactly the directories / Delta partitions of its keys, atomically:
+
+* Spark formats (``parquet``, ``orc``, ``json``, ``delta`` on a cluster, ...): dynamic partition
+  overwrite. Tasks write into a hidden staging directory; the job commit swaps in the batch's
+  partition directories. A crash leaves only staging files nobody reads; rewriting the same
+  intent replaces the batch directories, so its rows are in the output exactly once.
+* ``deltalake`` (delta-rs, no Spark jars): each Spark task writes its own Parquet files into the
+  table directory (``mapInArrow``, nothing travels to the driver but one small row per file),
+  then the driver commits them with ``create_write_transaction(mode="overwrite",
+  partition_filters=[("eh_batch", "in", keys)])``: the batch's old files are removed and the new
+  ones added in one Delta transaction. Files of a crashed attempt are never in the log.
+
+See docs/sinks.md for the trade-offs and the measurements.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceWriter,
+    WriterCommitMessage,
+)
+
+from resources.errors import ConfigurationError, SinkError, redact
+from resources.settings import SinkSettings
+from resources.spark_source import register_python_source
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+__all__ = [
+    "BATCH_COLUMN",
+    "DELTALAKE_FORMAT",
+    "PartitionWriteStats",
+    "WriteResult",
+    "batch_key",
+    "read_sink",
+    "sink_location",
+    "write_batch",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The column holding each row's batch key; the output is partitioned by it.
+BATCH_COLUMN = "eh_batch"
+#: ``SinkSettings.format`` for Delta tables written by delta-rs (the ``deltalake`` package).
+DELTALAKE_FORMAT = "deltalake"
+
+StatsMethod = Literal["observe", "readback"]
+
+
+def batch_key(partition_id: str, start: int, end: int) -> str:
+    """The batch key of one intent: ``"<partition>-<start>-<end>"`` (inclusive sequence numbers)."""
+    return f"{partition_id}-{start}-{end}"
+
+
+@dataclass(frozen=True)
+class PartitionWriteStats:
+    """What was written for one Event Hub partition; what the checkpoint and Dagster need.
+
+    ``expected_events`` is the size of the intent's range; fewer ``events`` means a part of the
+    range was skipped (``on_data_loss=skip``), see :attr:`missing_events`.
+    """
+
+    partition_id: str
+    start: int
+    end: int
+    batch_key: str
+    events: int = 0
+    bytes: int = 0
+    first_sequence_number: int | None = None
+    last_sequence_number: int | None = None
+    last_offset: str | None = None
+    first_enqueued_time: datetime | None = None
+    last_enqueued_time: datetime | None = None
+
+    @property
+    def expected_events(self) -> int:
+        """Number of sequence numbers in the intent's range."""
+        return self.end - self.start + 1
+
+    @property
+    def missing_events(self) -> int:
+        """Sequence numbers of the range not in the output (0 unless data was skipped)."""
+        return self.expected_events - self.events
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """The outcome of :func:`write_batch`: where it went and per-partition statistics."""
+
+    output_location: str
+    format: str
+    partitions: dict[str, PartitionWriteStats] = field(default_factory=dict)
+
+    @property
+    def events(self) -> int:
+        """Events written in total."""
+        return sum(p.events for p in self.partitions.values())
+
+    @property
+    def bytes(self) -> int:
+        """Body bytes written in total."""
+        return sum(p.bytes for p in self.partitions.values())
+
+    def metadata(self) -> dict[str, Any]:
+        """Plain JSON-able values for logs and Dagster metadata (no secrets in a sink)."""
+        return {
+            "output_location": self.output_location,
+            "format": self.format,
+            "events": self.events,
+            "bytes": self.bytes,
+            "partitions": {
+                pid: {
+                    k: (v.isoformat() if isinstance(v, datetime) else v)
+                    for k, v in asdict(stats).items()
+                }
+                for pid, stats in self.partitions.items()
+            },
+        }
+
+
+def sink_location(sink: SinkSettings, spark: SparkSession | None = None) -> str:
+    """Where ``sink`` writes: the absolute path, or the table name (qualified when known)."""
+    if sink.path is not None:
+        if "://" in sink.path:
+            return sink.path
+        return os.path.abspath(sink.path)
+    assert sink.table is not None
+    if spark is not None and sink.table.count(".") == 0:
+        return f"{spark.catalog.currentDatabase()}.{sink.table}"
+    return sink.table
+
+
+def _check_sink(sink: SinkSettings) -> None:
+    if BATCH_COLUMN in sink.partition_by:
+        raise ConfigurationError(
+            f"sink partition_by: {BATCH_COLUMN!r} is added by the writer itself; remove it"
+        )
+    if sink.format == DELTALAKE_FORMAT and sink.path is None:
+        raise ConfigurationError(
+            f"sink: format {DELTALAKE_FORMAT!r} needs a path (a Delta table location, local or "
+            f"object store), not table={sink.table!r}; or use format='delta' with a Spark "
+            "session that has Delta"
+        )
+
+
+def _normalise_ranges(ranges: Mapping[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+    out: dict[str, tuple[int, int]] = {}
+    for pid, bounds in ranges.items():
+        start, end = int(bounds[0]), int(bounds[1])
+        if end < start:
+            raise ConfigurationError(
+                f"ranges: partition {pid!r} ends at {end} before its start {start}"
+            )
+        out[str(pid)] = (start, end)
+    if not out:
+        raise ConfigurationError("ranges: empty; a batch names at least one partition range")
+    return out
+
+
+def _in_ranges(ranges: Mapping[str, tuple[int, int]]) -> Column:
+    from pyspark.sql import functions as F
+
+    cond = None
+    for pid, (start, end) in ranges.items():
+        c = (F.col("partition") == F.lit(pid)) & F.col("sequenceNumber").between(start, end)
+        cond = c if cond is None else (cond | c)
+    assert cond is not None
+    return cond
+
+
+def _key_column(ranges: Mapping[str, tuple[int, int]]) -> Column:
+    """The batch key of each row; null for a row outside every range."""
+    from pyspark.sql import functions as F
+
+    expr = None
+    for pid, (start, end) in ranges.items():
+        cond = (F.col("partition") == F.lit(pid)) & F.col("sequenceNumber").between(start, end)
+        key = F.lit(batch_key(pid, start, end))
+        expr = F.when(cond, key) if expr is None else expr.when(cond, key)
+    assert expr is not None
+    return expr
+
+
+def write_batch(
+    df: DataFrame,
+    sink: SinkSettings,
+    ranges: Mapping[str, tuple[int, int]],
+    *,
+    stats_method: StatsMethod = "observe",
+) -> WriteResult:
+    """Write the events of ``ranges`` in ``df`` to ``sink`` so a rewrite replaces, never adds.
+
+    Args:
+        df: Events with the ``eventhubs`` schema (e.g. ``read_eventhubs(spark, plan)``).
+        sink: Format, path or table, partition columns.
+        ranges: The batch's intents: partition id -> inclusive ``(start, end)``. Rows outside
+            them are never written, and make the call fail (for ``deltalake`` before the
+            commit, for Spark formats after the write).
+        stats_method: ``observe`` computes the statistics during the write itself (no second
+            pass, see docs/sinks.md for the measurement); ``readback`` aggregates over the
+            batch read back from the sink.
+
+    Returns:
+        Per-partition statistics (events, body bytes, first/last sequence number, the offset of
+        the last event, first/last enqueued time) and the output location.
+
+    Raises:
+        ConfigurationError: bad sink settings or ranges.
+        SinkError: the sink cannot be written (the message names it and the cause).
+    """
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    _check_sink(sink)
+    rng = _normalise_ranges(ranges)
+    missing = [c for c in ("partition", "sequenceNumber", "offset", "body") if c not in df.columns]
+    if missing:
+        raise ConfigurationError(
+            f"write_batch: the DataFrame lacks column(s) {missing}; it must have the eventhubs "
+            "source schema"
+        )
+    unknown = [c for c in sink.partition_by if c not in df.columns]
+    if unknown:
+        raise ConfigurationError(
+            f"sink partition_by: unknown column(s) {unknown}; valid: {', '.join(df.columns)}"
+        )
+    location = sink_location(sink, df.sparkSession)
+    # One pass: the statistics and the count of rows outside the ranges (never written) are
+    # observed while the write consumes the DataFrame; nothing is collected on the driver.
+    observation = Observation(f"ehwrite_{uuid.uuid4().hex[:12]}")
+    metrics = [F.sum(F.when(_in_ranges(rng), 0).otherwise(1)).alias("outside")]
+    if stats_method == "observe":
+        metrics += _stat_columns(rng)
+    observed = df.observe(observation, *metrics)
+    try:
+        if sink.format == DELTALAKE_FORMAT:
+            # The Delta writer drops key-less rows itself and refuses to commit if there are
+            # any, so a wrong DataFrame never becomes visible.
+            _write_deltalake(observed.withColumn(BATCH_COLUMN, _key_column(rng)), sink, rng)
+        else:
+            keyed = observed.where(_in_ranges(rng)).withColumn(BATCH_COLUMN, _key_column(rng))
+            _write_spark(keyed, sink)
+    except (SinkError, ConfigurationError):
+        raise
+    except Exception as exc:
+        raise SinkError(
+            f"sink {sink.format} {'path' if sink.path else 'table'} {location!r}: cannot write "
+            f"batch {sorted(batch_key(p, *r) for p, r in rng.items())}: {_cause(exc)}; check "
+            "that the location exists and is writable by the Spark executors (and the format "
+            "is available in the session)"
+        ) from exc
+    metrics_row = observation.get
+    outside = int(metrics_row.get("outside") or 0)
+    if outside:
+        raise SinkError(
+            f"sink {location!r}: the DataFrame holds {outside} event(s) outside the batch ranges "
+            f"{rng}; they were not written. Read exactly the planned ranges "
+            "(read_eventhubs(spark, plan)) and pass plan.ranges_dict() as ranges"
+        )
+    if stats_method == "observe":
+        stats = _stats_from_row(metrics_row, rng)
+    else:
+        written = read_sink(df.sparkSession, sink).where(
+            _batch_filter([batch_key(p, *r) for p, r in rng.items()])
+        )
+        row = written.agg(*_stat_columns(rng)).first()
+        stats = _stats_from_row(row.asDict() if row is not None else {}, rng)
+    result = WriteResult(output_location=location, format=sink.format, partitions=stats)
+    logger.info(
+        "wrote %d events (%d body bytes) to %s %s: %s",
+        result.events,
+        result.bytes,
+        sink.format,
+        location,
+        ", ".join(
+            f"partition {s.partition_id} [{s.first_sequence_number}, {s.last_sequence_number}]"
+            for s in stats.values()
+        ),
+    )
+    return result
+
+
+def _cause(exc: BaseException) -> str:
+    text = str(getattr(exc, "desc", None) or exc)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    # Spark errors carry a JVM stack; its first lines say what went wrong.
+    head = " | ".join(lines[:3])
+    return redact(head[:600])
+
+
+# --------------------------------------------------------------------------------------------
+# Spark formats: dynamic partition overwrite on the batch key
+# --------------------------------------------------------------------------------------------
+
+
+def _stat_columns(ranges: Mapping[str, tuple[int, int]]) -> list[Column]:
+    from pyspark.sql import functions as F
+
+    cols: list[Column] = []
+    for i, pid in enumerate(ranges):
+        start, end = ranges[pid]
+        is_p = (F.col("partition") == F.lit(pid)) & F.col("sequenceNumber").between(start, end)
+        seq = F.when(is_p, F.col("sequenceNumber"))
+        cols += [
+            F.sum(F.when(is_p, F.lit(1)).otherwise(F.lit(0))).alias(f"n{i}"),
+            F.sum(F.when(is_p, F.length("body"))).alias(f"b{i}"),
+            F.min(seq).alias(f"fs{i}"),
+            F.max(seq).alias(f"ls{i}"),
+            F.max_by(F.when(is_p, F.col("offset")), seq).alias(f"lo{i}"),
+            F.min(F.when(is_p, F.col("enqueuedTime"))).alias(f"ft{i}"),
+            F.max(F.when(is_p, F.col("enqueuedTime"))).alias(f"lt{i}"),
+        ]
+    return cols
+
+
+def _stats_from_row(
+    row: Mapping[str, Any], ranges: Mapping[str, tuple[int, int]]
+) -> dict[str, PartitionWriteStats]:
+    out: dict[str, PartitionWriteStats] = {}
+    for i, (pid, (start, end)) in enumerate(ranges.items()):
+        out[pid] = PartitionWriteStats(
+            partition_id=pid,
+            start=start,
+            end=end,
+            batch_key=batch_key(pid, start, end),
+            events=int(row.get(f"n{i}") or 0),
+            bytes=int(row.get(f"b{i}") or 0),
+            first_sequence_number=_opt_int(row.get(f"fs{i}")),
+            last_sequence_number=_opt_int(row.get(f"ls{i}")),
+            last_offset=row.get(f"lo{i}"),
+            first_enqueued_time=_utc(row.get(f"ft{i}")),
+            last_enqueued_time=_utc(row.get(f"lt{i}")),
+        )
+    return out
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _utc(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime) and value.tzinfo is None:
+        # Spark hands back naive local times; the local sessions run in UTC (see spark_session).
+        return value.astimezone(UTC)
+    return value
+
+
+def _write_spark(out: DataFrame, sink: SinkSettings) -> None:
+    partition_cols = [*sink.partition_by, BATCH_COLUMN]
+    if sink.path is not None:
+        (
+            out.write.format(sink.format)
+            .mode("overwrite")
+            .option("partitionOverwriteMode", "dynamic")
+            .partitionBy(*partition_cols)
+            .save(sink.path)
+        )
+    else:
+        assert sink.table is not None
+        _write_table(out, sink.table, sink.format, partition_cols)
+
+
+def _batch_filter(keys: list[str]) -> Column:
+    from pyspark.sql import functions as F
+
+    return F.col(BATCH_COLUMN).isin(keys)
+
+
+def _write_table(df: DataFrame, table: str, fmt: str, partition_cols: list[str]) -> None:
+    from pyspark.errors import AnalysisException
+
+    spark = df.sparkSession
+    if not spark.catalog.tableExists(table):
+        try:
+            df.write.format(fmt).partitionBy(*partition_cols).saveAsTable(table)
+            return
+        except AnalysisException as exc:
+            # A peer run created it between the check and the write: insert like any later run.
+            if "ALREADY_EXISTS" not in str(exc) and "already exists" not in str(exc):
+                raise
+    existing = [c.name for c in spark.catalog.listColumns(table)]
+    if BATCH_COLUMN not in existing:
+        raise SinkError(
+            f"sink table {table!r} exists without the {BATCH_COLUMN!r} partition column; "
+            "it was not created by this writer, so a batch cannot be replaced idempotently. "
+            "Write to a new table"
+        )
+    # insertInto is positional: align with the table's column order.
+    conf_key = "spark.sql.sources.partitionOverwriteMode"
+    previous = spark.conf.get(conf_key, None)
+    spark.conf.set(conf_key, "dynamic")
+    try:
+        df.select(*existing).write.insertInto(table, overwrite=True)
+    finally:
+        if previous is None:
+            spark.conf.unset(conf_key)
+        else:
+            spark.conf.set(conf_key, previous)
+
+
+# --------------------------------------------------------------------------------------------
+# Delta via delta-rs: Parquet parts written by the tasks, one transaction on the driver
+# --------------------------------------------------------------------------------------------
+
+#: Internal Python data source that writes a batch into a Delta table with delta-rs.
+DELTA_WRITER_SOURCE = "ehingest_deltalake"
+_NULL_DIR = "__HIVE_DEFAULT_PARTITION__"
+
+
+def _delta_arrow_schema(schema: StructType) -> pa.Schema:
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow = to_arrow_schema(schema, timezone="UTC")
+    # delta-rs stores timestamps as UTC microseconds; Spark labels them with the session zone.
+    return pa.schema(
+        [
+            pa.field(f.name, pa.timestamp("us", tz="UTC"), f.nullable)
+            if pa.types.is_timestamp(f.type)
+            else f
+            for f in arrow
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class _DeltaPart:
+    """One Parquet file a task wrote (relative path, as the Delta log records it)."""
+
+    path: str
+    size: int
+    partition_values: dict[str, str | None]
+    num_records: int
+    stats: str
+    modification_time: int
+
+
+@dataclass(frozen=True)
+class _DeltaTaskMessage(WriterCommitMessage):
+    """What a task reports to the commit: its files and rows outside the batch ranges."""
+
+    parts: tuple[_DeltaPart, ...]
+    outside: int
+
+
+class _DeltaBatchWriter(DataSourceArrowWriter):
+    """Tasks write Parquet files into the table directory; ``commit`` makes them one Delta
+    transaction replacing the batch's partitions. Holds plain values only (pickled to tasks)."""
+
+    def __init__(
+        self, table_uri: str, partition_cols: list[str], schema_json: str, keys: list[str]
+    ) -> None:
+        self.table_uri = table_uri
+        self.partition_cols = partition_cols
+        self.schema_json = schema_json
+        self.keys = keys
+        self.attempt = uuid.uuid4().hex[:12]
+
+    def _schema(self) -> pa.Schema:
+        from pyspark.sql.types import StructType
+
+        return _delta_arrow_schema(StructType.fromJson(json.loads(self.schema_json)))
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _DeltaTaskMessage:
+        """Write this task's rows, one file per partition-value combination, batch by batch."""
+        import time
+        import urllib.parse
+
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+        from pyarrow import fs as pafs
+
+        schema = self._schema()
+        cols = self.partition_cols
+        filesystem, root = pafs.FileSystem.from_uri(self.table_uri)
+        writers: dict[tuple[str | None, ...], Any] = {}
+        paths: dict[tuple[str | None, ...], tuple[str, str]] = {}
+        counts: dict[tuple[str | None, ...], int] = {}
+        file_stats: dict[tuple[str | None, ...], dict[str, Any]] = {}
+        outside = 0
+        task = uuid.uuid4().hex[:12]
+        try:
+            for batch in iterator:
+                table = pa.Table.from_batches([batch]).cast(schema)
+                # Rows outside the batch ranges have no key: count them, never write them.
+                keyed = pc.is_valid(table.column(BATCH_COLUMN))
+                outside += table.num_rows - (pc.sum(keyed).as_py() or 0)
+                table = table.filter(keyed)
+                if table.num_rows == 0:
+                    continue
+                keys = [table.column(c).cast(pa.string()) for c in cols]
+                combos = pa.Table.from_arrays(keys, names=cols).group_by(cols).aggregate([])
+                for combo in combos.to_pylist():
+                    values = tuple(combo[c] for c in cols)
+                    mask = None
+                    for k, v in zip(keys, values, strict=True):
+                        m = pc.is_null(k) if v is None else pc.equal(k, v)
+                        mask = m if mask is None else pc.and_(mask, m)
+                    part = table.filter(mask).drop_columns(cols)
+                    if values not in writers:
+                        rel_dir = "/".join(
+                            f"{c}={_NULL_DIR if v is None else urllib.parse.quote(v)}"
+                            for c, v in zip(cols, values, strict=True)
+                        )
+                        rel = f"{rel_dir}/part-{self.attempt}-{task}-{len(writers):05d}.parquet"
+                        full = f"{root.rstrip('/')}/{rel}"
+                        filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
+                        writers[values] = pq.ParquetWriter(
+                            full, part.schema, filesystem=filesystem, compression="snappy"
+                        )
+                        paths[values] = (rel, full)
+                        counts[values] = 0
+                        file_stats[values] = {}
+                    writers[values].write_table(part)
+                    counts[values] += part.num_rows
+                    _file_min_max(file_stats[values], part)
+        finally:
+            for writer in writers.values():
+                writer.close()
+        now_ms = int(time.time() * 1000)
+        parts = []
+        for values, (rel, full) in paths.items():
+            fstats = file_stats[values]
+            parts.append(
+                _DeltaPart(
+                    path=rel,
+                    size=int(filesystem.get_file_info(full).size or 0),
+                    partition_values=dict(zip(cols, values, strict=True)),
+                    num_records=counts[values],
+                    stats=json.dumps(
+                        {
+                            "numRecords": counts[values],
+                            "minValues": fstats.get("min", {}),
+                            "maxValues": fstats.get("max", {}),
+                            "nullCount": {},
+                        }
+                    ),
+                    modification_time=now_ms,
+                )
+            )
+        return _DeltaTaskMessage(parts=tuple(parts), outside=outside)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Replace the batch's partitions by the new files in one Delta transaction."""
+        from deltalake import DeltaTable
+        from deltalake.transaction import AddAction, RemoveAction
+
+        msgs = [m for m in messages if isinstance(m, _DeltaTaskMessage)]
+        outside = sum(m.outside for m in msgs)
+        if outside:
+            self.abort(list(messages))
+            raise SinkError(
+                f"sink deltalake path {self.table_uri!r}: the DataFrame holds {outside} "
+                f"event(s) outside the batch ranges {self.keys}; nothing was committed. Read "
+                "exactly the planned ranges and pass plan.ranges_dict() as ranges"
+            )
+        actions: list[AddAction | RemoveAction] = [
+            AddAction(
+                path=p.path,
+                size=p.size,
+                partition_values=p.partition_values,
+                modification_time=p.modification_time,
+                data_change=True,
+                stats=p.stats,
+            )
+            for m in msgs
+            for p in m.parts
+        ]
+        DeltaTable(self.table_uri).create_write_transaction(
+            actions,
+            mode="overwrite",
+            schema=self._schema(),
+            partition_by=self.partition_cols,
+            partition_filters=[(BATCH_COLUMN, "in", self.keys)],
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Delete the files of this attempt (best effort: they are not in the log anyway)."""
+        from pyarrow import fs as pafs
+
+        filesystem, root = pafs.FileSystem.from_uri(self.table_uri)
+        for m in messages:
+            if isinstance(m, _DeltaTaskMessage):
+                for p in m.parts:
+                    try:
+                        filesystem.delete_file(f"{root.rstrip('/')}/{p.path}")
+                    except OSError:
+                        logger.debug("could not delete orphan Delta part %s", p.path)
+
+
+class _DeltaBatchSource(DataSource):
+    """``df.write.format("ehingest_deltalake")``: the writer side of the ``deltalake`` sink."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return DELTA_WRITER_SOURCE
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """A writer for one batch; the batch keys and table come in the options."""
+        return _DeltaBatchWriter(
+            table_uri=self.options["table_uri"],
+            partition_cols=json.loads(self.options["partition_by"]),
+            schema_json=schema.json(),
+            keys=json.loads(self.options["keys"]),
+        )
+
+
+def _min_opt(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _max_opt(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _file_min_max(acc: dict[str, Any], part: pa.Table) -> None:
+    """Delta file statistics for data skipping on sequenceNumber and enqueuedTime."""
+    import pyarrow.compute as pc
+
+    mins = acc.setdefault("min", {})
+    maxs = acc.setdefault("max", {})
+    if "sequenceNumber" in part.column_names:
+        seq = part.column("sequenceNumber")
+        mins["sequenceNumber"] = _min_opt(mins.get("sequenceNumber"), pc.min(seq).as_py())
+        maxs["sequenceNumber"] = _max_opt(maxs.get("sequenceNumber"), pc.max(seq).as_py())
+    if "enqueuedTime" in part.column_names:
+        col = part.column("enqueuedTime")
+        lo, hi = pc.min(col).as_py(), pc.max(col).as_py()
+        if lo is not None and hi is not None:
+            lo_s = lo.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            hi_s = hi.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            mins["enqueuedTime"] = min(mins.get("enqueuedTime", lo_s), lo_s)
+            maxs["enqueuedTime"] = max(maxs.get("enqueuedTime", hi_s), hi_s)
+
+
+def _write_deltalake(
+    keyed: DataFrame, sink: SinkSettings, ranges: Mapping[str, tuple[int, int]]
+) -> None:
+    from deltalake import DeltaTable
+
+    assert sink.path is not None
+    table_uri = _delta_uri(sink.path)
+    partition_cols = [*sink.partition_by, BATCH_COLUMN]
+    try:
+        dt = DeltaTable.create(
+            table_uri,
+            schema=_delta_arrow_schema(keyed.schema),
+            mode="ignore",
+            partition_by=partition_cols,
+        )
+    except Exception as exc:
+        raise SinkError(
+            f"sink deltalake path {table_uri!r}: cannot create or open the Delta table: "
+            f"{_cause(exc)}; check that the path is writable"
+        ) from exc
+    existing = list(dt.metadata().partition_columns)
+    if existing != partition_cols:
+        raise SinkError(
+            f"sink deltalake path {table_uri!r}: the table is partitioned by {existing}, this "
+            f"writer needs {partition_cols} (partition_by + {BATCH_COLUMN!r}); write to a new "
+            "path or use the same partition_by"
+        )
+    register_python_source(keyed.sparkSession, _DeltaBatchSource)
+    (
+        keyed.write.format(DELTA_WRITER_SOURCE)
+        .mode("append")
+        .option("table_uri", table_uri)
+        .option("partition_by", json.dumps(partition_cols))
+        .option("keys", json.dumps([batch_key(p, *r) for p, r in ranges.items()]))
+        .save()
+    )
+
+
+def _delta_uri(path: str) -> str:
+    return path if "://" in path else os.path.abspath(path)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading back
+# --------------------------------------------------------------------------------------------
+
+
+def read_sink(spark: SparkSession, sink: SinkSettings) -> DataFrame:
+    """The sink's current content as a DataFrame (tests, demos, verification).
+
+    ``deltalake`` tables are read through delta-rs into Arrow on the driver: meant for checks,
+    not for large tables (on a cluster with Delta use ``spark.read.format("delta")``).
+    """
+    _check_sink(sink)
+    if sink.format == DELTALAKE_FORMAT:
+        from deltalake import DeltaTable
+
+        assert sink.path is not None
+        uri = sink.path if "://" in sink.path else os.path.abspath(sink.path)
+        try:
+            table = DeltaTable(uri).to_pyarrow_table()
+        except Exception as exc:
+            raise SinkError(f"sink deltalake path {uri!r}: cannot read: {_cause(exc)}") from exc
+        return spark.createDataFrame(table)
+    if sink.path is not None:
+        return spark.read.format(sink.format).load(sink.path)
+    assert sink.table is not None
+    return spark.table(sink.table)
