@@ -11,10 +11,10 @@ Leases held by a run that Dagster knows to be failed or canceled are taken over 
 (``is_owner_dead`` asks the instance), without waiting for the lease to expire.
 """
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
 import dagster as dg
 from pydantic import Field
@@ -63,7 +63,9 @@ class IngestOptions:
     """How runs ingest (passed to :class:`ops.run.IngestConfig`) and judge lag.
 
     ``max_lag_events`` / ``max_lag_seconds``: thresholds of the lag check; the check exists only
-    when at least one is set.
+    when at least one is set. ``run_timeout_seconds``: stop waiting for live peers after this
+    long (the run then fails naming the partitions not up to date; None waits as long as peers
+    renew their leases).
     """
 
     strategy: str = "balanced"
@@ -76,7 +78,7 @@ class IngestOptions:
     max_lag_events: int | None = None
     max_lag_seconds: float | None = None
     lag_check_severity: Literal["WARN", "ERROR"] = "WARN"
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    run_timeout_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_events_per_partition < 1:
@@ -329,6 +331,7 @@ def build_eventhub_ingest_asset(
             receive_timeout_seconds=opts.receive_timeout_seconds,
             prefetch=opts.prefetch,
             max_readers_per_partition=opts.max_readers_per_partition,
+            run_timeout_seconds=opts.run_timeout_seconds,
         )
         context.log.info(
             f"run {context.run_id} ingesting {ingest_config.eventhub.hub_ref().describe()} "
