@@ -169,7 +169,8 @@ class JumpHash:
     The ring is every known owner in join order (``BalanceView.ring``). If the hashed owner is
     not live, it is dropped and the partition hashed again (new key, new count), so a dead
     owner's partitions spread over the survivors instead of landing on one neighbour. An owner
-    claims exactly the partitions that hash to it (taking them from a peer that has not started).
+    claims the free partitions that hash to it, and those held by a peer above ceil(P/N) that
+    has not started them.
     """
 
     name = "jump_hash"
@@ -191,6 +192,8 @@ class JumpHash:
         live = set(view.peers)
         ring = list(view.ring) or list(view.peers)
         ring += [o for o in view.peers if o not in ring]
+        counts = view.counts()
+        _, ceil = view.fair_share()
         claims = []
         for p in view.partitions:
             if self.assign(p, ring, live) != view.owner_id:
@@ -198,7 +201,9 @@ class JumpHash:
             holder = view.holders.get(p)
             if holder is None:
                 claims.append(Claim(p))
-            elif holder != view.owner_id and p not in view.started:
+            elif holder != view.owner_id and p not in view.started and counts[holder] > ceil:
+                # Hysteresis: only take from a holder above the fair share, so a partition
+                # (above all a single one) does not hop to every newcomer it hashes to.
                 claims.append(Claim(p, "steal"))
         return claims
 
