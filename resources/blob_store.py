@@ -254,8 +254,9 @@ class AzureBlobBackend:
     def _observe(self, offset: float, arrived: float) -> None:
         # HTTP dates have one-second resolution and arrive after they were stamped, so each
         # offset is a lower bound of the true one: keep the best (largest) bound, which makes
-        # now() non-decreasing and late by < 1 s (a lease is judged expired < 1 s late, never
-        # early). After a quiet spell start afresh, in case the service's clock was corrected.
+        # now() non-decreasing and behind the service by < 1 s. (Last-Modified is truncated
+        # the same way, so a lease's age is judged within +-1 s.) After a quiet spell start
+        # afresh, in case the service's clock was corrected.
         if self._offset is None or arrived - self._synced_at > self._clock_refresh:
             self._offset = offset
         else:
