@@ -16,6 +16,8 @@ __all__ = ["main"]
 SUBCOMMANDS: dict[str, str] = {
     "emulator": "cli.emulator:emulator",
     "simulate": "cli.simulate:simulate",
+    "run": "cli.run:run",
+    "status": "cli.status:status",
 }
 
 

@@ -8,7 +8,7 @@ in-process fake with the same contract.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -64,6 +64,7 @@ class SparkIngestor:
         eventhub: the hub to read.
         sink: where to write.
         options: extra data-source options (prefetch, receive timeout, readers per partition).
+        spark_factory: starts the session when ``spark`` is None (default: a local one).
     """
 
     def __init__(
@@ -72,8 +73,10 @@ class SparkIngestor:
         eventhub: EventHubSettings,
         sink: SinkSettings,
         options: Mapping[str, Any] | None = None,
+        spark_factory: Callable[[], SparkSession] | None = None,
     ) -> None:
         self._spark = spark
+        self._factory = spark_factory
         self.eventhub = eventhub
         self.sink = sink
         self.options = dict(options or {})
@@ -82,9 +85,12 @@ class SparkIngestor:
     def spark(self) -> SparkSession:
         """The session, started locally on first use when none was given."""
         if self._spark is None:
-            from resources.spark_session import local_spark_session
+            if self._factory is not None:
+                self._spark = self._factory()
+            else:
+                from resources.spark_session import local_spark_session
 
-            self._spark = local_spark_session("ehingest")
+                self._spark = local_spark_session("ehingest")
         return self._spark
 
     @property

@@ -659,6 +659,7 @@ def run_ingestion(
     replay: ReplaySpec | None = None,
     is_owner_dead: Callable[[str], bool] | None = None,
     log: Any = None,
+    spark_factory: Callable[[], SparkSession] | None = None,
 ) -> RunReport:
     """Bring ``partition_ids`` (default: all) up to their snapshot bound, exactly once.
 
@@ -672,6 +673,8 @@ def run_ingestion(
         is_owner_dead: tells whether another owner id is known dead (e.g. its Dagster run
             failed), so its partitions are taken over without waiting for lease expiry.
         log: Dagster's ``context.log`` (progress lines also go to this module's logger).
+        spark_factory: starts a session when ``spark`` is None and there is something to read
+            (default: ``resources.spark_session.local_spark_session``).
 
     Returns:
         The run report; ``complete`` is True iff every target reached its bound.
@@ -696,6 +699,7 @@ def run_ingestion(
             "receive_timeout_seconds": config.receive_timeout_seconds,
             "max_readers_per_partition": config.max_readers_per_partition,
         },
+        spark_factory=spark_factory,
     )
     claim: ClaimFn = (
         (lambda targets: {})

@@ -1,0 +1,81 @@
+"""``ehingest status``: per partition owner, checkpoint, last enqueued, lag, pending intent."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from resources.errors import ConfigurationError, EventHubIngestError, RangeError
+
+__all__ = ["status"]
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value)
+
+
+@click.command("status")
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="YAML config file (the same one `ehingest run` uses).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--partition", "partitions", multiple=True, help="Only these partition ids.")
+def status(config_path: str, as_json: bool, partitions: tuple[str, ...]) -> None:
+    """Show each partition's owner, checkpoint, last enqueued event, lag and pending intent."""
+    from cli.config import load_config
+    from cli.run import EXIT_CONFIG, EXIT_FAILED
+    from ops.hub import SdkHubClient
+    from ops.status import partition_status
+    from resources.store import PartitionStore
+
+    try:
+        cfg = load_config(config_path)
+        ingest = cfg.ingest
+        store = PartitionStore(ingest.store.backend(), ingest.eventhub.hub_ref())
+        rows = partition_status(
+            store,
+            SdkHubClient(ingest.eventhub),
+            lease_expiry_seconds=ingest.lease_expiry_seconds,
+            partition_ids=list(partitions) or None,
+            lag_seconds=ingest.report_lag_seconds,
+        )
+    except (ConfigurationError, RangeError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_CONFIG)
+    except EventHubIngestError as exc:
+        click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(EXIT_FAILED)
+    if as_json:
+        click.echo(json.dumps([r.to_json() for r in rows], indent=2))
+        return
+    header = ("partition", "owner", "checkpoint", "last_enqueued", "lag", "lag_s", "intent")
+    table = [header]
+    for r in rows:
+        owner = r.owner or "-"
+        if r.owner and r.lease_expired:
+            owner += " (expired)"
+        intent = f"{r.intent[0]}..{r.intent[1]} by {r.intent_owner}" if r.intent else "-"
+        table.append(
+            (
+                r.partition_id,
+                owner,
+                _cell(r.checkpoint),
+                _cell(r.last_enqueued_sequence_number),
+                _cell(r.lag_events),
+                _cell(r.lag_seconds),
+                intent,
+            )
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())

@@ -1,0 +1,98 @@
+"""Per-partition progress without running anything: owner, checkpoint, lag, pending intent.
+
+``ehingest status`` prints it; the Dagster integration can show the same facts. Read-only: it
+lists the store and asks the hub for bounds, never claims or writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from ops.hub import HubClient
+from resources.store import PartitionStore
+
+__all__ = ["PartitionStatus", "partition_status"]
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    """One partition as the store and the hub see it right now.
+
+    ``owner`` is empty when nobody holds the lease; ``lease_expired`` is judged on the store's
+    clock. ``lag_seconds`` is the age of the oldest event not yet checkpointed (0 when caught
+    up, None when it could not be read in time). ``intent`` is a pending ``[start, end]``.
+    """
+
+    partition_id: str
+    owner: str
+    lease_expired: bool
+    checkpoint: int | None
+    checkpoint_offset: str | None
+    begin_sequence_number: int
+    last_enqueued_sequence_number: int
+    last_enqueued_time: datetime | None
+    lag_events: int
+    lag_seconds: float | None
+    intent: tuple[int, int] | None
+    intent_owner: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (times as ISO strings)."""
+        out = asdict(self)
+        out["last_enqueued_time"] = (
+            self.last_enqueued_time.isoformat() if self.last_enqueued_time else None
+        )
+        out["intent"] = list(self.intent) if self.intent else None
+        return out
+
+
+def partition_status(
+    store: PartitionStore,
+    hub: HubClient,
+    *,
+    lease_expiry_seconds: float,
+    partition_ids: Sequence[str] | None = None,
+    lag_seconds: bool = True,
+) -> list[PartitionStatus]:
+    """The status of ``partition_ids`` (default: all), in the hub's partition order."""
+    targets = list(partition_ids) if partition_ids else hub.partition_ids()
+    infos = hub.partition_info(targets)
+    owns = store.list_ownership()
+    cps = store.list_checkpoints(owns)
+    now = store.now()
+    expiry = timedelta(seconds=lease_expiry_seconds)
+    rows: list[dict[str, Any]] = []
+    wanted: dict[str, int] = {}
+    for pid in targets:
+        info, own, cp = infos[pid], owns.get(pid), cps.get(pid)
+        done = cp.sequence_number if cp else info.begin_sequence_number - 1
+        lag = max(0, info.last_enqueued_sequence_number - done)
+        if lag:
+            wanted[pid] = max(done + 1, info.begin_sequence_number)
+        rows.append(
+            dict(
+                partition_id=pid,
+                owner=own.owner_id if own else "",
+                lease_expired=bool(own and own.owner_id and own.is_expired(now, expiry)),
+                checkpoint=cp.sequence_number if cp else None,
+                checkpoint_offset=cp.offset if cp else None,
+                begin_sequence_number=info.begin_sequence_number,
+                last_enqueued_sequence_number=info.last_enqueued_sequence_number,
+                last_enqueued_time=info.last_enqueued_time,
+                lag_events=lag,
+                lag_seconds=0.0 if lag == 0 else None,
+                intent=(own.intent.start, own.intent.end) if own and own.intent else None,
+                intent_owner=own.intent.owner_id if own and own.intent else None,
+            )
+        )
+    if wanted and lag_seconds:
+        times = hub.enqueued_times(wanted)
+        wall = datetime.now(UTC)
+        for row in rows:
+            when = times.get(row["partition_id"])
+            if when is not None:
+                row["lag_seconds"] = max(0.0, (wall - when).total_seconds())
+    return [PartitionStatus(**row) for row in rows]

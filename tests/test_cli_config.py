@@ -1,0 +1,142 @@
+"""The CLI config file: ${ENV} interpolation, literal secrets rejected, errors naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cli.config import load_config, parse_config
+from resources.errors import ConfigurationError
+
+EH = "Endpoint=sb://ns.example/;SharedAccessKeyName=k;SharedAccessKey=topsecret"
+ST = "DefaultEndpointsProtocol=http;AccountName=a;AccountKey=topsecret;BlobEndpoint=http://x/a;"
+ENV = {"EH_CONN": EH, "ST_CONN": ST}
+
+
+def doc(**over) -> dict:
+    base = {
+        "eventhub": {"connection_string": "${EH_CONN}", "eventhub_name": "telemetry"},
+        "store": {"connection_string": "${ST_CONN}", "container": "ehingest-state"},
+        "sink": {"format": "parquet", "path": "/data/out", "partition_by": ["partition_id"]},
+        "strategy": "jump_hash",
+        "max_events_per_partition": 500,
+        "lease_expiry_seconds": 30,
+        "on_data_loss": "skip",
+        "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": 2}},
+    }
+    base.update(over)
+    return base
+
+
+def test_example_config_in_docs_parses(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parent.parent / "docs" / "example-config.yaml"
+    env = {"EVENTHUB_CONNECTION_STRING": EH, "STORAGE_CONNECTION_STRING": ST}
+    cfg = load_config(example, env)
+    assert cfg.ingest.eventhub.eventhub_name and cfg.ingest.store.container
+
+
+def test_full_config_builds_the_run_settings() -> None:
+    cfg = parse_config(doc(), ENV)
+    ing = cfg.ingest
+    assert ing.eventhub.connection_string == EH and ing.eventhub.consumer_group == "$Default"
+    assert ing.store.connection_string == ST and ing.sink.partition_by == ("partition_id",)
+    assert (ing.strategy, ing.max_events_per_partition, ing.on_data_loss) == (
+        "jump_hash",
+        500,
+        "skip",
+    )
+    assert ing.lease_expiry_seconds == 30.0
+    assert (cfg.spark_master, dict(cfg.spark_conf)) == (
+        "local[1]",
+        {"spark.sql.shuffle.partitions": "2"},
+    )
+    assert "topsecret" not in repr(cfg)
+
+
+def test_literal_secret_in_file_is_rejected_with_the_fix() -> None:
+    raw = doc(store={"connection_string": ST, "container": "ehingest-state"})
+    with pytest.raises(ConfigurationError) as err:
+        parse_config(raw, ENV)
+    msg = str(err.value)
+    assert msg.startswith("store.connection_string: the config file holds a literal secret")
+    assert "${STORE_CONNECTION_STRING}" in msg and "topsecret" not in msg
+
+
+def test_missing_env_var_names_key_and_variable() -> None:
+    with pytest.raises(
+        ConfigurationError, match=r"eventhub.connection_string: environment variable EH_CONN"
+    ):
+        parse_config(doc(), {"ST_CONN": ST})
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        ({"strategy": "fastest"}, "strategy: 'fastest' is not valid; valid: greedy, balanced"),
+        (
+            {"max_events_per_partition": "lots"},
+            "max_events_per_partition: 'lots' must be an integer",
+        ),
+        ({"max_events_per_partition": 0}, "max_events_per_partition: 0 must be an integer >= 1"),
+        ({"on_data_loss": "ignore"}, "on_data_loss: 'ignore' is not valid; valid: 'fail', 'skip'"),
+        ({"lease_expiry": 5}, "lease_expiry: unknown key; valid top-level keys:"),
+        ({"sink": {"path": "/a", "table": "t"}}, "sink: give exactly one of path or table"),
+        ({"sink": {"path": "/a", "mode": "x"}}, "sink.mode: unknown key; valid keys in sink:"),
+        ({"store": {"connection_string": "${ST_CONN}"}}, "store.container: required"),
+        (
+            {"store": {"connection_string": "${ST_CONN}", "container": "Bad_Name"}},
+            "store.container: 'Bad_Name' is not a valid Blob container name",
+        ),
+        (
+            {"eventhub": {"eventhub_name": "h", "credential": "password"}},
+            "eventhub.credential: 'password' is not valid; valid: default_azure_credential",
+        ),
+        (
+            {
+                "eventhub": {
+                    "eventhub_name": "h",
+                    "connection_string": "${EH_CONN}",
+                    "credential": "default_azure_credential",
+                }
+            },
+            "eventhub: give either connection_string or",
+        ),
+    ],
+)
+def test_bad_values_name_the_key_value_and_what_is_valid(over: dict, message: str) -> None:
+    with pytest.raises(ConfigurationError) as err:
+        parse_config(doc(**over), ENV)
+    assert message in str(err.value)
+    assert "topsecret" not in str(err.value)
+
+
+def test_managed_identity_config_needs_no_secret() -> None:
+    raw = doc(
+        eventhub={
+            "fully_qualified_namespace": "ns.servicebus.windows.net",
+            "credential": "default_azure_credential",
+            "eventhub_name": "h",
+        },
+        store={
+            "account_url": "https://acct.blob.core.windows.net",
+            "credential": "default_azure_credential",
+            "container": "state",
+        },
+    )
+    cfg = parse_config(raw, {})
+    assert cfg.ingest.eventhub.credential_type == "default_azure_credential"
+    assert cfg.ingest.store.account_url == "https://acct.blob.core.windows.net"
+
+
+def test_unreadable_and_invalid_yaml_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="cannot read"):
+        load_config(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("eventhub: [unclosed\n")
+    with pytest.raises(ConfigurationError, match="not valid YAML"):
+        load_config(bad)
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump(doc()))
+    assert load_config(good, ENV).ingest.strategy == "jump_hash"
