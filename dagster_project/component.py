@@ -233,6 +233,11 @@ class EventHubIngestComponent(dg.Component, dg.Model, dg.Resolvable):
     max_readers_per_partition: int = Field(
         default=1, description="Spark input partitions per Event Hub partition range."
     )
+    run_timeout_seconds: float | None = Field(
+        default=None,
+        description="Stop waiting for live peers after this long (the run then fails naming the "
+        "partitions not up to date); unset waits while peers renew their leases.",
+    )
     backfill_max_partitions_per_run: int | None = Field(
         default=None,
         description="UI backfills: None = one run per contiguous range; N = runs of <= N keys.",
@@ -262,6 +267,7 @@ class EventHubIngestComponent(dg.Component, dg.Model, dg.Resolvable):
             max_lag_events=lag.max_lag_events,
             max_lag_seconds=lag.max_lag_seconds,
             lag_check_severity=lag.severity,
+            run_timeout_seconds=self.run_timeout_seconds,
         )
         return build_eventhub_ingest_defs(
             key=self.asset_key.split("/"),
