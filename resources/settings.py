@@ -39,13 +39,16 @@ def make_credential(credential_type: CredentialType) -> TokenCredential:
 def parse_connection_string(conn_str: str, field_name: str) -> dict[str, str]:
     """Split ``Key=Value;...`` into a dict; the error names ``field_name`` and never the secret."""
     parts: dict[str, str] = {}
-    for chunk in conn_str.strip().strip(";").split(";"):
+    chunks = conn_str.strip().strip(";").split(";")
+    for number, chunk in enumerate(chunks, start=1):
         if not chunk.strip():
             continue
         key, sep, value = chunk.partition("=")
         if not sep or not key.strip():
+            # The segment itself is not shown: a mangled segment is often the key itself.
             raise ConfigurationError(
-                f"{field_name}: malformed connection string segment {chunk!r}; expected "
+                f"{field_name}: malformed connection string: segment {number} of {len(chunks)} "
+                "is not 'Key=Value' (its text is not shown, it may hold a secret); expected "
                 "'Key=Value;Key=Value;...' as copied from the Azure portal"
             )
         parts[key.strip()] = value.strip()
