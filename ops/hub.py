@@ -116,13 +116,19 @@ class SdkHubClient:
             with self._client() as client:
                 for pid in partition_ids:
                     props = client.get_partition_properties(pid)
+                    last = int(props["last_enqueued_sequence_number"])
+                    empty = bool(props.get("is_empty"))
                     result[pid] = PartitionInfo(
                         partition_id=pid,
-                        begin_sequence_number=int(props["beginning_sequence_number"]),
-                        last_enqueued_sequence_number=int(props["last_enqueued_sequence_number"]),
+                        # Nothing retained: the next event will be last + 1 (the service may
+                        # report a stale beginning then).
+                        begin_sequence_number=(
+                            last + 1 if empty else int(props["beginning_sequence_number"])
+                        ),
+                        last_enqueued_sequence_number=last,
                         last_enqueued_offset=str(props.get("last_enqueued_offset") or "") or None,
                         last_enqueued_time=_utc(props.get("last_enqueued_time_utc")),
-                        is_empty=bool(props.get("is_empty")),
+                        is_empty=empty,
                     )
         except Exception as exc:
             raise self._unavailable("reading partition properties", exc) from exc

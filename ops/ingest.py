@@ -8,6 +8,7 @@ in-process fake with the same contract.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -77,6 +78,7 @@ class SparkIngestor:
     ) -> None:
         self._spark = spark
         self._factory = spark_factory
+        self._location: str | None = None
         self.eventhub = eventhub
         self.sink = sink
         self.options = dict(options or {})
@@ -96,8 +98,46 @@ class SparkIngestor:
     @property
     def output_location(self) -> str | None:
         """The sink's path or table."""
+        if self._location is not None:
+            return self._location
+        if self.sink.path is not None and "://" not in self.sink.path:
+            return os.path.abspath(self.sink.path)
         return self.sink.path or self.sink.table
 
     def ingest(self, ranges: Mapping[str, tuple[int, int]]) -> dict[str, RangeResult]:
-        """One DataFrame for all ``ranges``, written once; per-range facts from the writer."""
-        raise NotImplementedError("waiting for resources.spark_source / ops.write")
+        """One DataFrame for all ``ranges``, written once; per-range facts from the writer.
+
+        The ranges are planned on the driver first (retention and bounds checked against the
+        service, so a DataLossError arrives as itself rather than wrapped in a Spark error),
+        then read on executors and written by ``ops.write.write_batch`` in one Spark job.
+        """
+        from ops.write import write_batch
+        from resources.spark_source import PartitionRange, ReadOptions, plan_read, read_eventhubs
+
+        options = ReadOptions(
+            settings=self.eventhub,
+            ranges=tuple(PartitionRange(p, s, e) for p, (s, e) in ranges.items()),
+            receive_timeout=float(self.options.get("receive_timeout_seconds", 30.0)),
+            prefetch=int(self.options.get("prefetch", 300)),
+            max_readers_per_partition=int(self.options.get("max_readers_per_partition", 1)),
+            on_data_loss="fail",
+        )
+        plan = plan_read(options)
+        df = read_eventhubs(self.spark, plan)
+        result = write_batch(df, self.sink, plan.ranges_dict())
+        self._location = result.output_location
+        return {
+            pid: RangeResult(
+                partition_id=pid,
+                start=st.start,
+                end=st.end,
+                events=st.events,
+                bytes=st.bytes,
+                first_sequence_number=st.first_sequence_number,
+                last_sequence_number=st.last_sequence_number,
+                first_enqueued_time=st.first_enqueued_time,
+                last_enqueued_time=st.last_enqueued_time,
+                last_offset=st.last_offset,
+            )
+            for pid, st in result.partitions.items()
+        }

@@ -339,8 +339,7 @@ class Processor:
                     pending = [p for p in targets if not _satisfied(bounds[p], cps.get(p))]
                     if not pending:
                         break
-                    wanted = set(pending)
-                    claimed = {p: o for p, o in self.claim(pending).items() if p in wanted}
+                    claimed = self._claim_all(pending)
                     if not claimed:
                         if deadline is not None and self.monotonic() > deadline:
                             self.log.warning(
@@ -397,6 +396,25 @@ class Processor:
             reports[pid].up_to_date = pid not in ranges or pid in results
         report = self._final_report(targets, {}, infos, reports, 1, started, replay=True)
         return report
+
+    def _claim_all(self, pending: Sequence[str]) -> dict[str, Ownership]:
+        """Claim cycles until this owner's share stops growing, so one read covers it all.
+
+        Strategies that take one partition per cycle (``balanced``, ``eph``) would otherwise
+        turn a batch run into one Spark job per partition. Each further cycle also refreshes
+        the liveness view, so a peer that joined meanwhile still gets its share.
+        """
+        wanted = set(pending)
+        held = {p: o for p, o in self.claim(pending).items() if p in wanted}
+        for _ in range(len(pending)):
+            if not held or len(held) == len(pending):
+                break
+            more = {p: o for p, o in self.claim(pending).items() if p in wanted}
+            if set(more) <= set(held):
+                held.update({p: o for p, o in more.items() if p in held})
+                break
+            held = more
+        return held
 
     # -- one cycle -----------------------------------------------------------------------------
     def _cycle(
