@@ -802,7 +802,7 @@ class _Connection(asyncio.Protocol):
     def _on_protocol_header(self, header: bytes) -> None:
         if header == framing.SASL_HEADER and not self.sasl_done:
             self.send(framing.SASL_HEADER)
-            self.send(framing.sasl_mechanisms(["ANONYMOUS"]))
+            self.send(framing.sasl_mechanisms(["ANONYMOUS", "PLAIN"]))
             self.phase = "sasl"
         elif header == framing.AMQP_HEADER:
             self.send(framing.AMQP_HEADER)

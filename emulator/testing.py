@@ -132,6 +132,68 @@ class EmulatedHub:
             producer.close()
         return len(items)
 
+    def receive(
+        self,
+        partition_id: str,
+        starting_position: Any = "-1",
+        expected: int = 0,
+        *,
+        inclusive: bool = False,
+        consumer_group: str = "$Default",
+        timeout: float = 15.0,
+        settle: float = 0.3,
+        **receive_kwargs: Any,
+    ) -> list[Any]:
+        """Read one partition with the real SDK consumer; return the ``EventData`` received.
+
+        Stops ``settle`` seconds after ``expected`` events arrived (so extras would show up), or
+        after ``timeout``. ``starting_position`` is what the SDK takes: ``"-1"``, ``"@latest"``,
+        an offset string, a sequence number (int) or a datetime.
+        """
+        import threading
+        import time
+
+        got: list[Any] = []
+        errors: list[BaseException] = []
+        done = threading.Event()
+        client_kwargs = receive_kwargs.pop("client_kwargs", {})
+        consumer = self.consumer(consumer_group, **client_kwargs)
+
+        def on_event(_ctx: Any, event: Any) -> None:
+            if event is not None:
+                got.append(event)
+                if expected and len(got) >= expected:
+                    done.set()
+
+        def on_error(_ctx: Any, error: BaseException) -> None:
+            errors.append(error)
+            done.set()
+
+        thread = threading.Thread(
+            target=consumer.receive,
+            kwargs={
+                "on_event": on_event,
+                "on_error": on_error,
+                "partition_id": partition_id,
+                "starting_position": starting_position,
+                "starting_position_inclusive": inclusive,
+                "max_wait_time": 0.2,
+                **receive_kwargs,
+            },
+            daemon=True,
+        )
+        thread.start()
+        try:
+            done.wait(timeout if expected else settle)
+            if not errors:
+                time.sleep(settle)
+        finally:
+            consumer.close()
+            thread.join(10)
+        if errors:
+            raise errors[0]
+        return got
+
 
 class EmulatorHandle:
     """A running emulator: its address, and thread-safe hub creation."""
@@ -184,6 +246,36 @@ class EmulatorHandle:
             partition_ids=tuple(hub.partition_ids),
             consumer_groups=tuple(sorted(hub.consumer_groups)),
         )
+
+    def reader_count(self, hub: str, partition_id: str, consumer_group: str = "$Default") -> int:
+        """How many readers are attached to a partition in a consumer group right now."""
+
+        def count() -> int:
+            readers = self.server.readers.get((hub, consumer_group.lower(), partition_id), [])
+            return sum(1 for r in readers if not r.closed)
+
+        return int(self.call(count))
+
+    def wait_for_readers(
+        self,
+        hub: str,
+        partition_id: str,
+        count: int,
+        consumer_group: str = "$Default",
+        timeout: float = 15.0,
+    ) -> None:
+        """Block until exactly ``count`` readers are attached (e.g. before sending to @latest)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while self.reader_count(hub, partition_id, consumer_group) != count:
+            if time.monotonic() > deadline:
+                have = self.reader_count(hub, partition_id, consumer_group)
+                raise TimeoutError(
+                    f"hub {hub!r} partition {partition_id!r} consumer group {consumer_group!r}: "
+                    f"{have} readers attached after {timeout}s, expected {count}"
+                )
+            time.sleep(0.05)
 
     def call(self, fn: Any, *args: Any) -> Any:
         """Run ``fn(*args)`` on the emulator's loop thread and return its result."""
