@@ -1,0 +1,224 @@
+"""Pure logic of the eventhubs source: options, positions, ranges, splitting (no services)."""
+
+from __future__ import annotations
+
+import pickle
+from datetime import UTC, datetime
+
+import pytest
+
+from resources.errors import ConfigurationError, RangeError
+from resources.settings import EventHubSettings
+from resources.spark_source import (
+    EventPosition,
+    PartitionRange,
+    ReadOptions,
+    ReadPlan,
+    parse_ranges,
+    split_range,
+)
+
+SECRET = "c2VjcmV0LWtleS12YWx1ZQ=="
+CONN = f"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=r;SharedAccessKey={SECRET}"
+
+
+NOON = datetime(2024, 5, 1, 12, tzinfo=UTC)
+
+
+def opts(**extra: str) -> dict[str, str]:
+    return {"connection_string": CONN, "eventhub_name": "telemetry", **extra}
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "value"),
+    [
+        ("earliest", "earliest", None),
+        ("-1", "earliest", None),
+        ("LATEST", "latest", None),
+        ("42", "sequence_number", 42),
+        ("seq:7", "sequence_number", 7),
+        ("offset:1024", "offset", "1024"),
+        ("enqueued:2024-05-01T12:00:00Z", "enqueued_time", NOON),
+        (
+            "enqueued:2024-05-01T14:00:00+02:00",
+            "enqueued_time",
+            datetime(2024, 5, 1, 12, tzinfo=UTC),
+        ),
+        ("enqueued:2024-05-01T12:00:00", "enqueued_time", NOON),
+    ],
+)
+def test_positions_parse_every_form(text: str, kind: str, value: object) -> None:
+    pos = EventPosition.parse(text, "starting_position")
+    assert (pos.kind, pos.value) == (kind, value)
+    # The string form round-trips (it is what travels in the Spark options).
+    assert EventPosition.parse(str(pos), "x") == pos
+
+
+@pytest.mark.parametrize("text", ["yesterday", "seq:-3", "seq:abc", "offset:", "enqueued:nope"])
+def test_bad_position_names_option_value_and_valid_forms(text: str) -> None:
+    with pytest.raises(ConfigurationError) as err:
+        EventPosition.parse(text, "ending_position")
+    msg = str(err.value)
+    assert "ending_position" in msg and repr(text) in msg and "'earliest'" in msg
+
+
+def test_parse_ranges_inclusive_sorted() -> None:
+    ranges = parse_ranges('{"10": [5, 5], "2": [0, 99]}')
+    assert ranges == (PartitionRange("2", 0, 99), PartitionRange("10", 5, 5))
+    assert ranges[0].count == 100 and ranges[1].count == 1
+    assert parse_ranges("{}") == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("[1, 2]", "JSON object"),
+        ("{0: [1, 2]}", "is not JSON"),
+        ('{"0": [1]}', "partition '0' has [1]"),
+        ('{"0": ["a", 2]}', "two integers"),
+        ('{"0": [true, 2]}', "two integers"),
+    ],
+)
+def test_bad_ranges_json(text: str, fragment: str) -> None:
+    with pytest.raises(ConfigurationError, match="ranges") as err:
+        parse_ranges(text)
+    assert fragment in str(err.value)
+
+
+def test_end_before_start_is_a_range_error_naming_partition() -> None:
+    with pytest.raises(RangeError) as err:
+        parse_ranges('{"3": [10, 9]}')
+    assert "partition '3'" in str(err.value) and "end 9 is before start 10" in str(err.value)
+    with pytest.raises(RangeError, match="negative"):
+        PartitionRange("0", -1, 5)
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "readers", "min_events", "expected"),
+    [
+        (0, 99, 1, 10, [(0, 99)]),
+        (0, 99, 2, 10, [(0, 49), (50, 99)]),
+        (0, 99, 3, 10, [(0, 33), (34, 67), (68, 99)]),
+        (0, 99, 5, 40, [(0, 49), (50, 99)]),  # sub-ranges never below min_events
+        (0, 9, 5, 40, [(0, 9)]),
+        (7, 7, 5, 1, [(7, 7)]),
+        (100, 104, 5, 1, [(100, 100), (101, 101), (102, 102), (103, 103), (104, 104)]),
+    ],
+)
+def test_split_range(
+    start: int, end: int, readers: int, min_events: int, expected: list[tuple[int, int]]
+) -> None:
+    subs = split_range(PartitionRange("0", start, end), readers, min_events)
+    assert [(s.start, s.end) for s in subs] == expected
+    # Contiguous, disjoint, covering: every sequence number exactly once.
+    covered = [n for s in subs for n in range(s.start, s.end + 1)]
+    assert covered == list(range(start, end + 1))
+
+
+def test_options_validate_and_round_trip() -> None:
+    parsed = ReadOptions.from_options(
+        opts(
+            ranges='{"0": [0, 9]}',
+            receive_timeout="5",
+            prefetch="50",
+            max_readers_per_partition="3",
+            on_data_loss="SKIP",
+        )
+    )
+    assert parsed.ranges == (PartitionRange("0", 0, 9),)
+    assert (parsed.receive_timeout, parsed.prefetch, parsed.max_readers_per_partition) == (5, 50, 3)
+    assert parsed.on_data_loss == "skip"
+    assert ReadOptions.from_options(parsed.to_options()) == parsed
+    positions = ReadOptions.from_options(
+        opts(starting_position="seq:5", ending_position="latest", partition_ids="1, 0")
+    )
+    assert positions.partition_ids == ("1", "0")
+    assert ReadOptions.from_options(positions.to_options()) == positions
+
+
+def test_option_aliases_and_prefix() -> None:
+    parsed = ReadOptions.from_options(
+        {
+            "eventhubs.connectionString": CONN,
+            "EventHubName": "telemetry",
+            "consumerGroup": "cg1",
+            "startingPosition": "earliest",
+            "maxReadersPerPartition": "2",
+        }
+    )
+    assert parsed.settings.consumer_group == "cg1"
+    assert parsed.max_readers_per_partition == 2
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        (
+            {"max_readers_per_partition": "6"},
+            "max_readers_per_partition: 6 must be an integer 1..5",
+        ),
+        ({"max_readers_per_partition": "0"}, "max_readers_per_partition: 0"),
+        (
+            {"max_readers_per_partition": "two"},
+            "max_readers_per_partition: 'two' is not an integer",
+        ),
+        ({"receive_timeout": "0"}, "receive_timeout: 0.0 must be a number of seconds > 0"),
+        ({"prefetch": "0"}, "prefetch: 0 must be an integer 1..10000"),
+        ({"on_data_loss": "ignore"}, "on_data_loss: 'ignore' is not valid; valid: 'fail', 'skip'"),
+        ({"startingPositon": "earliest"}, "unknown option 'startingPositon'"),
+        ({"partition_ids": " , "}, "partition_ids: ' , ' names no partition"),
+        (
+            {"ranges": '{"0": [0, 1]}', "starting_position": "earliest"},
+            "either ranges or starting_position/ending_position",
+        ),
+        ({"ranges": '{"0": [0, 1]}', "partition_ids": "0"}, "partition_ids: not allowed"),
+    ],
+)
+def test_bad_options_name_option_and_value(extra: dict[str, str], fragment: str) -> None:
+    with pytest.raises(ConfigurationError) as err:
+        ReadOptions.from_options(opts(**extra))
+    assert fragment in str(err.value)
+
+
+def test_missing_hub_and_credentials() -> None:
+    with pytest.raises(ConfigurationError, match="eventhub_name: required"):
+        ReadOptions.from_options({"connection_string": CONN})
+    with pytest.raises(ConfigurationError, match="connection_string: required"):
+        ReadOptions.from_options({"eventhub_name": "h"})
+    # Namespace alone implies an Entra ID credential.
+    parsed = ReadOptions.from_options(
+        {"eventhub_name": "h", "fully_qualified_namespace": "ns.servicebus.windows.net"}
+    )
+    assert parsed.settings.credential_type == "default_azure_credential"
+
+
+def test_no_secret_in_errors_or_reprs() -> None:
+    bad = CONN.replace("Endpoint=sb://", "Endpoint=http://")
+    with pytest.raises(ConfigurationError) as err:
+        ReadOptions.from_options({"connection_string": bad, "eventhub_name": "h"})
+    assert SECRET not in str(err.value)
+    parsed = ReadOptions.from_options(opts(ranges='{"0": [0, 9]}'))
+    plan = ReadPlan(options=parsed, ranges=parsed.ranges or ())
+    part = plan.input_partitions()[0]
+    assert SECRET not in repr(parsed) and SECRET not in repr(plan) and SECRET not in repr(part)
+
+
+def test_input_partitions_are_small_and_picklable() -> None:
+    parsed = ReadOptions.from_options(
+        opts(ranges='{"0": [0, 99999], "1": [0, 9]}', max_readers_per_partition="4")
+    )
+    plan = ReadPlan(options=parsed, ranges=parsed.ranges or ())
+    parts = plan.input_partitions()
+    assert [(p.range.partition_id, p.range.start, p.range.end) for p in parts] == [
+        ("0", 0, 24999),
+        ("0", 25000, 49999),
+        ("0", 50000, 74999),
+        ("0", 75000, 99999),
+        ("1", 0, 9),
+    ]
+    clone = pickle.loads(pickle.dumps(parts[1]))
+    assert clone.range == parts[1].range
+    assert isinstance(clone.settings, EventHubSettings)
+    assert len(pickle.dumps(parts[1])) < 2000  # settings + range only, never a client
+    assert plan.ranges_dict() == {"0": (0, 99999), "1": (0, 9)}
+    assert ReadOptions.from_options(plan.spark_options()).ranges == plan.ranges
