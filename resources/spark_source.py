@@ -1075,10 +1075,33 @@ def read_range(
         wait_seconds=receive_timeout,
     )
     where = f"Event Hub {settings.eventhub_name!r} consumer group {settings.consumer_group!r} {rng}"
-    done = False
+
+    def lost(first: int, last: int) -> None:
+        """A hole [first, last] in the range: fail, or log it and go on (skip)."""
+        missing = f"sequence numbers [{first}, {last}] of {rng} are missing"
+        if on_data_loss == "fail":
+            raise DataLossError(
+                f"{where}: {missing} (expired by retention or a gap in the partition); "
+                "set on_data_loss='skip' to read what is left"
+            )
+        logger.warning(
+            "Event Hub %s consumer group %s partition %s: skipping: %s",
+            settings.eventhub_name,
+            settings.consumer_group,
+            rng.partition_id,
+            missing,
+        )
+
     with receiver:
         for events in receiver:
             if not events:
+                # Silence: either the rest of the range expired meanwhile (data loss) or the
+                # service is not delivering (retryable). The partition properties tell which.
+                first_available = _first_available(settings, rng.partition_id)
+                if first_available is not None and first_available > expected:
+                    lost(expected, rng.end)
+                    expected = rng.end + 1
+                    break
                 raise EventHubUnavailableError(
                     f"{where}: no event received for {receive_timeout:g}s while waiting for "
                     f"sequence number {expected} (receive_timeout); the hub may be unreachable "
@@ -1089,30 +1112,30 @@ def read_range(
                 if seq is None or seq < expected:
                     continue  # a redelivery after a reconnect: already read
                 if seq > rng.end:
-                    done = True
                     break
                 if seq > expected:
-                    missing = f"sequence numbers [{expected}, {seq - 1}] of {rng} are missing"
-                    if on_data_loss == "fail":
-                        raise DataLossError(
-                            f"{where}: {missing} (expired by retention or a gap in the "
-                            "partition); set on_data_loss='skip' to read what is left"
-                        )
-                    logger.warning(
-                        "Event Hub %s consumer group %s partition %s: skipping: %s",
-                        settings.eventhub_name,
-                        settings.consumer_group,
-                        rng.partition_id,
-                        missing,
-                    )
+                    lost(expected, seq - 1)
                 builder.add(event, seq)
                 expected = seq + 1
                 if len(builder) >= batch_rows:
                     yield builder.flush()
-            if done or expected > rng.end:
+            last_seen = events[-1].sequence_number
+            if expected > rng.end or (last_seen is not None and last_seen > rng.end):
                 break
+    if expected <= rng.end:
+        # The partition moved past the range's end without delivering its tail.
+        lost(expected, rng.end)
     if len(builder):
         yield builder.flush()
+
+
+def _first_available(settings: EventHubSettings, partition_id: str) -> int | None:
+    try:
+        _, infos = fetch_partition_info(settings, [partition_id])
+    except EventHubIngestError:
+        return None
+    info = infos.get(partition_id)
+    return None if info is None else info.first_available
 
 
 # --------------------------------------------------------------------------------------------

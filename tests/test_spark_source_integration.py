@@ -1,0 +1,282 @@
+"""The eventhubs Spark source against the project's emulator, through the real SDK and Spark."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from resources.errors import DataLossError, EventHubUnavailableError, RangeError
+from resources.spark_source import (
+    EVENT_COLUMNS,
+    DataGap,
+    PartitionRange,
+    ReadOptions,
+    eventhubs_schema,
+    plan_read,
+    read_eventhubs,
+    read_range,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+MakeHub = Callable[..., Any]
+
+
+def seqs(df: DataFrame) -> list[tuple[str, int]]:
+    """(partition, sequenceNumber) of every row, sorted; duplicates stay visible."""
+    return sorted(
+        (r.partition, r.sequenceNumber) for r in df.select("partition", "sequenceNumber").collect()
+    )
+
+
+def spark_read(spark: SparkSession, hub: Any, **options: str) -> DataFrame:
+    reader = (
+        spark.read.format("eventhubs")
+        .option("connection_string", hub.connection_string)
+        .option("eventhub_name", hub.name)
+    )
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def raw_events(hub: Any, partition: str, count: int) -> list[dict[str, Any]]:
+    """The events as the SDK sees them (reference for offsets and times)."""
+    settings = hub.settings()
+    batches = list(read_range(settings, PartitionRange(partition, 0, count - 1)))
+    return [row for b in batches for row in b.to_pylist()]
+
+
+def test_explicit_ranges_read_exactly_those_events(
+    spark: SparkSession, make_eventhub: MakeHub
+) -> None:
+    hub = make_eventhub(partitions=2)
+    hub.send("0", [f"p0-{i}".encode() for i in range(30)], properties={"source": "test", "n": 1})
+    hub.send("1", [f"p1-{i}".encode() for i in range(10)], partition_key=None)
+    df = spark_read(spark, hub, ranges='{"0": [10, 19], "1": [0, 4]}')
+    assert df.schema == eventhubs_schema()
+    assert tuple(df.columns) == EVENT_COLUMNS
+    rows = sorted(df.collect(), key=lambda r: (r.partition, r.sequenceNumber))
+    assert [(r.partition, r.sequenceNumber) for r in rows] == [("0", n) for n in range(10, 20)] + [
+        ("1", n) for n in range(5)
+    ]
+    first = rows[0]
+    assert first.body == b"p0-10"
+    assert first.properties == {"source": "test", "n": "1"}
+    assert first.offset is not None and first.enqueuedTime is not None
+    # Offsets grow with sequence numbers within a partition.
+    offsets = [int(r.offset) for r in rows if r.partition == "0"]
+    assert offsets == sorted(offsets) and len(set(offsets)) == 10
+
+
+def test_positions_of_every_form(spark: SparkSession, make_eventhub: MakeHub) -> None:
+    hub = make_eventhub(partitions=1)
+    for batch in range(3):  # three sends, apart in time, for distinct enqueued times
+        hub.send("0", [f"b{batch}-{i}".encode() for i in range(10)])
+        time.sleep(0.05)
+    ref = raw_events(hub, "0", 30)
+    assert [r["sequenceNumber"] for r in ref] == list(range(30))
+    t10, t20 = ref[10]["enqueuedTime"], ref[20]["enqueuedTime"]
+    assert ref[9]["enqueuedTime"] < t10 < t20
+
+    def read(start: str, end: str) -> list[int]:
+        df = spark_read(spark, hub, starting_position=start, ending_position=end)
+        return [s for _, s in seqs(df)]
+
+    assert read("earliest", "latest") == list(range(30))
+    assert read("seq:5", "14") == list(range(5, 15))
+    assert read(f"offset:{ref[7]['offset']}", f"offset:{ref[12]['offset']}") == list(range(7, 13))
+    # Enqueued time: start inclusive, end exclusive (consecutive windows never overlap).
+    iso = lambda t: t.isoformat().replace("+00:00", "Z")  # noqa: E731
+    assert read(f"enqueued:{iso(t10)}", f"enqueued:{iso(t20)}") == list(range(10, 20))
+    assert read("seq:25", "seq:1000") == list(range(25, 30))  # the end is clamped to the last
+    assert read("latest", "latest") == []
+    # Offsets that fall between events (or past the end) resolve to the neighbouring events.
+    between = str(int(ref[7]["offset"]) + 1)
+    assert read(f"offset:{between}", f"offset:{10**12}") == list(range(8, 30))
+
+
+def test_positions_on_selected_partitions(spark: SparkSession, make_eventhub: MakeHub) -> None:
+    hub = make_eventhub(partitions=3)
+    for pid in hub.partition_ids:
+        hub.send(pid, [b"x"] * 5)
+    df = spark_read(spark, hub, partition_ids="2,0", starting_position="seq:3")
+    assert seqs(df) == [("0", 3), ("0", 4), ("2", 3), ("2", 4)]
+
+
+def test_ranges_are_resolved_once_per_dataframe(
+    spark: SparkSession, make_eventhub: MakeHub
+) -> None:
+    hub = make_eventhub(partitions=1)
+    hub.send("0", [b"a"] * 20)
+    df = spark_read(spark, hub)  # earliest -> latest, resolved now
+    assert df.count() == 20
+    hub.send("0", [b"b"] * 10)
+    # Every action on the same DataFrame reads the same bounded range.
+    assert df.count() == 20
+    assert spark_read(spark, hub).count() == 30
+
+
+def test_sub_ranges_give_the_same_rows_once(spark: SparkSession, make_eventhub: MakeHub) -> None:
+    hub = make_eventhub(partitions=2)
+    hub.send("0", [f"{i}".encode() for i in range(1200)])
+    hub.send("1", [f"{i}".encode() for i in range(300)])
+    settings = hub.settings()
+    one = plan_read(ReadOptions(settings=settings, max_readers_per_partition=1))
+    three = plan_read(
+        ReadOptions(settings=settings, max_readers_per_partition=3, min_events_per_reader=100)
+    )
+    assert len(one.input_partitions()) == 2
+    assert [(p.range.start, p.range.end) for p in three.input_partitions()] == [
+        (0, 399),
+        (400, 799),
+        (800, 1199),
+        (0, 99),
+        (100, 199),
+        (200, 299),
+    ]
+    df1, df3 = read_eventhubs(spark, one), read_eventhubs(spark, three)
+    assert df3.rdd.getNumPartitions() == 6
+    rows1, rows3 = seqs(df1), seqs(df3)
+    assert rows3 == rows1 and len(set(rows3)) == len(rows3) == 1500
+    bodies = {
+        (r.partition, r.sequenceNumber): r.body
+        for r in df3.select("partition", "sequenceNumber", "body").collect()
+    }
+    assert bodies[("0", 799)] == b"799" and bodies[("0", 800)] == b"800"
+
+
+def test_unknown_partition_is_a_range_error_naming_valid_ids(
+    spark: SparkSession, make_eventhub: MakeHub
+) -> None:
+    hub = make_eventhub(partitions=2)
+    hub.send("0", [b"x"])
+    options = ReadOptions.from_options(
+        {
+            "connection_string": hub.connection_string,
+            "eventhub_name": hub.name,
+            "ranges": '{"7": [0, 0]}',
+        }
+    )
+    with pytest.raises(RangeError) as err:
+        plan_read(options)
+    assert "unknown partition '7'" in str(err.value) and "valid partition ids: 0, 1" in str(
+        err.value
+    )
+    # Through spark.read the same message reaches the user (wrapped by Spark).
+    with pytest.raises(Exception) as spark_err:
+        spark_read(spark, hub, ranges='{"7": [0, 0]}')
+    assert "unknown partition '7'" in str(spark_err.value)
+    assert "SharedAccessKey=" not in str(spark_err.value).replace("SharedAccessKey=***", "")
+
+
+def test_range_past_last_enqueued_is_refused(make_eventhub: MakeHub) -> None:
+    hub = make_eventhub(partitions=1)
+    hub.send("0", [b"x"] * 5)
+    options = ReadOptions(settings=hub.settings(), ranges=(PartitionRange("0", 0, 9),))
+    with pytest.raises(
+        RangeError, match=r"partition 0 \[0, 9\]: ends after the last enqueued sequence number 4"
+    ):
+        plan_read(options)
+
+
+def test_bad_option_through_spark_names_option_and_value(
+    spark: SparkSession, make_eventhub: MakeHub
+) -> None:
+    hub = make_eventhub(partitions=1)
+    with pytest.raises(Exception) as err:
+        spark_read(spark, hub, max_readers_per_partition="9")
+    assert "max_readers_per_partition: 9 must be an integer 1..5" in str(err.value)
+
+
+def _expired_hub(make_eventhub: MakeHub, emulator: Any) -> Any:
+    """A partition whose events 0..9 expired by retention and 10..19 stay readable.
+
+    Retention is time-based; to keep the test deterministic on a busy machine the old events
+    expire under a short retention, the emulator prunes them, and then retention is lifted so
+    the new ones never expire (pruning never goes back).
+    """
+    hub = make_eventhub(partitions=1, retention_seconds=0.3)
+    hub.send("0", [f"old-{i}".encode() for i in range(10)])
+    time.sleep(0.6)
+    emu_hub = emulator.server.namespace.get(hub.name)
+
+    def prune_then_keep() -> int:
+        begin = emu_hub.partition("0").begin_sequence_number
+        emu_hub.retention_seconds = None
+        return int(begin)
+
+    assert emulator.call(prune_then_keep) == 10
+    hub.send("0", [f"new-{i}".encode() for i in range(10)])
+    return hub
+
+
+def test_retention_loss_fails_naming_partition_and_range(
+    spark: SparkSession, make_eventhub: MakeHub, eventhub_emulator: Any
+) -> None:
+    hub = _expired_hub(make_eventhub, eventhub_emulator)
+    options = ReadOptions(settings=hub.settings(), ranges=(PartitionRange("0", 0, 19),))
+    with pytest.raises(DataLossError) as err:
+        plan_read(options)
+    assert "sequence numbers [0, 9] of partition 0 [0, 19] are no longer available" in str(
+        err.value
+    )
+    assert "first retained sequence number is 10" in str(err.value)
+    with pytest.raises(Exception, match=r"DataLossError"):
+        spark_read(spark, hub, ranges='{"0": [0, 19]}')
+
+
+def test_retention_loss_skipped_is_reported(
+    spark: SparkSession, make_eventhub: MakeHub, eventhub_emulator: Any
+) -> None:
+    hub = _expired_hub(make_eventhub, eventhub_emulator)
+    options = ReadOptions(
+        settings=hub.settings(), ranges=(PartitionRange("0", 0, 19),), on_data_loss="skip"
+    )
+    plan = plan_read(options)
+    assert plan.ranges == (PartitionRange("0", 10, 19),)
+    assert [(g.partition_id, g.start, g.end) for g in plan.gaps] == [("0", 0, 9)]
+    assert isinstance(plan.gaps[0], DataGap) and "retention" in plan.gaps[0].reason
+    assert seqs(read_eventhubs(spark, plan)) == [("0", n) for n in range(10, 20)]
+    df = spark_read(spark, hub, ranges='{"0": [0, 19]}', on_data_loss="skip")
+    first = df.orderBy("sequenceNumber").select("body").first()
+    assert first is not None and first.body == b"new-0"
+
+
+def test_executor_detects_loss_after_planning(
+    make_eventhub: MakeHub, eventhub_emulator: Any
+) -> None:
+    # What a task does when events expire between planning and reading: the receive starts
+    # at the first retained event, so the hole is seen on the executor.
+    hub = _expired_hub(make_eventhub, eventhub_emulator)
+    settings = hub.settings()
+    with pytest.raises(DataLossError) as err:
+        list(read_range(settings, PartitionRange("0", 0, 19), receive_timeout=5))
+    assert "sequence numbers [0, 9] of partition 0 [0, 19] are missing" in str(err.value)
+    rows = [
+        r
+        for b in read_range(settings, PartitionRange("0", 0, 19), on_data_loss="skip")
+        for r in b.to_pylist()
+    ]
+    assert [r["sequenceNumber"] for r in rows] == list(range(10, 20))
+    # A range that expired entirely is a loss too, not an empty success.
+    with pytest.raises(DataLossError, match=r"\[0, 9\]"):
+        list(read_range(settings, PartitionRange("0", 0, 9), receive_timeout=5))
+
+
+def test_silence_is_a_timeout_error_naming_partition_and_range(make_eventhub: MakeHub) -> None:
+    hub = make_eventhub(partitions=1)
+    hub.send("0", [b"x"] * 3)
+    started = time.monotonic()
+    with pytest.raises(EventHubUnavailableError) as err:
+        list(read_range(hub.settings(), PartitionRange("0", 2, 5), receive_timeout=1.0))
+    assert time.monotonic() - started < 15
+    msg = str(err.value)
+    assert "partition 0 [2, 5]" in msg and "no event received for 1s" in msg
+    assert "waiting for sequence number 3" in msg
