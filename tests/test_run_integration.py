@@ -54,7 +54,9 @@ def hub(make_eventhub) -> Hub:
 
 
 @pytest.fixture
-def make_config(hub: Hub, blob_store_settings: StoreSettings, tmp_path: Path) -> Callable[..., IngestConfig]:
+def make_config(
+    hub: Hub, blob_store_settings: StoreSettings, tmp_path: Path
+) -> Callable[..., IngestConfig]:
     def make(**kw) -> IngestConfig:
         base = dict(
             eventhub=hub.hub.settings(),
@@ -80,10 +82,140 @@ def test_one_run_lands_every_partition_once(spark, hub: Hub, make_config) -> Non
     assert report.complete and report.events == 120
     assert sink_rows(spark, cfg.sink) == sent_rows(hub.sent)
     r = report.partitions["1"]
-    assert (r.first_sequence_number, r.last_sequence_number, r.checkpoint_sequence_number) == (0, 39, 39)
+    assert (r.first_sequence_number, r.last_sequence_number, r.checkpoint_sequence_number) == (
+        0,
+        39,
+        39,
+    )
     assert r.bytes == sum(len(b) for b in hub.sent["1"])
     assert r.first_enqueued_time is not None and r.last_enqueued_time >= r.first_enqueued_time
     assert (r.lag_events, r.lag_seconds, r.read_by) == (0, 0.0, ["run-1"])
     cps = store_of(cfg).list_sdk_checkpoints()  # what an EventProcessorClient would resume from
     assert {p: c.sequence_number for p, c in cps.items()} == {"0": 39, "1": 39, "2": 39}
     assert all(c.offset for c in cps.values())
+
+
+def test_sequential_runs_continue_where_the_previous_stopped(spark, hub: Hub, make_config) -> None:
+    hub.send(25)
+    cfg = make_config(max_events_per_partition=10, strategy="greedy")
+    first = run_ingestion(cfg, spark, owner_id="cron-1")
+    assert first.complete and first.events == 30
+    assert first.partitions["0"].lag_events == 15 and first.partitions["0"].lag_seconds > 0
+    second = run_ingestion(cfg, spark, owner_id="cron-2")
+    assert [second.partitions[p].first_sequence_number for p in "012"] == [10, 10, 10]
+    hub.send(5)
+    for i in range(3, 6):
+        run_ingestion(cfg, spark, owner_id=f"cron-{i}")
+    assert sink_rows(spark, cfg.sink) == sent_rows(hub.sent)
+    cps = store_of(cfg).list_checkpoints()
+    assert {p: c.sequence_number for p, c in cps.items()} == {"0": 29, "1": 29, "2": 29}
+
+
+def test_pending_intent_of_a_crashed_run_is_replayed_exactly(spark, hub: Hub, make_config) -> None:
+    from ops.ingest import SparkIngestor
+
+    hub.send(30)
+    cfg = make_config()
+    store = store_of(cfg)
+    # A run claimed partition 1, recorded [0, 19], wrote it, and died before its checkpoint.
+    own = store.claim("1", "crashed-run", None)
+    assert own is not None
+    store.record_intent(own, 0, 19)
+    SparkIngestor(spark, cfg.eventhub, cfg.sink).ingest({"1": (0, 19)})
+    report = run_ingestion(
+        cfg, spark, owner_id="next-run", is_owner_dead=lambda owner: owner == "crashed-run"
+    )
+    assert report.complete
+    r1 = report.partitions["1"]
+    # The replay covers exactly the recorded range first, then the rest of the bound.
+    assert r1.ranges_written[0] == (0, 19) and r1.checkpoint_sequence_number == 29
+    assert sink_rows(spark, cfg.sink) == sent_rows(hub.sent)  # 0..19 once, not twice
+    assert store.get_ownership("1").intent is None
+
+
+def test_replay_rewrites_a_range_and_never_moves_the_checkpoint(
+    spark, hub: Hub, make_config
+) -> None:
+    hub.send(20)
+    cfg = make_config(max_events_per_partition=12)
+    run_ingestion(cfg, spark, owner_id="live")
+    before = store_of(cfg).list_checkpoints()
+    report = run_ingestion(cfg, spark, owner_id="replay", replay=ReplaySpec(ranges={"2": (0, 11)}))
+    assert report.replay and report.complete and report.partitions["2"].events == 12
+    assert store_of(cfg).list_checkpoints() == before
+    # Same range as the live run wrote: replaced, not duplicated.
+    assert sink_rows(spark, cfg.sink) == sent_rows({p: b[:12] for p, b in hub.sent.items()})
+    with pytest.raises(RangeError, match="after the last enqueued event 19"):
+        run_ingestion(cfg, spark, owner_id="replay", replay=ReplaySpec(ranges={"0": (0, 50)}))
+
+
+def expire_all(emulator, hub_name: str) -> None:
+    """Let retention drop every event stored so far (the emulator's own pruning), then stop."""
+    hub = emulator.server.namespace.get(hub_name)
+    hub.retention_seconds = 0.001
+    time.sleep(0.05)
+    for partition in hub.partitions:
+        partition.prune()
+    hub.retention_seconds = None
+
+
+def test_data_loss_fails_with_advice_or_skips_and_reports_the_gap(
+    spark, eventhub_emulator, hub: Hub, make_config
+) -> None:
+    cfg = make_config(max_events_per_partition=5)
+    hub.send(10, ["0"])
+    assert run_ingestion(cfg, spark, owner_id="a", partition_ids=["0"]).complete  # 0..4
+    expire_all(eventhub_emulator, hub.hub.name)  # 5..9 expire unread
+    hub.send(3, ["0"])  # 10..12
+    with pytest.raises(DataLossError) as err:
+        run_ingestion(cfg, spark, owner_id="b", partition_ids=["0"])
+    assert "events 5..9 expired" in str(err.value) and "on_data_loss: skip" in str(err.value)
+    assert store_of(cfg).list_checkpoints()["0"].sequence_number == 4
+    skip = make_config(max_events_per_partition=5, on_data_loss="skip")
+    report = run_ingestion(skip, spark, owner_id="c", partition_ids=["0"])
+    r = report.partitions["0"]
+    assert report.complete and r.skipped_ranges == [(5, 9)]
+    assert (r.first_sequence_number, r.checkpoint_sequence_number, r.events) == (10, 12, 3)
+    assert [row[1] for row in sink_rows(spark, cfg.sink)] == [0, 1, 2, 3, 4, 10, 11, 12]
+
+
+def test_unknown_partition_is_a_clear_error(spark, hub: Hub, make_config) -> None:
+    with pytest.raises(
+        RangeError, match=r"partition\(s\) 9 do not exist.*valid partition ids: 0, 1, 2"
+    ):
+        run_ingestion(make_config(), spark, owner_id="x", partition_ids=["1", "9"])
+
+
+def test_unwritable_sink_fails_and_nothing_is_checkpointed(
+    spark, hub: Hub, make_config, tmp_path: Path
+) -> None:
+    hub.send(5, ["0"])
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    cfg = make_config(sink=SinkSettings(path=str(blocker / "out")))
+    with pytest.raises(SinkError, match="cannot write"):
+        run_ingestion(cfg, spark, owner_id="x", partition_ids=["0"])
+    store = store_of(cfg)
+    assert store.list_checkpoints() == {}
+    own = store.get_ownership("0")
+    assert own is not None and own.is_released and own.intent is not None  # replayed next time
+
+
+def test_unreachable_hub_fails_fast_with_a_clear_error(
+    blob_store_settings: StoreSettings, tmp_path: Path
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: nothing listens there
+    conn = f"Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName=k;SharedAccessKey=hunter2;UseDevelopmentEmulator=true"
+    cfg = IngestConfig(
+        eventhub=EventHubSettings(eventhub_name="nohub", connection_string=conn),
+        store=blob_store_settings,
+        sink=SinkSettings(path=str(tmp_path / "out")),
+    )
+    started = time.monotonic()
+    with pytest.raises(EventHubUnavailableError) as err:
+        run_ingestion(cfg, None, owner_id="x")
+    assert time.monotonic() - started < 15
+    msg = str(err.value)
+    assert f"127.0.0.1:{port}/nohub" in msg and "reachable" in msg and "hunter2" not in msg
