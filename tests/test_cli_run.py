@@ -1,0 +1,75 @@
+"""``ehingest run`` and ``ehingest status`` as a user runs them: subprocesses, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def ehingest(*args: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_run_and_status_from_the_command_line(
+    make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
+) -> None:
+    hub = make_eventhub(partitions=2)
+    for pid in hub.partition_ids:
+        hub.send(pid, [f"{pid}-{i}".encode() for i in range(12)])
+    env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
+    config = {
+        "eventhub": {"connection_string": "${EH_CONN}", "eventhub_name": hub.name},
+        "store": {"connection_string": "${ST_CONN}", "container": container_name},
+        "sink": {"format": "parquet", "path": str(tmp_path / "out")},
+        "max_events_per_partition": 10,
+        "lease_expiry_seconds": 15,
+        "spark": {"master": "local[1]"},
+    }
+    path = tmp_path / "ehingest.yaml"
+    path.write_text(yaml.safe_dump(config))
+
+    done = ehingest("run", "--config", str(path), "--owner", "cli-1", env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "complete" in done.stdout and "cli-1" in done.stdout
+    assert "SharedAccessKey=" not in done.stdout + done.stderr
+
+    status = ehingest("status", "--config", str(path), "--json", env=env)
+    assert status.returncode == 0, status.stderr[-3000:]
+    rows = {r["partition_id"]: r for r in json.loads(status.stdout)}
+    assert rows["0"]["checkpoint"] == 9 and rows["0"]["last_enqueued_sequence_number"] == 11
+    assert rows["0"]["lag_events"] == 2 and rows["0"]["lag_seconds"] is not None
+    assert rows["1"]["owner"] == "" and rows["1"]["intent"] is None
+    table = ehingest("status", "--config", str(path), env=env)
+    assert table.returncode == 0 and table.stdout.splitlines()[0].split()[:3] == [
+        "partition",
+        "owner",
+        "checkpoint",
+    ]
+
+    unknown = ehingest("run", "--config", str(path), "--partition", "7", env=env)
+    assert unknown.returncode == 2 and "valid partition ids: 0, 1" in unknown.stderr
+
+    config["store"]["connection_string"] = azurite_connection_string  # a literal secret
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(config))
+    refused = ehingest("run", "--config", str(bad), env=env)
+    assert refused.returncode == 2
+    assert "store.connection_string: the config file holds a literal secret" in refused.stderr
+    assert "Eby8vdM02" not in refused.stderr
