@@ -23,8 +23,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from emulator.codec import Symbol, Timestamp, decode, encode_into, split_list
-from emulator.framing import section_spans
+from emulator.codec import Symbol, Timestamp, decode, encode, encode_into, skip, split_list
 
 __all__ = [
     "DEFAULT_CONSUMER_GROUP",
@@ -50,10 +49,6 @@ _SERVICE_KEYS = {
     b"x-opt-enqueued-time",
     b"x-opt-partition-key",
 }
-_SEQ = Symbol("x-opt-sequence-number")
-_OFFSET = Symbol("x-opt-offset")
-_ENQ = Symbol("x-opt-enqueued-time")
-_PKEY = Symbol("x-opt-partition-key")
 
 
 class EmulatorError(ValueError):
@@ -93,60 +88,77 @@ def build_stored_payload(
     """
     head = b""
     tail: list[bytes] = []
-    raw_pairs: list[bytes] = []
+    pairs: list[bytes] = []
     count = 0
-    for code, start, end in section_spans(message):
+    for code, start, end, value_pos in _sections(message):
         if code == 0x70:
             head = message[start:end]
         elif code == 0x71:
             continue  # delivery annotations are hop-by-hop, not stored
         elif code == 0x72:
             # Copy the producer's annotations byte for byte, except the service-owned keys.
-            value_pos = start + 3 if message[start + 1] == 0x53 else _value_pos(message, start)
             spans, _ = split_list(message, value_pos)
-            for i in range(0, len(spans), 2):
-                ks, _ = spans[i]
-                vs, ve = spans[i + 1]
-                key, _ = decode(message, ks)
-                key_bytes = key.encode() if isinstance(key, str) else key
+            for i in range(0, len(spans) - 1, 2):
+                ks, ke = spans[i]
+                key_bytes = message[ks + 2 : ke] if message[ks] in (0xA3, 0xA1) else b""
                 if key_bytes == b"x-opt-partition-key" and partition_key is None:
-                    val, _ = decode(message, vs)
+                    val, _ = decode(message, spans[i + 1][0])
                     if isinstance(val, (str, bytes)) and val:
                         partition_key = val.decode() if isinstance(val, bytes) else str(val)
                 if key_bytes in _SERVICE_KEYS:
                     continue
-                raw_pairs.append(message[ks:ve])
+                pairs.append(message[ks : spans[i + 1][1]])
                 count += 2
         else:
             tail.append(message[start:end])
-    body = bytearray()
-    for pair in raw_pairs:
-        body += pair
-    encode_into(body, _SEQ)
-    encode_into(body, seq)
-    encode_into(body, _OFFSET)
-    encode_into(body, str(offset))
-    encode_into(body, _ENQ)
-    encode_into(body, Timestamp(enqueued_ms))
+    offset_text = str(offset).encode()
+    pairs.append(
+        _FIXED_ANNOTATIONS.pack(_SEQ_KEY, 0x81, seq, _OFFSET_KEY, 0xA1, len(offset_text))
+        + offset_text
+        + _ENQ_PACK.pack(_ENQ_KEY, 0x83, enqueued_ms)
+    )
     count += 6
     if partition_key is not None:
-        encode_into(body, _PKEY)
-        encode_into(body, partition_key)
+        pairs.append(_PKEY_KEY)
+        key_out = bytearray()
+        encode_into(key_out, partition_key)
+        pairs.append(bytes(key_out))
         count += 2
-    annotations = bytearray(b"\x00\x53\x72")
+    body = b"".join(pairs)
     if len(body) + 1 < 256 and count < 256:
-        annotations += bytes((0xC1, len(body) + 1, count))
+        annotations = b"\x00\x53\x72\xc1" + bytes((len(body) + 1, count)) + body
     else:
-        annotations += struct.pack(">BII", 0xD1, len(body) + 4, count)
-    annotations += body
-    payload = head + bytes(annotations) + b"".join(tail)
-    return payload, len(head), partition_key
+        annotations = b"\x00\x53\x72" + struct.pack(">BII", 0xD1, len(body) + 4, count) + body
+    tail.insert(0, annotations)
+    tail.insert(0, head)
+    return b"".join(tail), len(head), partition_key
 
 
-def _value_pos(message: bytes, start: int) -> int:
-    # A section whose descriptor is not a small ulong (e.g. a symbolic descriptor).
-    _, pos = decode(message, start + 1)
-    return pos
+def _sections(message: bytes) -> list[tuple[int, int, int, int]]:
+    """``(code, start, end, value position)`` of each section (descriptor fast path)."""
+    out = []
+    pos, n = 0, len(message)
+    while pos < n:
+        if message[pos] != 0x00:
+            raise ValueError(f"message section at {pos} is not a described value")
+        if message[pos + 1] == 0x53:
+            code, value_pos = message[pos + 2], pos + 3
+        else:
+            descriptor, value_pos = decode(message, pos + 1)
+            code = int(descriptor) if isinstance(descriptor, int) else -1
+        end = skip(message, value_pos)
+        out.append((code, pos, end, value_pos))
+        pos = end
+    return out
+
+
+_SEQ_KEY = encode(Symbol("x-opt-sequence-number"))
+_OFFSET_KEY = encode(Symbol("x-opt-offset"))
+_ENQ_KEY = encode(Symbol("x-opt-enqueued-time"))
+_PKEY_KEY = encode(Symbol("x-opt-partition-key"))
+# key, long(0x81, q), key, str8(0xa1, len) -- the offset text follows
+_FIXED_ANNOTATIONS = struct.Struct(f">{len(_SEQ_KEY)}sBq{len(_OFFSET_KEY)}sBB")
+_ENQ_PACK = struct.Struct(f">{len(_ENQ_KEY)}sBq")
 
 
 def _rot(x: int, k: int) -> int:
