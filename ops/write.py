@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -301,9 +302,14 @@ def write_batch(
 def _cause(exc: BaseException) -> str:
     text = str(getattr(exc, "desc", None) or exc)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    # Spark errors carry a JVM stack; its first lines say what went wrong.
-    head = " | ".join(lines[:3])
+    # A Python worker's failure arrives as a whole traceback: its last "...Error: msg" line is
+    # the cause. Otherwise the JVM error's first lines say what went wrong.
+    raised = [ln for ln in lines if _RAISED.match(ln)]
+    head = raised[-1] if raised else " | ".join(lines[:3])
     return redact(head[:600])
+
+
+_RAISED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
 
 
 # --------------------------------------------------------------------------------------------
@@ -567,14 +573,11 @@ class _DeltaBatchWriter(DataSourceArrowWriter):
         from deltalake.transaction import AddAction, RemoveAction
 
         msgs = [m for m in messages if isinstance(m, _DeltaTaskMessage)]
-        outside = sum(m.outside for m in msgs)
-        if outside:
+        if sum(m.outside for m in msgs):
+            # Never commit a wrong DataFrame; write_batch reports it from the observed count
+            # (an exception raised here would reach the caller as a Python worker traceback).
             self.abort(list(messages))
-            raise SinkError(
-                f"sink deltalake path {self.table_uri!r}: the DataFrame holds {outside} "
-                f"event(s) outside the batch ranges {self.keys}; nothing was committed. Read "
-                "exactly the planned ranges and pass plan.ranges_dict() as ranges"
-            )
+            return
         actions: list[AddAction | RemoveAction] = [
             AddAction(
                 path=p.path,
@@ -718,8 +721,26 @@ def read_sink(spark: SparkSession, sink: SinkSettings) -> DataFrame:
             table = DeltaTable(uri).to_pyarrow_table()
         except Exception as exc:
             raise SinkError(f"sink deltalake path {uri!r}: cannot read: {_cause(exc)}") from exc
+        if table.num_rows == 0:
+            import pyarrow as pa
+
+            # Spark cannot build a DataFrame from columns without chunks: one empty chunk each.
+            table = pa.Table.from_arrays(
+                [pa.array([], type=f.type) for f in table.schema], schema=table.schema
+            )
         return spark.createDataFrame(table)
     if sink.path is not None:
-        return spark.read.format(sink.format).load(sink.path)
+        # Hive-style directories would turn partition "0" into an int: keep the written types
+        # (partition discovery runs inside load(), so the setting only needs to span it).
+        key = "spark.sql.sources.partitionColumnTypeInference.enabled"
+        previous = spark.conf.get(key, None)
+        spark.conf.set(key, "false")
+        try:
+            return spark.read.format(sink.format).load(sink.path)
+        finally:
+            if previous is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, previous)
     assert sink.table is not None
     return spark.table(sink.table)

@@ -1,0 +1,239 @@
+"""Idempotent sinks on a real local SparkSession: parquet path, table, partition_by, deltalake."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from ops.write import BATCH_COLUMN, batch_key, read_sink, write_batch
+from resources.errors import ConfigurationError, SinkError
+from resources.settings import SinkSettings
+from resources.spark_source import eventhubs_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+pytestmark = pytest.mark.spark
+
+T0 = datetime(2024, 5, 1, 12, tzinfo=UTC)
+
+
+def events(
+    spark: SparkSession, ranges: dict[str, tuple[int, int]], body_size: int = 10
+) -> DataFrame:
+    """Events shaped like the eventhubs source: offset = 100 * seq, one second apart."""
+    rows = [
+        (
+            bytes([seq % 256]) * body_size,
+            pid,
+            str(seq * 100),
+            seq,
+            T0 + timedelta(seconds=seq),
+            None,
+            f"key-{seq % 3}",
+            {"n": str(seq)},
+            {},
+        )
+        for pid, (start, end) in ranges.items()
+        for seq in range(start, end + 1)
+    ]
+    return spark.createDataFrame(rows, eventhubs_schema()).repartition(3)
+
+
+def keys(df: DataFrame) -> list[tuple[str, int]]:
+    return sorted(
+        (r.partition, r.sequenceNumber) for r in df.select("partition", "sequenceNumber").collect()
+    )
+
+
+def expected(ranges: dict[str, tuple[int, int]]) -> list[tuple[str, int]]:
+    return sorted((p, s) for p, (a, b) in ranges.items() for s in range(a, b + 1))
+
+
+SINK_KINDS = ["parquet", "table", "deltalake"]
+
+
+def make_sink(kind: str, tmp_path: Path, partition_by: tuple[str, ...] = ()) -> SinkSettings:
+    if kind == "table":
+        return SinkSettings(table=f"events_{uuid.uuid4().hex[:10]}", partition_by=partition_by)
+    return SinkSettings(format=kind, path=str(tmp_path / kind), partition_by=partition_by)
+
+
+@pytest.mark.parametrize("kind", SINK_KINDS)
+def test_write_twice_leaves_rows_once_and_stats(
+    spark: SparkSession, tmp_path: Path, kind: str
+) -> None:
+    ranges = {"0": (0, 49), "1": (100, 129)}
+    sink = make_sink(kind, tmp_path)
+    df = events(spark, ranges, body_size=7)
+    first = write_batch(df, sink, ranges)
+    again = write_batch(df, sink, ranges)
+    assert keys(read_sink(spark, sink)) == expected(ranges)
+    for result in (first, again):
+        p0, p1 = result.partitions["0"], result.partitions["1"]
+        assert (p0.events, p0.bytes, p0.first_sequence_number, p0.last_sequence_number) == (
+            50,
+            350,
+            0,
+            49,
+        )
+        assert p0.last_offset == "4900" and p1.last_offset == "12900"
+        assert p1.first_enqueued_time == T0 + timedelta(seconds=100)
+        assert p1.last_enqueued_time == T0 + timedelta(seconds=129)
+        assert p0.missing_events == 0 and p0.batch_key == "0-0-49"
+        assert result.events == 80 and result.bytes == 560
+    assert first.output_location == again.output_location
+    if kind != "table":
+        assert first.output_location == str(tmp_path / kind)
+    meta = first.metadata()
+    assert meta["partitions"]["1"]["last_offset"] == "12900" and meta["events"] == 80
+
+
+@pytest.mark.parametrize("kind", SINK_KINDS)
+def test_batches_accumulate_and_a_replay_replaces_only_its_batch(
+    spark: SparkSession, tmp_path: Path, kind: str
+) -> None:
+    sink = make_sink(kind, tmp_path)
+    b1 = {"0": (0, 9), "1": (0, 4)}
+    b2 = {"0": (10, 19)}
+    write_batch(events(spark, b1), sink, b1)
+    write_batch(events(spark, b2), sink, b2)
+    # A peer replays only partition 1's intent of the first batch (its checkpoint never moved).
+    write_batch(events(spark, {"1": (0, 4)}), sink, {"1": (0, 4)})
+    out = read_sink(spark, sink)
+    assert keys(out) == expected({"0": (0, 19), "1": (0, 4)})
+    batches = {r[BATCH_COLUMN] for r in out.select(BATCH_COLUMN).distinct().collect()}
+    assert batches == {batch_key("0", 0, 9), batch_key("1", 0, 4), batch_key("0", 10, 19)}
+
+
+@pytest.mark.parametrize("kind", SINK_KINDS)
+def test_partition_by(spark: SparkSession, tmp_path: Path, kind: str) -> None:
+    ranges = {"0": (0, 5), "3": (0, 5)}
+    sink = make_sink(kind, tmp_path, partition_by=("partition",))
+    write_batch(events(spark, ranges), sink, ranges)
+    write_batch(events(spark, ranges), sink, ranges)
+    assert keys(read_sink(spark, sink)) == expected(ranges)
+    if kind != "table":
+        root = tmp_path / kind
+        assert (root / "partition=3" / f"{BATCH_COLUMN}=3-0-5").is_dir()
+        assert (root / "partition=0" / f"{BATCH_COLUMN}=0-0-5").is_dir()
+
+
+@pytest.mark.parametrize("kind", SINK_KINDS)
+def test_crash_mid_write_then_rewrite_is_exactly_once(
+    spark: SparkSession, tmp_path: Path, kind: str
+) -> None:
+    from pyspark.sql import functions as F
+
+    ranges = {"0": (0, 299), "1": (0, 299)}
+    sink = make_sink(kind, tmp_path)
+    good = events(spark, ranges)
+    write_batch(good, sink, ranges)
+    # A retry of the same intent dies in one task while the others have written their files.
+    boom = F.when(
+        (F.col("partition") == "1") & (F.col("sequenceNumber") == 250),
+        F.raise_error(F.lit("crash")),
+    ).otherwise(F.col("body"))
+    with pytest.raises(SinkError) as err:
+        write_batch(good.withColumn("body", boom), sink, ranges)
+    assert "crash" in str(err.value) and "cannot write batch" in str(err.value)
+    # The crashed attempt is invisible: the committed batch is intact, once.
+    assert keys(read_sink(spark, sink)) == expected(ranges)
+    write_batch(good, sink, ranges)
+    assert keys(read_sink(spark, sink)) == expected(ranges)
+
+
+@pytest.mark.parametrize("kind", SINK_KINDS)
+def test_rows_outside_the_ranges_are_never_written(
+    spark: SparkSession, tmp_path: Path, kind: str
+) -> None:
+    sink = make_sink(kind, tmp_path)
+    df = events(spark, {"0": (0, 19), "2": (0, 3)})
+    with pytest.raises(SinkError) as err:
+        write_batch(df, sink, {"0": (0, 9)})
+    assert "14 event(s) outside the batch ranges" in str(err.value)
+    if kind == "deltalake":
+        # Refused before the commit: nothing became visible.
+        assert read_sink(spark, sink).count() == 0
+    else:
+        assert keys(read_sink(spark, sink)) == expected({"0": (0, 9)})
+
+
+def test_skipped_events_show_as_missing(spark: SparkSession, tmp_path: Path) -> None:
+    sink = make_sink("parquet", tmp_path)
+    df = events(spark, {"0": (0, 9)}).where("sequenceNumber NOT IN (3, 4)")
+    result = write_batch(df, sink, {"0": (0, 9)})
+    assert result.partitions["0"].events == 8 and result.partitions["0"].missing_events == 2
+
+
+def test_readback_stats_match_observed(spark: SparkSession, tmp_path: Path) -> None:
+    ranges = {"0": (5, 24), "1": (0, 9)}
+    df = events(spark, ranges)
+    observed = write_batch(df, SinkSettings(path=str(tmp_path / "a")), ranges)
+    readback = write_batch(
+        df, SinkSettings(path=str(tmp_path / "b")), ranges, stats_method="readback"
+    )
+    assert observed.partitions == readback.partitions
+
+
+@pytest.mark.parametrize("kind", ["parquet", "deltalake"])
+def test_unwritable_path_is_a_sink_error(spark: SparkSession, tmp_path: Path, kind: str) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the sink's parent directory should be")
+    sink = SinkSettings(format=kind, path=str(blocker / "events"))
+    with pytest.raises(SinkError) as err:
+        write_batch(events(spark, {"0": (0, 3)}), sink, {"0": (0, 3)})
+    msg = str(err.value)
+    assert str(blocker / "events") in msg
+    assert "writable" in msg
+
+
+def test_unknown_spark_format_is_a_sink_error(spark: SparkSession, tmp_path: Path) -> None:
+    sink = SinkSettings(format="nosuchformat", path=str(tmp_path / "x"))
+    with pytest.raises(SinkError, match="nosuchformat"):
+        write_batch(events(spark, {"0": (0, 3)}), sink, {"0": (0, 3)})
+
+
+def test_bad_sink_settings(spark: SparkSession, tmp_path: Path) -> None:
+    df = events(spark, {"0": (0, 3)})
+    with pytest.raises(ConfigurationError, match="partition_by: unknown column"):
+        write_batch(
+            df, SinkSettings(path=str(tmp_path / "a"), partition_by=("nope",)), {"0": (0, 3)}
+        )
+    with pytest.raises(ConfigurationError, match="format 'deltalake' needs a path"):
+        write_batch(df, SinkSettings(format="deltalake", table="t"), {"0": (0, 3)})
+    with pytest.raises(ConfigurationError, match="ends at 2 before its start 3"):
+        write_batch(df, SinkSettings(path=str(tmp_path / "a")), {"0": (3, 2)})
+    with pytest.raises(ConfigurationError, match="added by the writer itself"):
+        write_batch(
+            df, SinkSettings(path=str(tmp_path / "a"), partition_by=(BATCH_COLUMN,)), {"0": (0, 3)}
+        )
+
+
+def test_existing_foreign_table_is_refused(spark: SparkSession) -> None:
+    name = f"foreign_{uuid.uuid4().hex[:8]}"
+    spark.range(3).write.saveAsTable(name)
+    with pytest.raises(SinkError, match="without the 'eh_batch' partition column"):
+        write_batch(events(spark, {"0": (0, 3)}), SinkSettings(table=name), {"0": (0, 3)})
+
+
+def test_deltalake_table_is_a_readable_delta_table(spark: SparkSession, tmp_path: Path) -> None:
+    from deltalake import DeltaTable
+
+    ranges = {"0": (0, 99)}
+    sink = make_sink("deltalake", tmp_path)
+    write_batch(events(spark, ranges), sink, ranges)
+    write_batch(events(spark, ranges), sink, ranges)
+    table = DeltaTable(str(tmp_path / "deltalake"))
+    assert table.version() == 2  # create, then one transaction per write
+    data = table.to_pyarrow_table()
+    assert data.num_rows == 100
+    assert sorted(data.column("sequenceNumber").to_pylist()) == list(range(100))
+    assert data.schema.field("enqueuedTime").type.tz == "UTC"
+    # Only the latest write's files are live; the first write's were removed in the same commit.
+    assert len(table.file_uris()) >= 1
+    assert all("eh_batch=0-0-99" in uri for uri in table.file_uris())
