@@ -223,3 +223,51 @@ def test_large_event_spans_frames_and_size_limit(make_eventhub: MakeHub) -> None
             too_big.add(EventData(b"x" * (1024 * 1024 + 1)))
     events = hub.receive("0", "-1", expected=1)
     assert len(events) == 1 and b"".join(events[0].body) == big
+
+
+def test_async_sdk_send_and_receive(make_eventhub: MakeHub) -> None:
+    import asyncio
+
+    from azure.eventhub.aio import EventHubConsumerClient, EventHubProducerClient
+
+    hub = make_eventhub(partitions=2)
+
+    async def run() -> list[Any]:
+        producer = EventHubProducerClient.from_connection_string(
+            hub.connection_string, eventhub_name=hub.name
+        )
+        async with producer:
+            batch = await producer.create_batch(partition_id="1")
+            for i in range(5):
+                batch.add(EventData(f"async-{i}"))
+            await producer.send_batch(batch)
+            assert (await producer.get_partition_properties("1"))[
+                "last_enqueued_sequence_number"
+            ] == 4
+        got: list[Any] = []
+        # The aio client's close waits out the load-balancing sleep (30 s by default).
+        consumer = EventHubConsumerClient.from_connection_string(
+            hub.connection_string,
+            consumer_group="$Default",
+            eventhub_name=hub.name,
+            load_balancing_interval=1,
+        )
+
+        async def on_event(_ctx: Any, event: Any) -> None:
+            got.append(event)
+
+        async with consumer:
+            task = asyncio.create_task(
+                consumer.receive(on_event, partition_id="1", starting_position="-1")
+            )
+            for _ in range(150):
+                if len(got) >= 5:
+                    break
+                await asyncio.sleep(0.1)
+            await consumer.close()
+            await task
+        return got
+
+    events = asyncio.run(run())
+    assert [e.body_as_str() for e in events] == [f"async-{i}" for i in range(5)]
+    assert [e.sequence_number for e in events] == list(range(5))
