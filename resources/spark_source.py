@@ -605,6 +605,8 @@ class ReadPlan:
     options: ReadOptions
     ranges: tuple[PartitionRange, ...]
     gaps: tuple[DataGap, ...] = ()
+    #: The ranges as asked for (positions resolved), before skipped parts were cut off.
+    requested: tuple[PartitionRange, ...] = ()
 
     @property
     def settings(self) -> EventHubSettings:
@@ -612,8 +614,17 @@ class ReadPlan:
         return self.options.settings
 
     def ranges_dict(self) -> dict[str, tuple[int, int]]:
-        """Partition id -> inclusive ``(start, end)`` (the shape ``ops.write`` takes)."""
+        """Partition id -> inclusive ``(start, end)`` of what will be read."""
         return {r.partition_id: (r.start, r.end) for r in self.ranges}
+
+    def intent_ranges(self) -> dict[str, tuple[int, int]]:
+        """Partition id -> the requested ``(start, end)``: the batch keys to write under.
+
+        Equal to :meth:`ranges_dict` unless ``on_data_loss='skip'`` cut a lost part off; pass
+        this to ``ops.write.write_batch`` so a replay of the same intent replaces the same
+        batch even if more (or less) of it has expired since.
+        """
+        return {r.partition_id: (r.start, r.end) for r in (self.requested or self.ranges)}
 
     def input_partitions(self) -> list[EventHubsInputPartition]:
         """One input partition per sub-range (``max_readers_per_partition`` per range at most)."""
@@ -691,7 +702,9 @@ def plan_read(
                 gaps.append(gap)
             if readable is not None:
                 ranges.append(readable)
-        plan = ReadPlan(options=options, ranges=tuple(ranges), gaps=tuple(gaps))
+        plan = ReadPlan(
+            options=options, ranges=tuple(ranges), gaps=tuple(gaps), requested=tuple(requested)
+        )
         logger.info(
             "planned read of Event Hub %s consumer group %s: %s%s",
             settings.eventhub_name,

@@ -241,6 +241,7 @@ def test_retention_loss_skipped_is_reported(
     )
     plan = plan_read(options)
     assert plan.ranges == (PartitionRange("0", 10, 19),)
+    assert plan.intent_ranges() == {"0": (0, 19)} and plan.ranges_dict() == {"0": (10, 19)}
     assert [(g.partition_id, g.start, g.end) for g in plan.gaps] == [("0", 0, 9)]
     assert isinstance(plan.gaps[0], DataGap) and "retention" in plan.gaps[0].reason
     assert seqs(read_eventhubs(spark, plan)) == [("0", n) for n in range(10, 20)]
