@@ -275,6 +275,11 @@ class _ConsumerLink(_Link):
         if fields[9]:
             self.session.send_link_flow(self.handle, self.delivery_count, self.credit)
         self._pump()
+        if fields[8] and self.credit > 0 and self.partition.event_at(self.cursor) is None:
+            # drain: nothing more to send now, so use up the credit and say so (AMQP 2.6.7)
+            self.delivery_count = (self.delivery_count + self.credit) & 0xFFFFFFFF
+            self.credit = 0
+            self.session.send_link_flow(self.handle, self.delivery_count, 0)
 
     def _pump(self) -> None:
         if self.closed or self.credit <= 0:
@@ -345,6 +350,14 @@ class _ConsumerLink(_Link):
         """Detach this reader because a reader with a higher (or equal) owner level arrived."""
         if self.closed:
             return
+        logger.info(
+            "reader %s stolen: hub %s, consumer group %s, partition %s, owner level %s",
+            self.name,
+            self.hub.name,
+            self.consumer_group,
+            self.partition.id,
+            self.epoch,
+        )
         self.session.detach_link(self, framing.amqp_error("amqp:link:stolen", description))
 
     def on_detached(self) -> None:
