@@ -1,0 +1,200 @@
+"""Exactly once under crashes: concurrent ``ehingest run`` processes killed with SIGKILL at every
+step while events keep arriving; afterwards the sink holds every sent event exactly once.
+
+Faults come from the ``EHINGEST_FAULT`` hook (ops/fault.py, docs/run.md): each faulted process
+dies the first time it reaches its step. The store is Azurite, the hub the project's emulator
+(driven by the real SDK, reachable from the subprocesses over TCP), the sink Parquet written by
+local Spark in each process.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import hashlib
+import itertools
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.spark]
+
+ROOT = Path(__file__).resolve().parent.parent
+PARTITIONS = 8
+CONCURRENT = 3
+CHAOS_SECONDS = 70
+FAULTS = [
+    "after_claim:1",
+    "after_intent:1",
+    "mid_read:1",
+    "after_write:1",
+    "during_checkpoint:2",
+    "during_checkpoint:1",
+    "after_checkpoint:1",
+]
+
+
+class Sender(threading.Thread):
+    """Sends small batches of unique events to random partitions until stopped."""
+
+    def __init__(self, hub) -> None:
+        super().__init__(daemon=True)
+        self.hub = hub
+        self.sent: dict[str, list[bytes]] = {p: [] for p in hub.partition_ids}
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self._rng = random.Random(5)
+        self._n = itertools.count()
+
+    def send_once(self) -> None:
+        pid = self._rng.choice(self.hub.partition_ids)
+        bodies = [
+            f"{pid}:{next(self._n)}:{self._rng.getrandbits(64):x}".encode() * 8
+            for _ in range(self._rng.randint(1, 12))
+        ]
+        self.hub.send(pid, bodies)
+        self.sent[pid].extend(bodies)
+
+    def run(self) -> None:
+        try:
+            while not self.stop.wait(0.15):
+                self.send_once()
+        except BaseException as exc:  # surfaced by the test
+            self.error = exc
+
+
+def _spawn(config: Path, owner: str, fault: str | None, log_dir: Path) -> subprocess.Popen:
+    env = {**os.environ, "EHINGEST_FAULT_MID_READ_MAX_S": "0.8"}
+    env.pop("EHINGEST_FAULT", None)
+    if fault:
+        env["EHINGEST_FAULT"] = fault
+    log = open(log_dir / f"{owner}.log", "wb")  # noqa: SIM115 - closed by the OS with the child
+    return subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "-v", "run", "--config", str(config), "--owner", owner],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own group: the JVM child is ended with it
+    )
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # leftovers of a killed driver (JVM, workers)
+
+
+def test_concurrent_runs_killed_at_every_step_land_each_event_exactly_once(
+    make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
+) -> None:
+    hub = make_eventhub(partitions=PARTITIONS)
+    out = tmp_path / "out"
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    os.environ["EO_EH_CONN"] = hub.connection_string
+    os.environ["EO_ST_CONN"] = azurite_connection_string
+    base = {
+        "eventhub": {"connection_string": "${EO_EH_CONN}", "eventhub_name": hub.name},
+        "store": {"connection_string": "${EO_ST_CONN}", "container": container_name},
+        "sink": {"format": "parquet", "path": str(out)},
+        "strategy": "balanced",
+        "lease_expiry_seconds": 4,
+        "receive_timeout_seconds": 10,
+        "report_lag_seconds": False,
+        "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": 1}},
+    }
+    chaos_cfg = tmp_path / "chaos.yaml"
+    chaos_cfg.write_text(yaml.safe_dump({**base, "max_events_per_partition": 15}))
+    final_cfg = tmp_path / "final.yaml"
+    final_cfg.write_text(yaml.safe_dump({**base, "max_events_per_partition": 100_000}))
+
+    sender = Sender(hub)
+    for _ in range(PARTITIONS * 3):
+        sender.send_once()
+    sender.start()
+    started = time.monotonic()
+    procs: list[tuple[subprocess.Popen, str]] = []
+    outcomes: collections.Counter[str] = collections.Counter()
+    faults = itertools.cycle(FAULTS)
+    names = itertools.count()
+    try:
+        # Chaos: CONCURRENT slots, each restarting a faulted run as soon as the previous ends.
+        deadline = time.monotonic() + CHAOS_SECONDS
+        slots: list[tuple[subprocess.Popen, str] | None] = [None] * CONCURRENT
+        while time.monotonic() < deadline or any(slots):
+            for i, slot in enumerate(slots):
+                if slot is not None:
+                    proc, fault = slot
+                    if proc.poll() is None:
+                        continue
+                    _reap(proc)
+                    outcomes[
+                        f"{fault} -> {'killed' if proc.returncode == -9 else proc.returncode}"
+                    ] += 1
+                    slots[i] = None
+                if time.monotonic() < deadline:
+                    fault = next(faults)
+                    proc = _spawn(chaos_cfg, f"chaos-{next(names)}", fault, logs)
+                    procs.append((proc, fault))
+                    slots[i] = (proc, fault)
+            time.sleep(0.3)
+        sender.stop.set()
+        sender.join(30)
+        assert sender.error is None, sender.error
+        chaos_done = time.monotonic()
+        # Then let runs finish: at most a few clean runs must bring every partition up to date.
+        for attempt in range(4):
+            proc = _spawn(final_cfg, f"final-{attempt}", None, logs)
+            procs.append((proc, "none"))
+            code = proc.wait(240)
+            _reap(proc)
+            if code == 0:
+                break
+        else:
+            pytest.fail("no clean run completed; see logs in " + str(logs))
+    finally:
+        sender.stop.set()
+        for proc, _ in procs:
+            _reap(proc)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
+
+    killed = sum(n for k, n in outcomes.items() if k.endswith("killed"))
+    steps_killed = {k.split(":")[0] for k in outcomes if k.endswith("killed")}
+    print(  # shown with -s / on failure
+        f"\nchaos outcomes: {dict(outcomes)}; chaos+drain {chaos_done - started:.0f} s, "
+        f"final run(s) {time.monotonic() - chaos_done:.0f} s"
+    )
+    assert killed >= 5 and len(steps_killed) >= 4, dict(outcomes)
+
+    table = pq.read_table(out, columns=["partition", "sequenceNumber", "body"])
+    got = collections.Counter(
+        (p, s, hashlib.sha256(b).hexdigest())
+        for p, s, b in zip(
+            table.column("partition").to_pylist(),
+            table.column("sequenceNumber").to_pylist(),
+            table.column("body").to_pylist(),
+            strict=True,
+        )
+    )
+    expected = collections.Counter(
+        (pid, seq, hashlib.sha256(body).hexdigest())
+        for pid, bodies in sender.sent.items()
+        for seq, body in enumerate(bodies)
+    )
+    duplicates = {k: n for k, n in got.items() if n > 1}
+    missing = expected - got
+    extra = got - expected
+    assert not duplicates, f"{len(duplicates)} duplicated, e.g. {list(duplicates)[:3]}"
+    assert not missing, f"{len(missing)} missing, e.g. {sorted(missing)[:3]}"
+    assert not extra, f"{len(extra)} unexpected, e.g. {sorted(extra)[:3]}"
+    assert sum(expected.values()) > 500
