@@ -185,9 +185,12 @@ def test_send_event_single_and_to_hub_round_robin(make_eventhub: MakeHub) -> Non
 def test_partition_key_routing_is_stable(make_eventhub: MakeHub) -> None:
     hub = make_eventhub(partitions=4)
     keys = [f"device-{i}" for i in range(12)]
-    for key in keys:
-        hub.send(None, [f"{key}-a".encode()], partition_key=key)
-        hub.send(None, [f"{key}-b".encode()], partition_key=key)
+    with hub.producer() as producer:
+        for key in keys:
+            for suffix in "ab":  # two separate sends per key: both must land together
+                batch = producer.create_batch(partition_key=key)
+                batch.add(EventData(f"{key}-{suffix}"))
+                producer.send_batch(batch)
     seen: dict[str, set[str]] = {}
     for pid in hub.partition_ids:
         for event in hub.receive(pid, "-1", expected=0, settle=0.8):
