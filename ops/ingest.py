@@ -107,12 +107,12 @@ class SparkIngestor:
     def ingest(self, ranges: Mapping[str, tuple[int, int]]) -> dict[str, RangeResult]:
         """One DataFrame for all ``ranges``, written once; per-range facts from the writer.
 
-        The ranges are planned on the driver first (retention and bounds checked against the
-        service, so a DataLossError arrives as itself rather than wrapped in a Spark error),
-        then read on executors and written by ``ops.write.write_batch`` in one Spark job.
+        The source checks retention and bounds when the DataFrame is created (its errors are
+        unwrapped from Spark's into this package's types); executors read, and
+        ``ops.write.write_batch`` writes and aggregates the statistics in the same job.
         """
         from ops.write import write_batch
-        from resources.spark_source import PartitionRange, ReadOptions, plan_read, read_eventhubs
+        from resources.spark_source import PartitionRange, ReadOptions, read_eventhubs
 
         options = ReadOptions(
             settings=self.eventhub,
@@ -122,9 +122,12 @@ class SparkIngestor:
             max_readers_per_partition=int(self.options.get("max_readers_per_partition", 1)),
             on_data_loss="fail",
         )
-        plan = plan_read(options)
-        df = read_eventhubs(self.spark, plan)
-        result = write_batch(df, self.sink, plan.ranges_dict())
+        try:
+            # The source checks the ranges against the service when the DataFrame is created.
+            df = read_eventhubs(self.spark, options)
+        except Exception as exc:
+            raise _unwrap(exc) from exc
+        result = write_batch(df, self.sink, dict(ranges))
         self._location = result.output_location
         return {
             pid: RangeResult(
@@ -141,3 +144,30 @@ class SparkIngestor:
             )
             for pid, st in result.partitions.items()
         }
+
+
+def _unwrap(exc: Exception) -> Exception:
+    """The package error a Spark planner error carries, rebuilt with its message, or ``exc``."""
+    from resources.errors import (
+        ConfigurationError,
+        DataLossError,
+        EventHubIngestError,
+        EventHubUnavailableError,
+        RangeError,
+    )
+
+    if isinstance(exc, EventHubIngestError):
+        return exc
+    text = str(exc)
+    kinds: list[type[EventHubIngestError]] = [
+        DataLossError,
+        RangeError,
+        EventHubUnavailableError,
+        ConfigurationError,
+    ]
+    for kind in kinds:
+        marker = f"{kind.__name__}: "
+        if marker in text:
+            message = text.split(marker, 1)[1].strip().splitlines()[0]
+            return kind(message)
+    return exc

@@ -471,3 +471,18 @@ class _Shared:
         out = self.sink.ingest(ranges)
         self.after(ranges)
         return out
+
+
+def test_spark_planner_errors_are_unwrapped_into_package_errors() -> None:
+    from ops.ingest import _unwrap
+
+    wrapped = RuntimeError(
+        "[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: Traceback...\n"
+        "resources.errors.DataLossError: sequence numbers [0, 4] of partition 0 expired\n  at ..."
+    )
+    err = _unwrap(wrapped)
+    assert isinstance(err, DataLossError) and str(err) == (
+        "sequence numbers [0, 4] of partition 0 expired"
+    )
+    other = ValueError("boom")
+    assert _unwrap(other) is other
