@@ -171,8 +171,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-source-") as tmp:
             spark = local_spark_session("bench-source", warehouse_dir=Path(tmp) / "wh")
             try:
-                # Warm the JVM and Python workers so the first figure is not start-up.
+                # Warm the JVM and the Python workers (imports of the SDK and pyarrow, ~2-3 s)
+                # so the figures are steady state, not start-up.
                 spark.range(1000).selectExpr("sum(id)").collect()
+                warm = ReadOptions(settings=hubs[4], ranges=(PartitionRange("0", 0, 9),))
+                for _ in range(2):
+                    read_eventhubs(spark, plan_read(warm)).repartition(2).count()
                 for p in (1, 4):
                     for readers in (1, 2):
                         opts = ReadOptions(
@@ -202,20 +206,24 @@ def main() -> None:
                 plan = plan_read(
                     ReadOptions(settings=hubs[4], max_readers_per_partition=1, prefetch=300)
                 )
-                for method in ("observe", "readback"):
-                    sink = SinkSettings(path=f"{tmp}/batch-{method}")
-                    t0 = time.perf_counter()
-                    result = write_batch(
-                        read_eventhubs(spark, plan),
-                        sink,
-                        plan.ranges_dict(),
-                        stats_method=method,  # type: ignore[arg-type]
-                    )
-                    assert result.events == n, result.events
-                    record(
-                        f"write_batch parquet, 4 partitions, stats={method}",
-                        time.perf_counter() - t0,
-                    )
+                # Alternate the two methods and keep each one's best of two: on a shared
+                # 2-core machine single runs differ by more than the methods do.
+                best: dict[str, float] = {}
+                for attempt in range(2):
+                    for method in ("observe", "readback"):
+                        sink = SinkSettings(path=f"{tmp}/batch-{method}-{attempt}")
+                        t0 = time.perf_counter()
+                        result = write_batch(
+                            read_eventhubs(spark, plan),
+                            sink,
+                            plan.ranges_dict(),
+                            stats_method=method,  # type: ignore[arg-type]
+                        )
+                        assert result.events == n, result.events
+                        secs = time.perf_counter() - t0
+                        best[method] = min(best.get(method, secs), secs)
+                for method, secs in best.items():
+                    record(f"write_batch parquet, 4 partitions, stats={method} (best of 2)", secs)
             finally:
                 spark.stop()
 
