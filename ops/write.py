@@ -590,6 +590,10 @@ class _DeltaBatchWriter(DataSourceArrowWriter):
             for m in msgs
             for p in m.parts
         ]
+        if not actions:
+            # Nothing readable (all skipped): keep what an earlier attempt of the batch wrote,
+            # as the Spark formats do, rather than replacing it with nothing.
+            return
         DeltaTable(self.table_uri).create_write_transaction(
             actions,
             mode="overwrite",
