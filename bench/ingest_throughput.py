@@ -359,7 +359,13 @@ def main() -> None:
                 for mode in args.modes:
                     workdir = os.path.join(tmp, f"{n}-{mode}")
                     os.makedirs(workdir)
-                    r = run_child(mode, n, args, env, workdir)
+                    try:
+                        r = run_child(mode, n, args, env, workdir)
+                    except RuntimeError as exc:
+                        # e.g. (b) at 1M: the driver loop runs the JVM out of heap; a result too.
+                        reasons = [ln for ln in str(exc).splitlines() if "Error" in ln]
+                        print(f"  {LABELS[mode]:<36} FAILED: {(reasons or ['?'])[-1].strip()}")
+                        continue
                     table[n][mode] = r
                     rate = r["events"] / r["seconds"]
                     jvm = (
