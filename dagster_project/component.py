@@ -74,7 +74,7 @@ def coerce_partition_ids(value: Any) -> Any:
     return value
 
 
-class EventHubModel(dg.Model):
+class EventHubModel(dg.Resolvable, dg.Model):
     """The Event Hub to read: by connection string (in an env var) or namespace + identity."""
 
     eventhub_name: str = Field(description="Name of the Event Hub.")
@@ -113,7 +113,7 @@ class EventHubModel(dg.Model):
         )
 
 
-class StoreModel(dg.Model):
+class StoreModel(dg.Resolvable, dg.Model):
     """The Blob container for leases and checkpoints."""
 
     container: str = Field(description="Blob container name, e.g. 'eventhub-state'.")
@@ -151,7 +151,7 @@ class StoreModel(dg.Model):
         )
 
 
-class SinkModel(dg.Model):
+class SinkModel(dg.Resolvable, dg.Model):
     """Where events land."""
 
     format: str = Field(default="parquet", description="'parquet', 'delta', 'deltalake', ...")
@@ -166,7 +166,7 @@ class SinkModel(dg.Model):
         )
 
 
-class ScheduleModel(dg.Model):
+class ScheduleModel(dg.Resolvable, dg.Model):
     """Every N minutes, K runs over every partition."""
 
     every_minutes: int = Field(default=5, description="Period in minutes (divides an hour/day).")
@@ -175,7 +175,7 @@ class ScheduleModel(dg.Model):
     running: bool = Field(default=False, description="Start the schedule switched on.")
 
 
-class LagCheckModel(dg.Model):
+class LagCheckModel(dg.Resolvable, dg.Model):
     """Thresholds of the lag check (set at least one)."""
 
     max_lag_events: int | None = Field(default=None, description="Max events behind the hub.")

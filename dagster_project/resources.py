@@ -43,6 +43,7 @@ from dagster_pyspark import PySparkResource
 from pydantic import Field
 
 from resources.settings import EventHubSettings, SinkSettings, StoreSettings
+from resources.spark_session import SPARK_CONF_DIR
 from resources.store import HubRef, PartitionStore
 
 __all__ = [
@@ -251,8 +252,10 @@ LOCAL_SPARK_CONFIG: dict[str, str] = {
 class LocalPySparkResource(PySparkResource):
     """dagster-pyspark's ``PySparkResource`` that also fixes the local environment first.
 
-    Sets ``SPARK_LOCAL_IP`` and ``PYSPARK_PYTHON`` (executors need this interpreter, which has
-    pyarrow) when unset, and lowers Spark's log level to WARN once the session exists.
+    Sets, when unset: ``SPARK_LOCAL_IP`` (loopback), ``PYSPARK_PYTHON`` (executors need this
+    interpreter, which has pyarrow and the Azure SDK) and ``SPARK_CONF_DIR`` (the package's quiet
+    log4j2 config); then lowers the session's log level to WARN. The environment only matters for
+    the first session of a process (when the JVM starts).
     """
 
     log_level: str = Field(
@@ -263,6 +266,7 @@ class LocalPySparkResource(PySparkResource):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_CONF_DIR", str(SPARK_CONF_DIR))
         super().setup_for_execution(context)
         self.spark_session.sparkContext.setLogLevel(self.log_level)
 

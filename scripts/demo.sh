@@ -110,9 +110,10 @@ if ! "$BIN/dagster" asset materialize -m dagster_project.definitions \
   tail -n 40 "$WORK/materialize.log" >&2
   exit 1
 fi
+check="$(grep -o "Asset check 'lag_within_threshold' on 'eventhub_events' [a-z ]*" "$WORK/materialize.log" | head -1 | sed 's/.* on .eventhub_events. //' || true)"
 echo "   run succeeded in $(( $(date +%s) - T_RUN )) s:" \
-  "$(grep -c 'ASSET_MATERIALIZATION' "$WORK/materialize.log") partition materializations," \
-  "lag check: $(grep -o 'Check lag_within_threshold [a-z]*' "$WORK/materialize.log" | head -1 | awk '{print $3}' || true)"
+  "$(grep -c ' ASSET_MATERIALIZATION - ' "$WORK/materialize.log") partition materializations," \
+  "lag check ${check:-not reported}"
 
 step "what landed"
 "$PY" -m dagster_project.demo_report --asset eventhub_events --sink "$EHINGEST_SINK_PATH" \

@@ -51,7 +51,7 @@ attributes:
     eventhub_name: telemetry
     connection_string_env: TEST_EH_CONN
   store:
-    container: eventhub-state
+    container: "{{ env('TEST_EHI_CONTAINER', 'eventhub-state') }}"
     connection_string_env: TEST_ST_CONN
   sink:
     path: /tmp/out
@@ -71,6 +71,7 @@ def _component(yaml_text: str) -> EventHubIngestComponent:
 def test_component_from_yaml_coerces_partition_ids_and_builds_everything() -> None:
     component = _component(YAML)
     assert component.partitions == ["0", "1", "2", "10"]
+    assert component.store.container == "eventhub-state"  # templates resolve in nested models
     defs = component_defs(component=component)
     asset = defs.resolve_assets_def(dg.AssetKey(["raw", "telemetry"]))
     assert asset.partitions_def is not None

@@ -1,0 +1,295 @@
+"""Real Dagster runs against the local emulators: Azurite, the Event Hubs emulator, local Spark.
+
+Each test gets a fresh hub, container and sink folder, and a real DagsterInstance on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+from dagster._core.storage.dagster_run import DagsterRun
+
+from dagster_project.checks import LAG_CHECK_NAME
+from resources.settings import StoreSettings
+from resources.store import PartitionStore
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+ROOT = Path(__file__).resolve().parent.parent
+EVENTS = 12
+RANGE = {"dagster/asset_partition_range_start": "0", "dagster/asset_partition_range_end": "3"}
+
+
+def _fill(hub: Any, events: int = EVENTS) -> dict[str, int]:
+    sent = {}
+    for pid in hub.partition_ids:
+        sent[pid] = hub.send(pid, [f"p{pid}-e{i}" for i in range(events)])
+    return sent
+
+
+def _sink_counts(spark: Any, path: Path) -> tuple[dict[str, int], int, int]:
+    """Rows per partition, total rows, distinct (partition, sequenceNumber) in the sink."""
+    if not path.exists():
+        return {}, 0, 0
+    df = spark.read.parquet(str(path))
+    per = {r["partition"]: r["count"] for r in df.groupBy("partition").count().collect()}
+    distinct = df.select("partition", "sequenceNumber").distinct().count()
+    return per, df.count(), distinct
+
+
+def _materializations(result: dg.ExecuteInProcessResult) -> dict[str, dg.AssetMaterialization]:
+    return {
+        str(e.materialization.partition): e.materialization
+        for e in result.get_asset_materialization_events()
+    }
+
+
+@pytest.fixture
+def env(
+    make_eventhub: Callable[..., Any],
+    blob_store_settings: StoreSettings,
+    tmp_path: Path,
+    spark: Any,
+    ingest_defs: Callable[..., dg.Definitions],
+) -> dict[str, Any]:
+    hub = make_eventhub(partitions=4)
+    sink = tmp_path / "sink"
+
+    def defs(**options: Any) -> dg.Definitions:
+        return ingest_defs(
+            hub.settings(), blob_store_settings, str(sink), list(hub.partition_ids), **options
+        )
+
+    store = PartitionStore(blob_store_settings.backend(), hub.settings().hub_ref())
+    return {"hub": hub, "sink": sink, "defs": defs, "store": store, "spark": spark}
+
+
+def _run(
+    defs: dg.Definitions, instance: dg.DagsterInstance, **kwargs: Any
+) -> dg.ExecuteInProcessResult:
+    job = defs.resolve_implicit_global_asset_job_def()
+    return job.execute_in_process(instance=instance, raise_on_error=False, **kwargs)
+
+
+def test_one_partition(env: dict[str, Any], dagster_instance: dg.DagsterInstance) -> None:
+    sent = _fill(env["hub"])
+    result = _run(env["defs"](), dagster_instance, partition_key="2")
+    assert result.success
+    mats = _materializations(result)
+    assert set(mats) == {"2"}
+    md = mats["2"].metadata
+    assert md["events"].value == sent["2"]
+    assert md["sequence_range"].value == f"0..{sent['2'] - 1}"
+    assert md["lag_events"].value == 0
+    assert result.run_id in md["read_by"].value
+    per, total, distinct = _sink_counts(env["spark"], env["sink"])
+    assert per == {"2": sent["2"]} and total == distinct == sent["2"]
+    cps = env["store"].list_checkpoints()
+    assert set(cps) == {"2"} and cps["2"].sequence_number == sent["2"] - 1
+
+
+def test_range_materializes_every_requested_partition(
+    env: dict[str, Any], dagster_instance: dg.DagsterInstance
+) -> None:
+    sent = _fill(env["hub"])
+    result = _run(env["defs"](max_lag_events=0), dagster_instance, tags=RANGE)
+    assert result.success
+    mats = _materializations(result)
+    assert set(mats) == {"0", "1", "2", "3"}
+    for pid, mat in mats.items():
+        md = mat.metadata
+        assert md["events"].value == sent[pid]
+        assert md["bytes"].value > 0
+        assert md["first_sequence_number"].value == 0
+        assert md["last_sequence_number"].value == sent[pid] - 1
+        assert md["lag_events"].value == 0
+        assert isinstance(md["lag_events"], dg.IntMetadataValue)  # numeric: Dagster plots it
+        assert "last_enqueued_time" in md and "output_location" in md
+    # Dagster itself counts all four partitions materialized by this one run.
+    key = dg.AssetKey("events")
+    assert dagster_instance.get_materialized_partitions(key) == {"0", "1", "2", "3"}
+    checks = result.get_asset_check_evaluations()
+    assert [c.check_name for c in checks] == [LAG_CHECK_NAME] and checks[0].passed
+    per, total, distinct = _sink_counts(env["spark"], env["sink"])
+    assert per == sent and total == distinct == sum(sent.values())
+    # A second run with nothing new materializes again (up to date) and writes nothing.
+    again = _run(env["defs"](), dagster_instance, tags=RANGE)
+    assert again.success
+    assert {m.metadata["events"].value for m in _materializations(again).values()} == {0}
+    assert _sink_counts(env["spark"], env["sink"])[1] == sum(sent.values())
+
+
+def test_lag_check_passes_and_fails_when_it_should(
+    env: dict[str, Any], dagster_instance: dg.DagsterInstance
+) -> None:
+    _fill(env["hub"], events=20)
+    defs = env["defs"](max_events_per_partition=5, max_lag_events=10)
+    first = _run(defs, dagster_instance, tags=RANGE)
+    assert first.success  # the check warns, the run still landed what it read
+    (check,) = first.get_asset_check_evaluations()
+    assert not check.passed  # 20 sent, 5 read: lag 15 > 10
+    assert check.metadata["max_lag_events"].value == 15
+    assert {m.metadata["lag_events"].value for m in _materializations(first).values()} == {15}
+    second = _run(defs, dagster_instance, tags=RANGE)
+    (check,) = second.get_asset_check_evaluations()
+    assert check.passed  # 10 read: lag 10 <= 10
+    assert check.metadata["partitions_over_threshold"].value == "none"
+
+
+def test_replay_from_run_config_rewrites_a_range_and_keeps_the_checkpoint(
+    env: dict[str, Any], dagster_instance: dg.DagsterInstance
+) -> None:
+    sent = _fill(env["hub"])
+    defs = env["defs"]()
+    assert _run(defs, dagster_instance, tags=RANGE).success
+    before = env["store"].list_checkpoints()
+    config = {"ops": {"events": {"config": {"replay_ranges": {"1": [2, 5]}}}}}
+    replay = _run(defs, dagster_instance, partition_key="1", run_config=config)
+    assert replay.success
+    md = _materializations(replay)["1"].metadata
+    assert md["replay"].value is True and md["events"].value == 4
+    assert env["store"].list_checkpoints() == before
+    df = env["spark"].read.parquet(str(env["sink"]))
+    replayed = df.where("eh_batch = '1-2-5'").select("sequenceNumber").collect()
+    assert sorted(r[0] for r in replayed) == [2, 3, 4, 5]
+    assert df.where("partition = '0'").count() == sent["0"]
+
+
+def _failed_run(instance: dg.DagsterInstance) -> str:
+    @dg.asset
+    def crashed_ingest() -> None:
+        raise RuntimeError("simulated crash while holding leases")
+
+    result = dg.materialize([crashed_ingest], instance=instance, raise_on_error=False)
+    assert not result.success
+    return result.run_id
+
+
+def _hold_all_leases(store: PartitionStore, owner: str, partition_ids: list[str]) -> None:
+    for pid in partition_ids:
+        own = store.claim(pid, owner, store.get_ownership(pid))
+        assert own is not None
+        if pid == "0":
+            # The crashed run had started partition 0: its intent must be replayed, once.
+            store.record_intent(own, 0, 4)
+
+
+@pytest.mark.timeout(300)  # waiting for the 10-minute lease expiry would fail here
+def test_leases_of_a_failed_run_are_taken_over_without_waiting_for_expiry(
+    env: dict[str, Any], dagster_instance: dg.DagsterInstance
+) -> None:
+    sent = _fill(env["hub"])
+    dead = _failed_run(dagster_instance)
+    _hold_all_leases(env["store"], dead, list(env["hub"].partition_ids))
+    started = time.monotonic()
+    result = _run(env["defs"](lease_expiry_seconds=600), dagster_instance, tags=RANGE)
+    elapsed = time.monotonic() - started
+    assert result.success, elapsed
+    assert set(_materializations(result)) == {"0", "1", "2", "3"}
+    owners = env["store"].list_ownership()
+    assert all(o.owner_id != dead for o in owners.values())
+    per, total, distinct = _sink_counts(env["spark"], env["sink"])
+    assert per == sent and total == distinct == sum(sent.values())
+
+
+def test_leases_of_a_live_run_are_not_taken_before_expiry(
+    env: dict[str, Any], dagster_instance: dg.DagsterInstance
+) -> None:
+    """Control for the test above: the same leases, owned by a run that is still running."""
+    _fill(env["hub"])
+    live = DagsterRun(job_name="events_job", run_id=str(uuid.uuid4()))
+    dagster_instance.add_run(live.with_status(dg.DagsterRunStatus.STARTED))
+    _hold_all_leases(env["store"], live.run_id, list(env["hub"].partition_ids))
+    defs = env["defs"](lease_expiry_seconds=600, run_timeout_seconds=8)
+    result = _run(defs, dagster_instance, tags=RANGE)
+    assert not result.success
+    assert _materializations(result) == {}
+    assert {o.owner_id for o in env["store"].list_ownership().values()} == {live.run_id}
+
+
+def _cli_env(
+    hub: Any, azurite_connection_string: str, container: str, sink: Path, home: Path
+) -> dict[str, str]:
+    """What a CI job sets for the project's defs.yaml (and a DAGSTER_HOME with telemetry off)."""
+    home.mkdir(exist_ok=True)
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    return {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+        "EVENTHUB_NAME": hub.name,
+        "EVENTHUB_CONNECTION_STRING": hub.connection_string,
+        "AZURE_STORAGE_CONNECTION_STRING": azurite_connection_string,
+        "EHINGEST_CONTAINER": container,
+        "EHINGEST_SINK_PATH": str(sink),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+
+
+CLI = [
+    str(Path(sys.executable).with_name("dagster")),
+    "asset",
+    "materialize",
+    "-m",
+    "dagster_project.definitions",
+    "--select",
+    "eventhub_events",
+    "--partition-range",
+    "0...3",
+]
+
+
+def test_two_concurrent_cli_runs_over_the_same_keys_land_each_event_once(
+    make_eventhub: Callable[..., Any],
+    azurite_connection_string: str,
+    container_name: str,
+    tmp_path: Path,
+    spark: Any,
+) -> None:
+    """Two `dagster asset materialize` processes at once, as CI jobs or K scheduled runs do.
+
+    Separate processes (each its own Spark driver), one shared DAGSTER_HOME. In-process runs on
+    threads are not an option: Dagster reconfigures logging per run and two runs starting at
+    once in one process can deadlock on the logging module's locks.
+    """
+    hub = make_eventhub(partitions=4)
+    sent = _fill(hub, events=40)
+    sink = tmp_path / "sink"
+    home = tmp_path / "dagster_home"
+    env = _cli_env(hub, azurite_connection_string, container_name, sink, home)
+    procs = [
+        subprocess.Popen(
+            CLI, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=480)[0] for p in procs]
+    for proc, output in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, output[-4000:]
+        assert "RUN_SUCCESS" in output
+        assert output.count(" ASSET_MATERIALIZATION - ") == 4
+        assert "SAS_KEY_VALUE" not in output  # the emulator's key never reaches the logs
+        assert hub.connection_string not in output
+    key = dg.AssetKey("eventhub_events")
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert instance.get_materialized_partitions(key) == {"0", "1", "2", "3"}
+        records = instance.fetch_materializations(key, limit=100).records
+    runs = {r.event_log_entry.run_id for r in records}
+    assert len(runs) == 2 and len(records) == 8  # both runs materialized all four keys
+    written = sum(
+        r.event_log_entry.asset_materialization.metadata["events"].value  # type: ignore[union-attr]
+        for r in records
+    )
+    assert written == sum(sent.values())  # the runs split the reading; nothing was read twice
+    per, total, distinct = _sink_counts(spark, sink)
+    assert per == sent and total == distinct == sum(sent.values())
