@@ -296,3 +296,29 @@ def test_two_concurrent_cli_runs_over_the_same_keys_land_each_event_once(
     assert written == sum(sent.values())  # the runs split the reading; nothing was read twice
     per, total, distinct = _sink_counts(spark, sink)
     assert per == sent and total == distinct == sum(sent.values())
+
+
+@pytest.mark.timeout(120)
+def test_partition_sensor_adds_the_hub_partitions_to_dynamic_partitions(
+    make_eventhub: Callable[..., Any],
+    blob_store_settings: StoreSettings,
+    dagster_instance: dg.DagsterInstance,
+    tmp_path: Path,
+    ingest_defs: Callable[..., dg.Definitions],
+) -> None:
+    hub = make_eventhub(partitions=3)
+    defs = ingest_defs(hub.settings(), blob_store_settings, str(tmp_path / "sink"), None)
+    sensor = defs.resolve_sensor_def("events_partitions_sync")
+    resources = {"events_eventhub": defs.resources["events_eventhub"]}  # type: ignore[index]
+    ctx = dg.build_sensor_context(instance=dagster_instance, resources=resources)
+    first = sensor.evaluate_tick(ctx)
+    (request,) = first.dynamic_partitions_requests
+    assert request.partitions_def_name == "events_partitions"
+    assert list(request.partition_keys) == ["0", "1", "2"]
+    # What the sensor daemon does with the request:
+    dagster_instance.add_dynamic_partitions(request.partitions_def_name, request.partition_keys)
+    second = sensor.evaluate_tick(
+        dg.build_sensor_context(instance=dagster_instance, resources=resources)
+    )
+    assert not second.dynamic_partitions_requests
+    assert second.skip_message == "all 3 hub partitions are known"
