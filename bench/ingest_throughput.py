@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import multiprocessing as mp
 import os
 import resource
@@ -148,23 +149,37 @@ def _receive_partition(conn: str, pid: str, count: int, keep: list | None) -> in
     return nbytes
 
 
-def _raw_worker(conn: str, pids: list[str], per: int, out: Any) -> None:
+def _raw_worker(conn: str, pids: list[str], per: int, ready: Any, go: Any, out: Any) -> None:
+    import azure.eventhub  # noqa: F401  (imported before the clock starts, as in (b) and (c))
+
+    ready.put(True)
+    go.wait()
     nbytes = sum(_receive_partition(conn, pid, per, None) for pid in pids)
     out.put((nbytes, _peak_rss_mb()))
 
 
 def mode_raw(conn: str, partitions: int, events: int, parallelism: int, **_: Any) -> dict:
-    """(a) P processes, each receiving its share of the partitions; nothing kept."""
+    """(a) P processes, each receiving its share of the partitions; nothing kept.
+
+    The processes are spawned and have imported the SDK before the clock starts (the other
+    variants have their interpreter and Spark session up before theirs); SDK client start-up is
+    timed in all three.
+    """
     ctx = mp.get_context("spawn")
-    out = ctx.Queue()
+    out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     per = events // partitions
     shares = [
         [str(p) for p in range(partitions) if p % parallelism == i] for i in range(parallelism)
     ]
-    procs = [ctx.Process(target=_raw_worker, args=(conn, s, per, out)) for s in shares if s]
-    t0 = time.perf_counter()
+    procs = [
+        ctx.Process(target=_raw_worker, args=(conn, s, per, ready, go, out)) for s in shares if s
+    ]
     for p in procs:
         p.start()
+    for _ in procs:
+        ready.get(timeout=120)
+    t0 = time.perf_counter()
+    go.set()
     results = [out.get(timeout=1800) for _ in procs]
     elapsed = time.perf_counter() - t0
     for p in procs:
@@ -215,6 +230,7 @@ def mode_driver_loop(
     from resources.spark_source import eventhubs_schema
 
     spark = _spark(parallelism)
+    spark.range(1).count()  # JVM warm, as for (c)
     schema = eventhubs_schema()
     per = events // partitions
     sampler = _JvmSampler()
@@ -243,26 +259,74 @@ def mode_driver_loop(
     }
 
 
+class _PhaseLog(logging.Handler):
+    """Times the run's phases from its own progress lines (no instrumentation in the code)."""
+
+    MARKS = (
+        ("snapshot", "snapshot hub="),
+        ("intents", "intent hub="),
+        ("spark job", "wrote "),
+        ("checkpoints", "ingested hub="),
+        ("final report", "run finished"),
+    )
+
+    def __init__(self, t0: float) -> None:
+        super().__init__(logging.INFO)
+        self.t0 = t0
+        self.seen: dict[str, float] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        for name, prefix in self.MARKS:
+            if msg.startswith(prefix):
+                # The last line of each kind ends that phase (one line per partition).
+                self.seen[name] = time.perf_counter() - self.t0
+
+    def phases(self) -> dict[str, float]:
+        out, last = {}, 0.0
+        for name, _ in self.MARKS:
+            if name in self.seen:
+                out[name] = round(self.seen[name] - last, 2)
+                last = self.seen[name]
+        return out
+
+
 def mode_pipeline(
-    conn: str, partitions: int, events: int, parallelism: int, workdir: str, store: str, **_: Any
+    conn: str,
+    partitions: int,
+    events: int,
+    parallelism: int,
+    workdir: str,
+    store: str,
+    join_grace: float | None = None,
+    **_: Any,
 ) -> dict:
-    """(c) run_ingestion: claim, intent, one eventhubs DataFrame, idempotent write, checkpoint."""
+    """(c) run_ingestion: claim, intent, one eventhubs DataFrame, idempotent write, checkpoint.
+
+    The run's defaults (one reader per partition: P task slots read P partitions at a time,
+    as (a)'s P processes do), except ``join_grace_seconds`` when ``--join-grace`` is given.
+    """
     from ops.run import IngestConfig, run_ingestion
     from resources.settings import SinkSettings, StoreSettings
 
     spark = _spark(parallelism)
     spark.range(1).count()  # JVM warm, as for (b)
+    extra = {} if join_grace is None else {"join_grace_seconds": join_grace}
     cfg = IngestConfig(
         eventhub=_settings(conn),
         store=StoreSettings(container=f"bench-{uuid.uuid4().hex[:12]}", connection_string=store),
         sink=SinkSettings(format="parquet", path=os.path.join(workdir, "pipeline")),
         strategy="greedy",
         max_events_per_partition=10**9,
-        report_lag_seconds=False,
+        **extra,
     )
     sampler = _JvmSampler()
     sampler.start()
     t0 = time.perf_counter()
+    phases = _PhaseLog(t0)
+    for name in ("ops.run", "ops.write"):
+        logging.getLogger(name).addHandler(phases)
+        logging.getLogger(name).setLevel(logging.INFO)
     report = run_ingestion(cfg, spark, owner_id="bench")
     elapsed = time.perf_counter() - t0
     sampler.stop.set()
@@ -274,6 +338,7 @@ def mode_pipeline(
         "bytes": report.bytes,
         "driver_peak_rss_mb": _peak_rss_mb(),
         "jvm_peak_rss_mb": sampler.peak_mb,
+        "phases": phases.phases(),
     }
 
 
@@ -297,6 +362,7 @@ def child_main(args: argparse.Namespace) -> None:
         events=args.n,
         parallelism=args.parallelism,
         workdir=args.workdir,
+        join_grace=args.join_grace,
     )
     print("RESULT " + json.dumps(result), flush=True)
 
@@ -317,6 +383,7 @@ def run_child(
         str(args.parallelism),
         "--workdir",
         workdir,
+        *([] if args.join_grace is None else ["--join-grace", str(args.join_grace)]),
     ]
     done = subprocess.run(
         cmd, cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=7200
@@ -327,6 +394,19 @@ def run_child(
     raise RuntimeError(f"{LABELS[mode]} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
 
 
+def _print_run(mode: str, r: dict) -> None:
+    rate = r["events"] / r["seconds"]
+    jvm = f", JVM peak {r['jvm_peak_rss_mb']:.0f} MB" if "jvm_peak_rss_mb" in r else ""
+    print(
+        f"  {LABELS[mode]:<36} {r['events']:>9,} events in {r['seconds']:7.1f} s "
+        f"= {rate:>9,.0f} events/s, {r['bytes'] / r['seconds'] / 2**20:6.1f} MB/s; "
+        f"driver peak RSS {r['driver_peak_rss_mb']:.0f} MB{jvm}",
+        flush=True,
+    )
+    if "phases" in r:
+        print("      phases (s): " + ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, nargs="+", default=[100_000, 1_000_000])
@@ -334,6 +414,12 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--parallelism", type=int, default=2, help="P: processes / local[P]")
     parser.add_argument("--modes", default="acb", help="which variants, e.g. 'ac'")
+    parser.add_argument(
+        "--join-grace",
+        type=float,
+        help="(c)'s join_grace_seconds (default: the run's default, 1 s; 0 = single owner)",
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each variant per size")
     parser.add_argument("--child", choices=sorted(MODES), help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -356,30 +442,33 @@ def main() -> None:
                 print(f"\nN={n:,}: sent in {sent:.1f} s ({n / sent:,.0f} events/s)")
                 env = {"BENCH_EH_CONN": conn, "BENCH_ST_CONN": store_conn}
                 table[n] = {}
-                for mode in args.modes:
-                    workdir = os.path.join(tmp, f"{n}-{mode}")
-                    os.makedirs(workdir)
-                    try:
-                        r = run_child(mode, n, args, env, workdir)
-                    except RuntimeError as exc:
-                        # e.g. (b) at 1M: the driver loop runs the JVM out of heap; a result too.
-                        reasons = [ln for ln in str(exc).splitlines() if "Error" in ln]
-                        print(f"  {LABELS[mode]:<36} FAILED: {(reasons or ['?'])[-1].strip()}")
-                        continue
-                    table[n][mode] = r
-                    rate = r["events"] / r["seconds"]
-                    jvm = (
-                        f", JVM peak {r['jvm_peak_rss_mb']:.0f} MB"
-                        if "jvm_peak_rss_mb" in r
-                        else ""
-                    )
-                    print(
-                        f"  {LABELS[mode]:<36} {r['events']:>9,} events in {r['seconds']:7.1f} s "
-                        f"= {rate:>9,.0f} events/s, {r['bytes'] / r['seconds'] / 2**20:6.1f} MB/s; "
-                        f"driver peak RSS {r['driver_peak_rss_mb']:.0f} MB{jvm}"
-                    )
-                    if r["events"] != (n // args.partitions) * args.partitions:
-                        print(f"  !! {LABELS[mode]} landed {r['events']} events, expected {n}")
+                runs: dict[str, list[dict]] = {}
+                # Variants alternate (a c b a c b ...) so a burst of load from other work on
+                # the machine hits them alike; the best run of each counts, the spread is shown.
+                for rep in range(args.repeat):
+                    for mode in args.modes:
+                        workdir = os.path.join(tmp, f"{n}-{mode}-{rep}")
+                        os.makedirs(workdir)
+                        try:
+                            r = run_child(mode, n, args, env, workdir)
+                        except RuntimeError as exc:
+                            # e.g. (b) at 1M: the driver loop runs the JVM out of heap.
+                            reasons = [ln for ln in str(exc).splitlines() if "Error" in ln]
+                            print(f"  {LABELS[mode]:<36} FAILED: {(reasons or ['?'])[-1].strip()}")
+                            continue
+                        runs.setdefault(mode, []).append(r)
+                        _print_run(mode, r)
+                        if r["events"] != (n // args.partitions) * args.partitions:
+                            print(f"  !! {LABELS[mode]} landed {r['events']} events, expected {n}")
+                for mode, rs in runs.items():
+                    rates = [r["events"] / r["seconds"] for r in rs]
+                    best = max(range(len(rs)), key=lambda i: rates[i])
+                    table[n][mode] = rs[best]
+                    if len(rs) > 1:
+                        print(
+                            f"  {LABELS[mode]:<36} best {rates[best]:,.0f} events/s of "
+                            f"{len(rs)} runs (spread {min(rates):,.0f}..{max(rates):,.0f})"
+                        )
     print("\ncomparison (targets: c/a >= 0.8 at equal parallelism, c/b >= 3, c's RSS flat):")
     for n, res in table.items():
         rate = {m: r["events"] / r["seconds"] for m, r in res.items()}

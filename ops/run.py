@@ -69,8 +69,14 @@ class IngestConfig:
         run_timeout_seconds: stop waiting for live peers after this long (None: no limit);
             the report then says ``complete=False``.
         poll_initial_seconds / poll_max_seconds: backoff while live peers hold partitions.
-        report_lag_seconds: read one event per lagging partition at the end to report how old
-            its oldest unprocessed event is (``PartitionReport.lag_seconds``).
+        report_lag_seconds: report how old the oldest unprocessed event of a lagging
+            partition is (``PartitionReport.lag_seconds``): from the partition properties and
+            the last event this run wrote when they tell it, else by receiving that one event.
+        join_grace_seconds: on its first claim cycle the run writes its heartbeat and waits this
+            long before looking at the store, so runs started by the same schedule tick see
+            each other and split the partitions at once. 0 skips the wait: right for a single
+            owner (nothing else runs on the hub and consumer group); with concurrent runs they
+            still never read a partition twice, but may first claim unevenly.
     """
 
     eventhub: EventHubSettings
@@ -88,6 +94,7 @@ class IngestConfig:
     poll_initial_seconds: float = 0.2
     poll_max_seconds: float = 5.0
     report_lag_seconds: bool = True
+    join_grace_seconds: float = 1.0
 
     def __post_init__(self) -> None:
         if self.max_events_per_partition < 1:
@@ -102,6 +109,11 @@ class IngestConfig:
         if self.on_data_loss not in ("fail", "skip"):
             raise ConfigurationError(
                 f"on_data_loss: {self.on_data_loss!r} is not valid; valid: 'fail', 'skip'"
+            )
+        if not self.join_grace_seconds >= 0:
+            raise ConfigurationError(
+                f"join_grace_seconds: {self.join_grace_seconds!r} must be >= 0 (1 is the "
+                "default; 0 for a single owner)"
             )
         if self.max_readers_per_partition < 1:
             raise ConfigurationError(
@@ -598,6 +610,7 @@ class Processor:
             self.log.warning(f"could not refresh partition bounds hub={self.hub_desc}")
             infos = dict(snapshot)
         cps = self.store.list_checkpoints()
+        now = datetime.now(UTC)
         wanted: dict[str, int] = {}
         for pid in targets:
             r, info, cp = reports[pid], infos[pid], cps.get(pid)
@@ -607,8 +620,12 @@ class Processor:
             r.lag_events = max(0, info.last_enqueued_sequence_number - done_upto)
             if r.lag_events == 0:
                 r.lag_seconds = 0.0
-            else:
-                wanted[pid] = max(done_upto + 1, info.begin_sequence_number)
+            elif self.config.report_lag_seconds:
+                since = _oldest_unprocessed_bound(r, info, cp)
+                if since is not None:
+                    r.lag_seconds = max(0.0, (now - since).total_seconds())
+                else:
+                    wanted[pid] = max(done_upto + 1, info.begin_sequence_number)
             if not replay:
                 bound = bounds[pid]
                 r.up_to_date = _satisfied(bound, cp)
@@ -619,8 +636,9 @@ class Processor:
                     and cp.sequence_number >= bound.gap[1]
                 ):
                     r.skipped_ranges.append(bound.gap)  # a peer passed over it
-        if wanted and self.config.report_lag_seconds:
-            now = datetime.now(UTC)
+        if wanted:
+            # Only where neither the properties nor this run's writes tell the time: one
+            # single-event receive per such partition, concurrently.
             for pid, when in self.hub.enqueued_times(wanted).items():
                 if when is not None:
                     reports[pid].lag_seconds = max(0.0, (now - when).total_seconds())
@@ -643,19 +661,53 @@ class Processor:
         return report
 
 
+def _oldest_unprocessed_bound(
+    report: PartitionReport, info: PartitionInfo, cp: Checkpoint | None
+) -> datetime | None:
+    """When the oldest unprocessed event was enqueued (or a time no later), without a receive.
+
+    One event behind: it is the last enqueued event, whose time the partition properties give
+    (exact). Otherwise, when this run wrote the checkpointed event, the next one was enqueued
+    at or after it: its time bounds the age from above (tight on a busy partition). None when
+    neither applies (the caller then receives that event).
+    """
+    if report.lag_events == 1 and info.last_enqueued_time is not None:
+        return info.last_enqueued_time
+    if (
+        cp is not None
+        and report.last_sequence_number == cp.sequence_number
+        and report.last_enqueued_time is not None
+    ):
+        return report.last_enqueued_time
+    return None
+
+
 def _default_claim(
     config: IngestConfig,
     store: PartitionStore,
     owner_id: str,
     is_owner_dead: Callable[[str], bool] | None,
+    joined_at: list[float] | None = None,
 ) -> ClaimFn:
+    """The claim cycle of ``ops.balancing`` with this run's strategy and expiry.
+
+    ``joined_at``: holds when (``time.monotonic``) the run wrote its heartbeat, once it has;
+    the first claim then waits only what is left of ``join_grace_seconds``, so the hub
+    snapshot taken meanwhile is not added to the grace.
+    """
     from ops.balancing import claim_cycle, get_strategy
 
     # Raises ConfigurationError naming the valid strategies.
     strategy = get_strategy(config.strategy, **dict(config.strategy_options))
     expiry = timedelta(seconds=config.lease_expiry_seconds)
+    first = [True]
 
     def claim(targets: Sequence[str]) -> Mapping[str, Ownership]:
+        if first[0] and joined_at:
+            left = config.join_grace_seconds - (time.monotonic() - joined_at[0])
+            if left > 0:
+                time.sleep(left)
+        first[0] = False
         return claim_cycle(
             store,
             owner_id,
@@ -663,6 +715,7 @@ def _default_claim(
             targets=list(targets),
             expiry=expiry,
             is_owner_dead=is_owner_dead,
+            join_grace=config.join_grace_seconds,
         )
 
     return claim
@@ -719,17 +772,21 @@ def run_ingestion(
         },
         spark_factory=spark_factory,
     )
-    claim: ClaimFn = (
-        (lambda targets: {})
-        if replay is not None
-        else _default_claim(config, store, owner_id, is_owner_dead)
-    )
-    processor = Processor(config, store, hub, ingestor, owner_id=owner_id, claim=claim, log=log)
     if replay is not None:
+        processor = Processor(
+            config, store, hub, ingestor, owner_id=owner_id, claim=lambda targets: {}, log=log
+        )
         return processor.replay(replay, partition_ids)
-    from ops.balancing import delete_heartbeat
+    from ops.balancing import delete_heartbeat, join
 
+    joined_at: list[float] = []
+    claim = _default_claim(config, store, owner_id, is_owner_dead, joined_at)
+    processor = Processor(config, store, hub, ingestor, owner_id=owner_id, claim=claim, log=log)
     try:
+        if config.join_grace_seconds > 0:
+            # Announce this owner first: the join grace then runs while the hub is snapshotted.
+            join(store, owner_id)
+            joined_at.append(time.monotonic())
         return processor.run(partition_ids)
     finally:
         # Graceful leave: peers stop counting this owner at once (leases were released).
