@@ -35,12 +35,14 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/ehingest-demo-XXXXXX")"
 EMULATOR_PID=""
 DAGSTER_PID=""
 stop_group() {
-  # Each service runs in its own session (setsid): signal the whole group, then wait a bit.
-  local pid="$1" sig="$2"
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
-  kill "-$sig" -- "-$pid" 2>/dev/null || kill "-$sig" "$pid" 2>/dev/null || true
-  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
-  kill -KILL -- "-$pid" 2>/dev/null || true
+  # Each service runs in its own session (setsid): signal the whole group, escalating
+  # (dagster dev stops on SIGINT; a group that inherited an ignored SIGINT gets TERM, then KILL).
+  local pid="$1" sig
+  for sig in "$2" TERM KILL; do
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+    kill "-$sig" -- "-$pid" 2>/dev/null || kill "-$sig" "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  done
 }
 cleanup() {
   local rc=$?
@@ -126,6 +128,11 @@ if [ "$UI" = 1 ]; then
   setsid "$BIN/dagster" dev -w workspace.yaml -h 127.0.0.1 -p "$UI_PORT" \
     >"$WORK/dagster-dev.log" 2>&1 </dev/null &
   DAGSTER_PID=$!
+  for _ in $(seq 1 300); do
+    listening "$UI_PORT" && break
+    kill -0 "$DAGSTER_PID" 2>/dev/null || { echo "dagster dev exited:" >&2; tail -n 20 "$WORK/dagster-dev.log" >&2; exit 1; }
+    sleep 0.2
+  done
   echo "   open http://127.0.0.1:$UI_PORT/assets/eventhub_events to see partitions, metadata and the lag check"
   wait "$DAGSTER_PID" || true
 fi
