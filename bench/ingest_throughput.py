@@ -299,12 +299,18 @@ def mode_pipeline(
     workdir: str,
     store: str,
     join_grace: float | None = None,
+    warm: bool = False,
     **_: Any,
 ) -> dict:
     """(c) run_ingestion: claim, intent, one eventhubs DataFrame, idempotent write, checkpoint.
 
     The run's defaults (one reader per partition: P task slots read P partitions at a time,
     as (a)'s P processes do), except ``join_grace_seconds`` when ``--join-grace`` is given.
+
+    ``warm``: first an untimed run of 10 events per partition (own container and sink) in the
+    same session, as a long-lived process (a Dagster code server reusing its session) would
+    have done: Spark's Python workers are started and have imported the source, the JVM has
+    compiled the write. The cold run pays that in its timed Spark job.
     """
     from ops.run import IngestConfig, run_ingestion
     from resources.settings import SinkSettings, StoreSettings
@@ -312,6 +318,16 @@ def mode_pipeline(
     spark = _spark(parallelism)
     spark.range(1).count()  # JVM warm, as for (b)
     extra = {} if join_grace is None else {"join_grace_seconds": join_grace}
+    if warm:
+        warmup = IngestConfig(
+            eventhub=_settings(conn),
+            store=StoreSettings(container=f"warm-{uuid.uuid4().hex[:12]}", connection_string=store),
+            sink=SinkSettings(format="parquet", path=os.path.join(workdir, "warm-up")),
+            strategy="greedy",
+            max_events_per_partition=10,
+            **extra,
+        )
+        assert run_ingestion(warmup, spark, owner_id="bench-warm-up").complete
     cfg = IngestConfig(
         eventhub=_settings(conn),
         store=StoreSettings(container=f"bench-{uuid.uuid4().hex[:12]}", connection_string=store),
@@ -342,11 +358,17 @@ def mode_pipeline(
     }
 
 
-MODES = {"a": mode_raw, "b": mode_driver_loop, "c": mode_pipeline}
+def mode_pipeline_warm(**kwargs: Any) -> dict:
+    """(c) in a session that already ran once (see ``mode_pipeline``)."""
+    return mode_pipeline(**kwargs, warm=True)
+
+
+MODES = {"a": mode_raw, "b": mode_driver_loop, "c": mode_pipeline, "w": mode_pipeline_warm}
 LABELS = {
     "a": "(a) raw SDK receive loop",
     "b": "(b) driver loop -> createDataFrame",
     "c": "(c) this pipeline",
+    "w": "(c) this pipeline, warm session",
 }
 
 
@@ -413,7 +435,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024, help="event body bytes")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--parallelism", type=int, default=2, help="P: processes / local[P]")
-    parser.add_argument("--modes", default="acb", help="which variants, e.g. 'ac'")
+    parser.add_argument(
+        "--modes", default="acwb", help="which variants, e.g. 'ac' ('w': (c) in a warm session)"
+    )
     parser.add_argument(
         "--join-grace",
         type=float,
@@ -473,12 +497,14 @@ def main() -> None:
     for n, res in table.items():
         rate = {m: r["events"] / r["seconds"] for m, r in res.items()}
         parts = []
-        if "a" in rate and "c" in rate:
-            ok = "ok" if rate["c"] >= 0.8 * rate["a"] else "MISS"
-            parts.append(f"c/a = {rate['c'] / rate['a']:.2f} ({ok})")
-        if "b" in rate and "c" in rate:
-            ok = "ok" if rate["c"] >= 3 * rate["b"] else "MISS"
-            parts.append(f"c/b = {rate['c'] / rate['b']:.2f} ({ok})")
+        for c in ("c", "w"):
+            tag = "c" if c == "c" else "c(warm)"
+            if "a" in rate and c in rate:
+                ok = "ok" if rate[c] >= 0.8 * rate["a"] else "MISS"
+                parts.append(f"{tag}/a = {rate[c] / rate['a']:.2f} ({ok})")
+            if "b" in rate and c in rate:
+                ok = "ok" if rate[c] >= 3 * rate["b"] else "MISS"
+                parts.append(f"{tag}/b = {rate[c] / rate['b']:.2f} ({ok})")
         print(f"  N={n:,}: " + ", ".join(parts))
     sizes = sorted(table)
     if len(sizes) >= 2 and all("c" in table[n] for n in sizes):
