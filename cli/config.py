@@ -66,6 +66,7 @@ _RUN_KEYS = {
     "prefetch": int,
     "max_readers_per_partition": int,
     "run_timeout_seconds": float,
+    "join_grace_seconds": float,
     "report_lag_seconds": bool,
 }
 _TOP_KEYS = {"eventhub", "store", "sink", "spark", *_RUN_KEYS}

@@ -246,6 +246,9 @@ LOCAL_SPARK_CONFIG: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "8",
     "spark.sql.session.timeZone": "UTC",
+    # The sinks partition by batch key and a task holds one batch: stream into open files
+    # instead of sorting each task's rows first (see resources/spark_session.py).
+    "spark.sql.maxConcurrentOutputFileWriters": "2",
 }
 
 

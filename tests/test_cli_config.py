@@ -55,6 +55,13 @@ def test_full_config_builds_the_run_settings() -> None:
     assert "topsecret" not in repr(cfg)
 
 
+def test_join_grace_is_a_config_key() -> None:
+    assert parse_config(doc(), ENV).ingest.join_grace_seconds == 1.0
+    assert parse_config(doc(join_grace_seconds=0), ENV).ingest.join_grace_seconds == 0.0
+    with pytest.raises(ConfigurationError, match="join_grace_seconds"):
+        parse_config(doc(join_grace_seconds=-1), ENV)
+
+
 def test_literal_secret_in_file_is_rejected_with_the_fix() -> None:
     raw = doc(store={"connection_string": ST, "container": "ehingest-state"})
     with pytest.raises(ConfigurationError) as err:
