@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -34,36 +32,16 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from emulator.testing import emulator_subprocess  # noqa: E402
+
 TARGET_RATIO = 1 / 3
 
 
 @contextmanager
 def emulator_process(hubs: dict[str, int]) -> Iterator[tuple[str, psutil.Process]]:
-    """Run ``python -m emulator serve`` on a free loopback port; yield (conn str, process)."""
-    cmd = [sys.executable, "-m", "emulator", "serve", "--port", "0"]
-    for name, parts in hubs.items():
-        cmd += ["--hub", f"{name}:{parts}"]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        assert proc.stdout is not None
-        conn = proc.stdout.readline().strip()
-        if not conn.startswith("Endpoint="):
-            raise RuntimeError(f"emulator did not start (said {conn!r})")
+    """The emulator in its own process; yields (connection string, its psutil handle)."""
+    with emulator_subprocess(hubs) as (conn, proc):
         yield conn, psutil.Process(proc.pid)
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def _cpu(proc: psutil.Process) -> float:

@@ -29,7 +29,6 @@ import logging
 import multiprocessing as mp
 import os
 import resource
-import signal
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from emulator.testing import emulator_subprocess  # noqa: E402
+
 HUB = "bench"
 
 
@@ -53,28 +54,9 @@ def _peak_rss_mb() -> float:
 
 @contextmanager
 def emulator_process(partitions: int) -> Iterator[str]:
-    """``python -m emulator serve`` on a free loopback port; yields its connection string."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "emulator", "serve", "--port", "0", "--hub", f"{HUB}:{partitions}"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        assert proc.stdout is not None
-        conn = proc.stdout.readline().strip()
-        if not conn.startswith("Endpoint="):
-            raise RuntimeError(f"emulator did not start (said {conn!r})")
+    """The emulator in its own process with one hub; yields its connection string."""
+    with emulator_subprocess({HUB: partitions}) as (conn, _proc):
         yield conn
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _settings(conn: str) -> Any:

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,34 +29,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from emulator.testing import emulator_subprocess  # noqa: E402
+
 
 @contextmanager
 def emulator_process(hubs: dict[str, int]) -> Iterator[str]:
-    """Start ``python -m emulator serve`` on a free loopback port; yield its connection string."""
-    cmd = [sys.executable, "-m", "emulator", "serve", "--port", "0"]
-    for name, parts in hubs.items():
-        cmd += ["--hub", f"{name}:{parts}"]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        assert proc.stdout is not None
-        conn = proc.stdout.readline().strip()
-        if not conn.startswith("Endpoint="):
-            raise RuntimeError(f"emulator did not start (said {conn!r})")
+    """The emulator in its own process; yields its connection string."""
+    with emulator_subprocess(hubs) as (conn, _proc):
         yield conn
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def send(settings: object, partitions: list[str], events: int, size: int) -> float:

@@ -17,6 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -29,7 +32,13 @@ from emulator.server import EmulatorServer
 if TYPE_CHECKING:
     from resources.settings import EventHubSettings
 
-__all__ = ["EmulatedHub", "EmulatorHandle", "connection_string", "running_emulator"]
+__all__ = [
+    "EmulatedHub",
+    "EmulatorHandle",
+    "connection_string",
+    "emulator_subprocess",
+    "running_emulator",
+]
 
 # Any values work: the emulator accepts every well-formed token. They are not secrets.
 KEY_NAME = "RootManageSharedAccessKey"
@@ -362,3 +371,37 @@ def running_emulator(
         if stop_event is not None and not loop.is_closed():
             loop.call_soon_threadsafe(stop_event.set)
         thread.join(15)
+
+
+@contextlib.contextmanager
+def emulator_subprocess(hubs: Mapping[str, int]) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """Run ``python -m emulator serve`` on a free loopback port in its own process.
+
+    For benchmarks that must not share the GIL with the emulator. Yields (connection string,
+    process); the process is always stopped (SIGINT, then kill).
+    """
+    cmd = [sys.executable, "-m", "emulator", "serve", "--port", "0"]
+    for name, parts in hubs.items():
+        cmd += ["--hub", f"{name}:{parts}"]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen(
+        cmd,
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        conn = proc.stdout.readline().strip()
+        if not conn.startswith("Endpoint="):
+            raise RuntimeError(f"emulator did not start (said {conn!r})")
+        yield conn, proc
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
