@@ -334,14 +334,14 @@ def build_eventhub_ingest_asset(
             run_timeout_seconds=opts.run_timeout_seconds,
         )
         context.log.info(
-            f"run {context.run_id} ingesting {ingest_config.eventhub.hub_ref().describe()} "
+            f"run {context.run.run_id} ingesting {ingest_config.eventhub.hub_ref().describe()} "
             f"partitions {targets} (strategy {opts.strategy}"
             f"{', replay' if replay else ''})"
         )
         report: RunReport = run_ingestion(
             ingest_config,
             spark,
-            owner_id=context.run_id,
+            owner_id=context.run.run_id,
             partition_ids=targets,
             replay=replay,
             is_owner_dead=dagster_run_is_dead(context.instance),
@@ -371,8 +371,8 @@ def build_eventhub_ingest_asset(
             raise dg.Failure(
                 description=(
                     f"partitions {missing} of {asset_key.to_user_string()} are not up to date "
-                    f"after run {context.run_id}; the next run (or a retry) continues from their "
-                    "checkpoints, and any recorded intent is replayed exactly once"
+                    f"after run {context.run.run_id}; the next run (or a retry) continues from "
+                    "their checkpoints, and any recorded intent is replayed exactly once"
                 ),
                 allow_retries=True,
             )
