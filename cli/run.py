@@ -14,6 +14,7 @@ import uuid
 
 import click
 
+from cli.options import config_option, partition_option
 from resources.errors import ConfigurationError, EventHubIngestError, RangeError, redact
 
 __all__ = ["format_report", "run"]
@@ -90,25 +91,14 @@ def format_report(report: object) -> str:
 
 
 @click.command("run")
-@click.option(
-    "--config",
-    "config_path",
-    required=True,
-    type=click.Path(dir_okay=False),
-    help="YAML config file (docs/example-config.yaml).",
-)
+@config_option
 @click.option(
     "--owner",
     "owner_id",
     default=None,
     help="Owner id for leases (default: host-pid-random; must be unique per process).",
 )
-@click.option(
-    "--partition",
-    "partitions",
-    multiple=True,
-    help="Target partition id (repeatable; default: every partition).",
-)
+@partition_option("Target partition id (repeatable; default: every partition).")
 def run(config_path: str, owner_id: str | None, partitions: tuple[str, ...]) -> None:
     """Bring the hub's partitions up to date in the sink, exactly once, then exit.
 

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from cli.options import config_option, partition_option
 from resources.errors import ConfigurationError, EventHubIngestError, RangeError
 
 __all__ = ["status"]
@@ -21,15 +22,9 @@ def _cell(value: object) -> str:
 
 
 @click.command("status")
-@click.option(
-    "--config",
-    "config_path",
-    required=True,
-    type=click.Path(dir_okay=False),
-    help="YAML config file (the same one `ehingest run` uses).",
-)
+@config_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option("--partition", "partitions", multiple=True, help="Only these partition ids.")
+@partition_option("Only these partition ids.")
 def status(config_path: str, as_json: bool, partitions: tuple[str, ...]) -> None:
     """Show each partition's owner, checkpoint, last enqueued event, lag and pending intent."""
     from cli.config import load_config
