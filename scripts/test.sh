@@ -2,6 +2,13 @@
 # The project's test command (README, .ci/run): installs what it needs from the lock files, then
 # runs lint, format check, the type checker and every test tier. Extra args go to pytest, e.g.
 #   bash scripts/test.sh -m "not slow"      bash scripts/test.sh tests/test_store_contract.py
+#
+# Tiers: the main pytest run (unit, integration, spark, slow) runs in the foreground. Every
+# scripts/tiers/<name>.sh (cluster, Spark Connect, browser, Airflow, SDK conformance...) runs
+# beside it in the background, its output in $TIER_LOGS/<name>.log, because those tiers wait on
+# services more than they compute. They run only for the full command (no pytest args) or when
+# TIERS="name1 name2" picks some; TIERS=none skips them. The exit code is non-zero if any part
+# failed; each tier's tail is printed when it fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_bootstrap.sh
@@ -9,5 +16,38 @@ source scripts/_bootstrap.sh
 echo "== ruff"; uv run --frozen ruff check .
 uv run --frozen ruff format --check .
 echo "== mypy"; uv run --frozen mypy
+
+if [ $# -eq 0 ]; then TIERS=${TIERS:-all}; else TIERS=${TIERS:-none}; fi
+TIER_LOGS=${TIER_LOGS:-$(mktemp -d -t ehingest-tiers.XXXXXX)}
+export TIER_LOGS
+declare -A tier_pid=() tier_start=()
+if [ "$TIERS" != none ]; then
+  for f in scripts/tiers/*.sh; do
+    [ -e "$f" ] || continue
+    name=$(basename "$f" .sh)
+    if [ "$TIERS" != all ] && [[ " $TIERS " != *" $name "* ]]; then continue; fi
+    echo "== tier $name (background, log: $TIER_LOGS/$name.log)"
+    tier_start[$name]=$(date +%s)
+    bash "$f" >"$TIER_LOGS/$name.log" 2>&1 &
+    tier_pid[$name]=$!
+  done
+fi
+stop_tiers() { for p in "${tier_pid[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }
+trap stop_tiers INT TERM
+
 echo "== pytest"
-uv run --frozen pytest "$@"
+rc=0
+uv run --frozen pytest "$@" || rc=$?
+
+for name in "${!tier_pid[@]}"; do
+  trc=0; wait "${tier_pid[$name]}" || trc=$?
+  secs=$(( $(date +%s) - ${tier_start[$name]} ))
+  if [ "$trc" -eq 0 ]; then
+    echo "== tier $name: passed in ${secs}s ($(grep -E '[0-9]+ (passed|failed)' "$TIER_LOGS/$name.log" | tail -n 1))"
+  else
+    echo "== tier $name: FAILED (exit $trc) in ${secs}s; last lines of $TIER_LOGS/$name.log:"
+    tail -n 60 "$TIER_LOGS/$name.log" | sed 's/^/   | /'
+    rc=1
+  fi
+done
+exit "$rc"
