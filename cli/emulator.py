@@ -86,6 +86,57 @@ def emulator() -> None:
     show_default=True,
     help="Largest message (or batch) accepted, in bytes.",
 )
+@click.option(
+    "--key",
+    "keys",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A shared access key SAS tokens may be signed with (repeatable). Default: the "
+    "well-known RootManageSharedAccessKey=SAS_KEY_VALUE. The first is put in the printed "
+    "connection string.",
+)
+@click.option(
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    metavar="HOST",
+    help="Host name the emulator answers for (repeatable); tokens for other hosts get 404. "
+    "Default: any host.",
+)
+@click.option(
+    "--jwt-test-secret",
+    envvar="EHINGEST_EMULATOR_JWT_TEST_SECRET",
+    default=None,
+    metavar="SECRET",
+    help="Entra ID test mode: accept HS256 JWTs signed with SECRET "
+    "(emulator.auth.TestTokenCredential issues them). Default: every JWT is refused.",
+)
+@click.option(
+    "--ws-port",
+    type=int,
+    default=None,
+    help="Also serve AMQP over WebSockets (/$servicebus/websocket) on this port (0 = any free).",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="Serve TLS with this PEM certificate (chain) on both ports.",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="The certificate's PEM private key (if not inside --tls-cert).",
+)
+@click.option(
+    "--idle-timeout",
+    type=float,
+    default=240.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Advertised idle time-out; a connection silent this long is closed (0 = never).",
+)
 def serve(
     host: str,
     port: int,
@@ -94,14 +145,40 @@ def serve(
     data_dir: str | None,
     retention: float | None,
     max_message_size: int,
+    keys: tuple[str, ...],
+    namespaces: tuple[str, ...],
+    jwt_test_secret: str | None,
+    ws_port: int | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    idle_timeout: float,
 ) -> None:
     """Serve hubs until interrupted (SIGINT/SIGTERM stop it cleanly)."""
+    from emulator.auth import Authenticator, parse_key
     from emulator.hub import EmulatorError, Namespace
-    from emulator.server import EmulatorServer
+    from emulator.server import EmulatorServer, server_ssl_context
     from emulator.testing import connection_string
 
     if retention is not None and retention <= 0:
         raise click.BadParameter(f"{retention} must be > 0 seconds", param_hint="--retention")
+    if idle_timeout < 0:
+        raise click.BadParameter(
+            f"{idle_timeout} must be >= 0 seconds", param_hint="--idle-timeout"
+        )
+    key_map: dict[str, str] | None = None
+    if keys:
+        key_map = {}
+        for spec in keys:
+            try:
+                name, value = parse_key(spec)
+            except ValueError as exc:
+                raise click.BadParameter(str(exc), param_hint="--key") from None
+            key_map[name] = value
+    try:
+        ssl_context = server_ssl_context(tls_cert, tls_key)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tls-cert/--tls-key") from None
+    auth = Authenticator(key_map, jwt_test_secret, namespaces)
     parsed = [_parse_hub(h) for h in hubs]
     try:
         namespace = Namespace(data_dir, retention_seconds=retention)
@@ -113,7 +190,16 @@ def serve(
         raise click.UsageError("no hub to serve: give at least one --hub NAME:PARTITIONS")
 
     async def run() -> None:
-        server = EmulatorServer(namespace, host=host, port=port, max_message_size=max_message_size)
+        server = EmulatorServer(
+            namespace,
+            host=host,
+            port=port,
+            max_message_size=max_message_size,
+            auth=auth,
+            ws_port=ws_port,
+            ssl_context=ssl_context,
+            idle_timeout=idle_timeout or None,
+        )
         try:
             await server.start()
         except OSError as exc:
@@ -122,14 +208,32 @@ def serve(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        click.echo(connection_string(host, server.port))
+        key_name, key = next(iter(auth.keys.items()))
+        tls = ssl_context is not None
+        click.echo(connection_string(host, server.port, key_name, key, tls=tls))
         for hub in namespace.hubs.values():
             groups = ", ".join(sorted(hub.consumer_groups))
             click.echo(
                 f"hub {hub.name}: {len(hub.partitions)} partitions, consumer groups: {groups}",
                 err=True,
             )
-        click.echo(f"listening on {host}:{server.port}; Ctrl-C to stop", err=True)
+        scheme = "amqps" if tls else "amqp"
+        click.echo(f"listening on {scheme}://{host}:{server.port}; Ctrl-C to stop", err=True)
+        if server.ws_port is not None:
+            ws = "wss" if tls else "ws"
+            click.echo(
+                f"AMQP over WebSockets on {ws}://{host}:{server.ws_port}/$servicebus/websocket",
+                err=True,
+            )
+        if tls:
+            click.echo(
+                "TLS on: the SDK dials port 5671 (443 for WebSockets) of the Endpoint host, so "
+                f"pass custom_endpoint_address='sb://{host}:<port>' and connection_verify="
+                "'<your CA .pem>' to the client",
+                err=True,
+            )
+        if jwt_test_secret:
+            click.echo("Entra ID test mode: HS256 JWTs signed with the test secret", err=True)
         sys.stdout.flush()
         try:
             await stop.wait()

@@ -19,7 +19,7 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -83,10 +83,11 @@ def build_stored_payload(
     """Encode ``message`` as delivered: service annotations added, other sections kept verbatim.
 
     Returns ``(payload, split, partition_key)`` where ``payload[:split]`` is the header section
-    (delivery annotations go right after it) and ``partition_key`` is the key actually stored
-    (``partition_key`` if given, else the message's own ``x-opt-partition-key``).
+    (delivery annotations, the producer's if any, start right after it) and ``partition_key``
+    is the key actually stored (``partition_key`` if given, else the message's own
+    ``x-opt-partition-key``).
     """
-    head = b""
+    head = delivery = b""
     tail: list[bytes] = []
     pairs: list[bytes] = []
     count = 0
@@ -94,7 +95,7 @@ def build_stored_payload(
         if code == 0x70:
             head = message[start:end]
         elif code == 0x71:
-            continue  # delivery annotations are hop-by-hop, not stored
+            delivery = message[start:end]  # the producer's delivery annotations: kept
         elif code == 0x72:
             # Copy the producer's annotations byte for byte, except the service-owned keys.
             spans, _ = split_list(message, value_pos)
@@ -130,6 +131,8 @@ def build_stored_payload(
     else:
         annotations = b"\x00\x53\x72" + struct.pack(">BII", 0xD1, len(body) + 4, count) + body
     tail.insert(0, annotations)
+    if delivery:
+        tail.insert(0, delivery)
     tail.insert(0, head)
     return b"".join(tail), len(head), partition_key
 
@@ -165,14 +168,21 @@ def _rot(x: int, k: int) -> int:
     return ((x << k) | (x >> (32 - k))) & 0xFFFFFFFF
 
 
-def _lookup3(data: bytes) -> tuple[int, int]:
-    """Bob Jenkins' lookup3 ``hashlittle2`` with zero seeds: ``(c, b)``."""
+def _lookup3(data: bytes | Sequence[int]) -> tuple[int, int]:
+    """Bob Jenkins' lookup3 ``hashlittle2`` with zero seeds: ``(c, b)``.
+
+    ``data`` is bytes, or any sequence of ints taken as the "bytes" (the SDK's resolver feeds
+    it the code points of the key string, which may exceed 255; the sums are mod 2**32).
+    """
     m = 0xFFFFFFFF
     a = b = c = (0xDEADBEEF + len(data)) & m
     i, size = 0, len(data)
 
-    def u32(j: int) -> int:
-        return int.from_bytes(data[j : j + 4], "little")
+    def u32(j: int, n: int = 4) -> int:
+        v = 0
+        for k in range(n):
+            v += data[j + k] << (8 * k)
+        return v & m
 
     while size > 12:
         a = (a + u32(i)) & m
@@ -200,10 +210,11 @@ def _lookup3(data: bytes) -> tuple[int, int]:
         size -= 12
     if size == 0:
         return c, b
-    rest = data[i:] + b"\x00" * (12 - size)
-    a = (a + int.from_bytes(rest[0:4], "little")) & m
-    b = (b + int.from_bytes(rest[4:8], "little")) & m
-    c = (c + int.from_bytes(rest[8:12], "little")) & m
+    a = (a + u32(i, min(size, 4))) & m
+    if size > 4:
+        b = (b + u32(i + 4, min(size - 4, 4))) & m
+    if size > 8:
+        c = (c + u32(i + 8, size - 8)) & m
     c ^= b
     c = (c - _rot(b, 14)) & m
     a ^= c
@@ -222,17 +233,19 @@ def _lookup3(data: bytes) -> tuple[int, int]:
 
 
 def partition_for_key(partition_key: str, partition_count: int) -> int:
-    """Stable partition index for a key: lookup3 over UTF-8, folded to a signed 16-bit value.
+    """Partition index for a key, exactly as the SDK's own resolver computes it.
 
-    This is the scheme of the Event Hubs client libraries' partition resolver, so the same key
-    always lands on the same partition across runs and processes.
+    azure-eventhub's ``_buffered_producer/_partition_resolver.py``: lookup3 over the key's code
+    points, ``(c ^ b)`` folded to a signed 16-bit value (an empty key is 0), then Python's
+    ``%`` (never negative). So a keyed send lands where the SDK's buffered producer predicts.
     """
-    h1, h2 = _lookup3(partition_key.encode("utf-8"))
+    if not partition_key:
+        return 0
+    h1, h2 = _lookup3([ord(ch) for ch in partition_key])
     folded = (h1 ^ h2) & 0xFFFF
     if folded >= 0x8000:
         folded -= 0x10000
-    # C# remainder keeps the dividend's sign; abs() afterwards, as the resolver does.
-    return abs(int(folded - partition_count * int(folded / partition_count)))
+    return abs(folded % partition_count)
 
 
 class Partition:
@@ -288,7 +301,10 @@ class Partition:
             "begin_sequence_number": begin,
             "last_enqueued_sequence_number": last_seq,
             "last_enqueued_offset": str(self.last_offset),
-            "last_enqueued_time_utc": Timestamp(self.last_enqueued_ms),
+            # The service reports 0001-01-01 (-62135596800000 ms) for a partition never written.
+            "last_enqueued_time_utc": Timestamp(
+                self.last_enqueued_ms if last_seq >= 0 else _NEVER_MS
+            ),
             "is_partition_empty": begin > last_seq,
         }
 
@@ -422,6 +438,9 @@ def _offset_key(e: StoredEvent) -> int:
 
 def _enqueued_key(e: StoredEvent) -> int:
     return e.enqueued_ms
+
+
+_NEVER_MS = -62135596800000  # 0001-01-01T00:00:00Z, the service's "not set" timestamp
 
 
 def _now_ms() -> int:

@@ -12,13 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
+import ssl
 import struct
 import time
 import uuid
 from typing import Any
 
 from emulator import framing
+from emulator.auth import Authenticator
 from emulator.codec import (
     AMQPDecodeError,
     Described,
@@ -31,8 +34,15 @@ from emulator.codec import (
 )
 from emulator.framing import Performative, section_spans
 from emulator.hub import Hub, Namespace, Partition, StoredEvent
+from emulator.ws import WEBSOCKET_PATH, WebSocketProtocol
 
-__all__ = ["BATCH_MESSAGE_FORMAT", "MAX_CONCURRENT_READERS", "EmulatorServer"]
+__all__ = [
+    "BATCH_MESSAGE_FORMAT",
+    "DEFAULT_IDLE_TIMEOUT",
+    "MAX_CONCURRENT_READERS",
+    "EmulatorServer",
+    "server_ssl_context",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +50,9 @@ BATCH_MESSAGE_FORMAT = 0x80013700
 MAX_CONCURRENT_READERS = 5  # non-epoch readers per partition and consumer group (the service's)
 DEFAULT_MAX_MESSAGE_SIZE = 1024 * 1024
 DEFAULT_MAX_FRAME_SIZE = 1024 * 1024
+# Advertised in our open and enforced: a connection silent for longer is closed (the service
+# closes idle connections too; the SDK reconnects on its next call).
+DEFAULT_IDLE_TIMEOUT = 240.0
 SESSION_WINDOW = 0x7FFFFFFF
 PRODUCER_CREDIT = 1000
 
@@ -332,19 +345,30 @@ class _ConsumerLink(_Link):
 
     def _with_runtime_metric(self, event: StoredEvent) -> bytes:
         p = self.partition
-        annotations = encode(
-            Described(
-                _ulong(0x71),
-                {
-                    _LAST_SEQ: p.next_seq - 1,
-                    _LAST_OFFSET: str(p.last_offset),
-                    _LAST_TIME: Timestamp(p.last_enqueued_ms),
-                    _RETRIEVAL_TIME: Timestamp(_now_ms()),
-                },
-            )
-        )
         payload = event.payload
-        return payload[: event.split] + annotations + payload[event.split :]
+        split = end = event.split
+        ours = encode(
+            {
+                _LAST_SEQ: p.next_seq - 1,
+                _LAST_OFFSET: str(p.last_offset),
+                _LAST_TIME: Timestamp(p.last_enqueued_ms),
+                _RETRIEVAL_TIME: Timestamp(_now_ms()),
+            }
+        )
+        if payload[split : split + 3] != b"\x00\x53\x71":
+            return payload[:split] + b"\x00\x53\x71" + ours + payload[split:]
+        # The producer's own delivery annotations: one map with theirs (byte for byte) and ours.
+        theirs, end = split_list(payload, split + 3)
+        our_spans, _ = split_list(ours, 0)
+        our_keys = {ours[a:b] for a, b in our_spans[0::2]}
+        pairs = []
+        for i in range(0, len(theirs) - 1, 2):
+            if payload[theirs[i][0] : theirs[i][1]] not in our_keys:
+                pairs += [payload[a:b] for a, b in theirs[i : i + 2]]
+        pairs += [ours[a:b] for a, b in our_spans]
+        body = b"".join(pairs)
+        head = struct.pack(">BII", 0xD1, len(body) + 4, len(pairs))
+        return payload[:split] + b"\x00\x53\x71" + head + body + payload[end:]
 
     def stolen(self, description: str) -> None:
         """Detach this reader because a reader with a higher (or equal) owner level arrived."""
@@ -407,15 +431,18 @@ def _response(correlation_id: Any, status: int, description: str, body: Any = No
 
 
 def _split_batch(payload: bytes, message_format: int) -> tuple[list[bytes], str | None]:
-    """The inner messages of a send (one, or N for a batch) and the batch's partition key."""
-    if message_format != BATCH_MESSAGE_FORMAT:
-        return [payload], None
-    messages: list[bytes] = []
+    """The inner messages of a send (one, or N for a batch) and its partition key, if any.
+
+    The key is the ``x-opt-partition-key`` message annotation of the message sent (the outer
+    one of a batch), so a single keyed event is routed exactly like a keyed batch.
+    """
+    batch = message_format == BATCH_MESSAGE_FORMAT
+    messages: list[bytes] = [] if batch else [payload]
     partition_key: str | None = None
     for code, start, _end in section_spans(payload):
         if payload[start + 1] != 0x53:
             continue
-        if code == 0x75:
+        if code == 0x75 and batch:
             value, _ = decode(payload, start + 3)
             messages.append(bytes(value))
         elif code == 0x72:
@@ -424,6 +451,8 @@ def _split_batch(payload: bytes, message_format: int) -> tuple[list[bytes], str 
                 for k, v in value.items():
                     if _text(k) == "x-opt-partition-key" and v is not None:
                         partition_key = _text(v)
+        elif code > 0x72 and not batch:
+            break  # annotations come before properties and the body
     if not messages:
         raise ValueError("a batch message (format 0x80013700) must carry data sections")
     return messages, partition_key
@@ -685,6 +714,8 @@ class _Connection(asyncio.Protocol):
         self.remote_max_frame_size = 512
         self.authorized: set[str] = set()  # CBS audiences (lower-cased) put on this connection
         self._heartbeat: asyncio.TimerHandle | None = None
+        self._idle_check: asyncio.TimerHandle | None = None
+        self._last_received = server.loop.time()
         self._heartbeat_interval = 0.0
         self._sent_since_tick = False
         self.peer = ""
@@ -709,6 +740,8 @@ class _Connection(asyncio.Protocol):
         self.phase = "closed"
         if self._heartbeat is not None:
             self._heartbeat.cancel()
+        if self._idle_check is not None:
+            self._idle_check.cancel()
         for session in self.sessions.values():
             session.on_end()
         self.sessions.clear()
@@ -725,6 +758,7 @@ class _Connection(asyncio.Protocol):
                     link._pump()
 
     def data_received(self, data: bytes) -> None:
+        self._last_received = self.server.loop.time()
         buf = self.buffer
         buf += data
         pos = 0
@@ -799,6 +833,21 @@ class _Connection(asyncio.Protocol):
         self.phase = "closed"
         if self.transport is not None:
             self.transport.close()
+
+    def _idle_tick(self) -> None:
+        if self.phase == "closed":
+            return
+        limit = self.server.idle_timeout or 0.0
+        silent = self.server.loop.time() - self._last_received
+        if silent > limit:
+            logger.info("connection %s: idle for %.1fs, closing", self.peer, silent)
+            self._fail(
+                "amqp:resource-limit-exceeded",
+                f"local-idle-timeout expired: nothing received for {limit:g}s (the idle-time-out "
+                "this emulator advertised in its open frame)",
+            )
+            return
+        self._idle_check = self.server.loop.call_later(limit / 4, self._idle_tick)
 
     def _heartbeat_tick(self) -> None:
         if self.phase == "closed":
@@ -882,7 +931,16 @@ class _Connection(asyncio.Protocol):
                 self.server.max_frame_size,
             )
             idle = fields[4] if len(fields) > 4 else None
-            self.send(framing.open_(self.server.container_id, self.server.max_frame_size, None))
+            our_idle = self.server.idle_timeout
+            self.send(
+                framing.open_(
+                    self.server.container_id,
+                    self.server.max_frame_size,
+                    int(our_idle * 1000) if our_idle else None,
+                )
+            )
+            if our_idle:
+                self._idle_check = self.server.loop.call_later(our_idle / 4, self._idle_tick)
             if idle:
                 self._heartbeat_interval = max(idle / 2000.0, 0.05)
                 self._heartbeat = self.server.loop.call_later(
@@ -899,6 +957,29 @@ class _Connection(asyncio.Protocol):
                 self.transport.close()
         else:
             raise AMQPDecodeError(f"unexpected performative 0x{code:02x}")
+
+
+def server_ssl_context(
+    cert: str | os.PathLike[str] | None, key: str | os.PathLike[str] | None
+) -> ssl.SSLContext | None:
+    """TLS context for the listeners from PEM files (``key`` may be inside ``cert``); None: off.
+
+    Raises ``ValueError`` naming the file and what is wrong when they cannot be loaded.
+    """
+    if cert is None:
+        if key is not None:
+            raise ValueError("a TLS key was given without a certificate: give --tls-cert too")
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(os.fspath(cert), os.fspath(key) if key is not None else None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(
+            f"cannot load the TLS certificate {os.fspath(cert)!r}"
+            + (f" / key {os.fspath(key)!r}" if key is not None else "")
+            + f": {exc}. Give PEM files: the server certificate (its chain) and its private key."
+        ) from None
+    return context
 
 
 class EmulatorServer:
@@ -920,8 +1001,17 @@ class EmulatorServer:
         port: int = 0,
         max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        auth: Authenticator | None = None,
+        ws_port: int | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
     ) -> None:
         self.namespace = namespace
+        self.auth = auth if auth is not None else Authenticator()
+        self.ws_port = ws_port
+        self.ssl_context = ssl_context
+        self.idle_timeout = idle_timeout
+        self._ws_server: asyncio.base_events.Server | None = None
         self.host = host
         self.port = port
         self.max_message_size = max_message_size
@@ -942,22 +1032,49 @@ class EmulatorServer:
         """Bind and start accepting connections (``self.port`` is set to the bound port)."""
         self._loop = asyncio.get_running_loop()
         self._server = await self._loop.create_server(
-            lambda: _Connection(self), self.host, self.port, reuse_address=True
+            lambda: _Connection(self),
+            self.host,
+            self.port,
+            reuse_address=True,
+            ssl=self.ssl_context,
         )
         self.port = self._server.sockets[0].getsockname()[1]
-        logger.info("emulator listening on %s:%d", self.host, self.port)
+        scheme = "amqps" if self.ssl_context is not None else "amqp"
+        logger.info("emulator listening on %s://%s:%d", scheme, self.host, self.port)
+        if self.ws_port is not None:
+            try:
+                self._ws_server = await self._loop.create_server(
+                    lambda: WebSocketProtocol(lambda: _Connection(self)),
+                    self.host,
+                    self.ws_port,
+                    reuse_address=True,
+                    ssl=self.ssl_context,
+                )
+            except OSError:
+                self._server.close()
+                raise
+            self.ws_port = self._ws_server.sockets[0].getsockname()[1]
+            logger.info(
+                "AMQP over WebSockets on %s://%s:%d%s",
+                "wss" if self.ssl_context is not None else "ws",
+                self.host,
+                self.ws_port,
+                WEBSOCKET_PATH,
+            )
 
     async def stop(self) -> None:
         """Stop accepting, close every connection, close persistence files."""
-        if self._server is not None:
-            self._server.close()
+        for listener in (self._server, self._ws_server):
+            if listener is not None:
+                listener.close()
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.abort()
-        if self._server is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 5)
-            self._server = None
+        for listener in (self._server, self._ws_server):
+            if listener is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(listener.wait_closed(), 5)
+        self._server = self._ws_server = None
         self.namespace.close()
 
     # -- entity lookup ------------------------------------------------------------------------
@@ -1159,32 +1276,56 @@ class EmulatorServer:
     # -- CBS and management -------------------------------------------------------------------
 
     def handle_cbs(self, conn: _Connection, request: dict[str, Any]) -> bytes:
-        """Answer a put-token: 202 for a well-formed request, 400 (with why) otherwise."""
+        """Answer a put-token as the service does.
+
+        202 for a valid token; 400 for a malformed request; 401 for a wrong key, a bad or
+        expired signature, or a token that does not cover the audience; 404 when the audience
+        names a hub (or consumer group, or namespace host) that does not exist.
+        """
         app = request["app"]
         operation, token_type = _text(app.get("operation")), _text(app.get("type"))
         name, token = _text(app.get("name")), _text(request["body"])
+        mid = request["message_id"]
         problem = None
         if operation != "put-token":
             problem = f"operation {operation!r} is not supported; expected 'put-token'"
-        elif token_type not in ("servicebus.windows.net:sastoken", "jwt"):
-            problem = (
-                f"type {token_type!r} is not supported; expected "
-                "'servicebus.windows.net:sastoken' or 'jwt'"
-            )
         elif not name:
             problem = "the 'name' application property (the token audience) is missing"
         elif not token:
             problem = "the message body must be the token string"
-        elif token_type == "servicebus.windows.net:sastoken" and not (
-            token.startswith("SharedAccessSignature ") and "sr=" in token and "sig=" in token
-        ):
-            problem = "the SAS token is malformed (expected 'SharedAccessSignature sr=...&sig=...')"
         if problem is not None:
             logger.info("CBS put-token rejected: %s", problem)
-            return _response(request["message_id"], 400, problem)
-        assert name is not None
+            return _response(mid, 400, problem)
+        assert name is not None and token is not None
+        missing = self._missing_entity(name)
+        if missing is not None:
+            logger.info("CBS put-token for %s: 404 (%s)", name, missing)
+            return _response(mid, 404, missing)
+        status, reason = self.auth.check(token_type or "", token, name, app.get("expiration"))
+        if status >= 300:
+            logger.info("CBS put-token for %s refused: %d %s", name, status, reason)
+            description = reason if status != 401 else f"{reason} TrackingId:{uuid.uuid4()}"
+            return _response(mid, status, description)
         conn.authorized.add(name)
-        return _response(request["message_id"], 202, "Accepted")
+        return _response(mid, 202, "Accepted")
+
+    def _missing_entity(self, audience: str) -> str | None:
+        """The service's 404 text if ``audience`` names something this namespace lacks."""
+        if not self.auth.serves_host(audience):
+            return (
+                f"The messaging entity '{audience}' could not be found (this emulator serves "
+                f"{', '.join(sorted(self.auth.namespaces))}). To know more visit "
+                "https://aka.ms/sbResourceMgrExceptions."
+            )
+        parts = _path_of(audience) if "://" in audience else _path_of("sb://" + audience)
+        if not parts:
+            return None  # the namespace itself
+        if self.namespace.get(parts[0]) is None:
+            return (
+                f"The messaging entity '{self._entity(parts[0])}' could not be found. To know "
+                "more visit https://aka.ms/sbResourceMgrExceptions."
+            )
+        return None  # an unknown consumer group is refused at attach, as the service does
 
     def handle_management(self, conn: _Connection, request: dict[str, Any]) -> bytes:
         """Answer a management READ of a hub or a partition."""

@@ -26,8 +26,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from emulator.auth import DEFAULT_KEY_NAME, DEFAULT_KEY_VALUE, Authenticator
 from emulator.hub import Namespace
-from emulator.server import EmulatorServer
+from emulator.server import DEFAULT_IDLE_TIMEOUT, EmulatorServer, server_ssl_context
 
 if TYPE_CHECKING:
     from resources.settings import EventHubSettings
@@ -35,22 +36,30 @@ if TYPE_CHECKING:
 __all__ = [
     "EmulatedHub",
     "EmulatorHandle",
+    "TestCertificates",
     "connection_string",
     "emulator_subprocess",
+    "make_test_certificates",
     "running_emulator",
 ]
 
-# Any values work: the emulator accepts every well-formed token. They are not secrets.
-KEY_NAME = "RootManageSharedAccessKey"
-KEY_VALUE = "SAS_KEY_VALUE"
+# The emulator's default shared access key (the Microsoft emulator's well-known pair; not a
+# secret): every emulator started without --key accepts tokens signed with it.
+KEY_NAME = DEFAULT_KEY_NAME
+KEY_VALUE = DEFAULT_KEY_VALUE
 
 
-def connection_string(host: str, port: int) -> str:
-    """Connection string for an emulator on ``host:port`` (no EntityPath; TLS off)."""
-    return (
-        f"Endpoint=sb://{host}:{port};SharedAccessKeyName={KEY_NAME};"
-        f"SharedAccessKey={KEY_VALUE};UseDevelopmentEmulator=true"
-    )
+def connection_string(
+    host: str, port: int, key_name: str = KEY_NAME, key: str = KEY_VALUE, tls: bool = False
+) -> str:
+    """Connection string for an emulator on ``host:port`` (no EntityPath).
+
+    Without TLS it carries ``UseDevelopmentEmulator=true`` (the SDK then speaks plain AMQP to
+    that port). With TLS the SDK always dials port 5671 (443 for WebSockets) of the Endpoint's
+    host, so pass ``custom_endpoint_address=f"sb://{host}:{port}"`` and ``connection_verify``.
+    """
+    base = f"Endpoint=sb://{host}:{port};SharedAccessKeyName={key_name};SharedAccessKey={key}"
+    return base if tls else base + ";UseDevelopmentEmulator=true"
 
 
 @dataclass(frozen=True)
@@ -222,9 +231,20 @@ class EmulatorHandle:
         return self.server.port
 
     @property
+    def ws_port(self) -> int | None:
+        """The AMQP-over-WebSockets port, if that listener is on."""
+        return self.server.ws_port
+
+    @property
     def connection_string(self) -> str:
-        """Connection string for this emulator (``UseDevelopmentEmulator=true``, no EntityPath)."""
-        return connection_string(self.host, self.port)
+        """Connection string for this emulator with its first key (no EntityPath).
+
+        ``UseDevelopmentEmulator=true`` unless TLS is on (see :func:`connection_string`).
+        """
+        key_name, key = next(iter(self.server.auth.keys.items()), (KEY_NAME, KEY_VALUE))
+        return connection_string(
+            self.host, self.port, key_name, key, tls=self.server.ssl_context is not None
+        )
 
     def create_hub(
         self,
@@ -316,12 +336,23 @@ def running_emulator(
     host: str = "127.0.0.1",
     port: int = 0,
     max_message_size: int | None = None,
+    keys: Mapping[str, str] | None = None,
+    jwt_secret: str | None = None,
+    namespaces: Iterable[str] = (),
+    ws_port: int | None = None,
+    tls_cert: str | os.PathLike[str] | None = None,
+    tls_key: str | os.PathLike[str] | None = None,
+    idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
 ) -> Iterator[EmulatorHandle]:
     """Start an emulator on a background thread; yield its handle; always stop it.
 
     ``hubs`` maps names to partition counts (or lists ``"name:partitions"`` specs); every hub
     gets the ``consumer_groups`` besides ``$Default``. ``data_dir`` persists events across
     restarts; ``retention`` (seconds) makes older events unreadable. ``port=0`` picks a free port.
+    ``keys`` (name -> value; default the well-known pair), ``jwt_secret`` (Entra ID test mode)
+    and ``namespaces`` (host names served; default any) are :class:`emulator.auth.Authenticator`'s.
+    ``ws_port`` (0 = free) turns on AMQP over WebSockets; ``tls_cert``/``tls_key`` (PEM files)
+    serve TLS on both ports; ``idle_timeout`` (seconds, None = off) is advertised and enforced.
     """
     namespace = Namespace(data_dir, retention_seconds=retention)
     groups = tuple(consumer_groups)
@@ -330,7 +361,16 @@ def running_emulator(
     kwargs: dict[str, Any] = {}
     if max_message_size is not None:
         kwargs["max_message_size"] = max_message_size
-    server = EmulatorServer(namespace, host=host, port=port, **kwargs)
+    server = EmulatorServer(
+        namespace,
+        host=host,
+        port=port,
+        auth=Authenticator(keys, jwt_secret, namespaces),
+        ws_port=ws_port,
+        ssl_context=server_ssl_context(tls_cert, tls_key),
+        idle_timeout=idle_timeout,
+        **kwargs,
+    )
     loop = asyncio.new_event_loop()
     started = threading.Event()
     failure: list[BaseException] = []
@@ -405,3 +445,90 @@ def emulator_subprocess(hubs: Mapping[str, int]) -> Iterator[tuple[str, subproce
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@dataclass(frozen=True)
+class TestCertificates:
+    """PEM files of a throwaway CA and a server certificate it signed (127.0.0.1, localhost)."""
+
+    __test__ = False  # not a pytest test class
+
+    ca: str  # pass as the SDK's connection_verify
+    cert: str  # --tls-cert
+    key: str  # --tls-key
+
+
+def make_test_certificates(
+    directory: str | os.PathLike[str], hosts: Sequence[str] = ("127.0.0.1", "localhost")
+) -> TestCertificates:
+    """Write a self-signed CA and a server certificate for ``hosts`` (IPs or DNS names)."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    out = os.fspath(directory)
+    os.makedirs(out, exist_ok=True)
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    later = now + dt.timedelta(days=2)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ehingest emulator test CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(later)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False), True
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    names: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(later)
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+        )
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    paths = TestCertificates(
+        ca=os.path.join(out, "ca.pem"),
+        cert=os.path.join(out, "server.pem"),
+        key=os.path.join(out, "server-key.pem"),
+    )
+    with open(paths.ca, "wb") as f:
+        f.write(ca.public_bytes(serialization.Encoding.PEM))
+    with open(paths.cert, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(paths.key, "wb") as f:
+        f.write(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+    return paths

@@ -40,7 +40,8 @@ def test_empty_and_non_empty_partition_properties(make_eventhub: MakeHub) -> Non
     assert empty["last_enqueued_sequence_number"] == -1
     assert empty["last_enqueued_offset"] == "-1"
     assert empty["beginning_sequence_number"] == 0
-    assert empty["last_enqueued_time_utc"] == dt.datetime(1970, 1, 1, tzinfo=UTC)
+    # the service's "never" (0001-01-01), which the SDK maps to datetime.min
+    assert empty["last_enqueued_time_utc"] == dt.datetime.min.replace(tzinfo=UTC)
     assert full["is_empty"] is False
     assert full["id"] == "1" and full["eventhub_name"] == hub.name
     assert full["beginning_sequence_number"] == 0
