@@ -43,7 +43,12 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 
 from resources.errors import (
     ConfigurationError,
@@ -1267,11 +1272,22 @@ class EventHubsDataSource(DataSource):
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        parsed = ReadOptions.from_options(options)
-        if parsed.ranges is not None and not parsed.ranges:
-            self.plan = ReadPlan(options=parsed, ranges=())
-        else:
-            self.plan = plan_read(parsed)
+        # The connector's and Kafka's options are mapped (or refused) there; see the module.
+        from resources.eventhubs_options import parse_source_options, plan_source_read
+
+        self.source = parse_source_options(options)
+        parsed = self.source.read
+        # Spark builds the source the same way for spark.read and spark.readStream. A stream
+        # starts from its checkpoint, not from these positions, so what the batch plan finds
+        # (an expired start, an end past the last event, an unreachable hub) is raised when a
+        # batch reader is asked for (the first action), never by readStream...load().
+        self.plan_error: EventHubIngestError | None = None
+        self.plan = ReadPlan(options=parsed, ranges=())
+        if parsed.ranges is None or parsed.ranges:
+            try:
+                self.plan = plan_source_read(self.source)
+            except (RangeError, DataLossError, EventHubUnavailableError) as exc:
+                self.plan_error = exc
         # Drop the raw options: the plan holds everything, and they hold the secret twice.
         self.options = {}
 
@@ -1286,7 +1302,15 @@ class EventHubsDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A reader over the ranges resolved at creation."""
+        if self.plan_error is not None:
+            raise self.plan_error
         return EventHubsReader(self.plan)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """``spark.readStream.format("eventhubs")``: see :mod:`resources.eventhubs_stream`."""
+        from resources.eventhubs_stream import EventHubsStreamReader
+
+        return EventHubsStreamReader(self.source)
 
 
 _REGISTERED: set[tuple[int, str]] = set()

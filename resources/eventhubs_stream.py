@@ -1,0 +1,229 @@
+"""``spark.readStream.format("eventhubs")``: micro-batches of sequence-number ranges.
+
+A PySpark streaming Python data source (``DataSourceStreamReader``, Spark 4.2+) with admission
+control (``maxEventsPerTrigger`` as ``ReadMaxRows``) and ``Trigger.AvailableNow``
+(``SupportsTriggerAvailableNow``). The offsets are plain JSON in Spark's checkpointLocation,
+shaped like the azure-event-hubs-spark connector's: ``{"<hub>": {"<partition>": next}}`` where
+``next`` is the first sequence number not yet read (the exclusive end of the last batch).
+
+Exactly once: Spark writes a batch's end offset to its offset log before running it and, after a
+crash, runs the same batch again with the same ``start``/``end``; a range of sequence numbers is
+always the same events, so a replay with an idempotent sink (the file sink's metadata log, Delta)
+lands every event once.
+
+Each batch's ranges are read on executors by the same code as the batch source
+(:func:`~resources.spark_source.read_range`); only the frozen settings and ranges travel.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from resources.errors import ConfigurationError, DataLossError
+from resources.eventhubs_options import (
+    Bound,
+    SourceOptions,
+    resolve_bound,
+    resolve_start_sequence_numbers,
+    with_deadline,
+)
+from resources.spark_source import (
+    EventHubsInputPartition,
+    PartitionInfo,
+    PartitionRange,
+    fetch_partition_info,
+    read_range,
+    split_range,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["EventHubsStreamReader", "admit"]
+
+logger = logging.getLogger(__name__)
+
+
+def admit(backlog: Mapping[str, int], limit: int) -> dict[str, int]:
+    """Split at most ``limit`` events over the partitions in proportion to their backlog.
+
+    Returns partition id -> events admitted. The total is ``min(limit, sum(backlog))`` exactly
+    (largest remainders get the rounding), so a batch never exceeds ``maxEventsPerTrigger`` and
+    any ``limit >= 1`` makes progress. The connector splits proportionally too.
+    """
+    total = sum(max(0, n) for n in backlog.values())
+    if total <= limit:
+        return {pid: max(0, n) for pid, n in backlog.items()}
+    shares = {pid: limit * max(0, n) / total for pid, n in backlog.items()}
+    out = {pid: int(share) for pid, share in shares.items()}
+    rest = limit - sum(out.values())
+    for pid in sorted(shares, key=lambda p: (out[p] - shares[p], p))[:rest]:
+        out[pid] += 1
+    return out
+
+
+class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Stream reader: offsets are the next sequence number to read per partition.
+
+    Lives in Spark's streaming worker on the driver for the whole query (``latestOffset`` and
+    ``partitions`` are called there); ``read`` runs on executors.
+    """
+
+    def __init__(self, source: SourceOptions) -> None:
+        self.source = source
+        self.hub = source.read.settings.eventhub_name
+        # Trigger.AvailableNow: the latest offsets when the query started; never read past them.
+        self._target: dict[str, int] | None = None
+
+    # ---- offsets ---------------------------------------------------------------------------
+
+    def _offset(self, seqs: Mapping[str, int]) -> dict:
+        return {self.hub: {pid: int(seq) for pid, seq in sorted(seqs.items(), key=_pid)}}
+
+    def _seqs(self, offset: Mapping[str, object]) -> dict[str, int]:
+        if set(offset) != {self.hub}:
+            raise ConfigurationError(
+                f"the checkpoint's offsets are of Event Hub(s) {', '.join(map(repr, offset))}, "
+                f"but this query reads {self.hub!r}; use a new checkpointLocation for another hub"
+            )
+        parts = offset[self.hub]
+        assert isinstance(parts, Mapping)
+        return {str(pid): int(seq) for pid, seq in parts.items()}
+
+    def _infos(self) -> dict[str, PartitionInfo]:
+        settings = self.source.read.settings
+        _, infos = with_deadline(
+            self.source.operation_timeout,
+            f"reading the partitions of Event Hub {self.hub!r}",
+            lambda: fetch_partition_info(settings),
+        )
+        return infos
+
+    def initialOffset(self) -> dict:
+        """Where a new query starts: the start positions (default: the end of the stream)."""
+        starts = resolve_start_sequence_numbers(self.source, self._infos())
+        logger.info("Event Hub %s: new stream starts at %s", self.hub, starts)
+        return self._offset(starts)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``ReadMaxRows(maxEventsPerTrigger)``, or everything available when it is not set."""
+        limit = self.source.max_events_per_trigger
+        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Record the end of every partition now; the query stops when it has read up to it."""
+        infos = self._infos()
+        self._target = {pid: info.last_enqueued_sequence_number + 1 for pid, info in infos.items()}
+        logger.info("Event Hub %s: Trigger.AvailableNow reads up to %s", self.hub, self._target)
+
+    def reportLatestOffset(self) -> dict | None:
+        """The end of every partition, for the query's progress (how far behind it is)."""
+        infos = self._infos()
+        return self._offset({p: i.last_enqueued_sequence_number + 1 for p, i in infos.items()})
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """The end offset of the next batch: up to the latest events, within ``limit``.
+
+        A partition whose next sequence number has expired is a data loss: with
+        ``failOnDataLoss`` (the default) the query fails here; otherwise the batch starts at the
+        first retained event and the gap is logged. New partitions start at their first event.
+        """
+        begin = self._seqs(start)
+        infos = self._infos()
+        latest = {pid: info.last_enqueued_sequence_number + 1 for pid, info in infos.items()}
+        if self._target is not None:
+            latest = {p: min(n, self._target[p]) for p, n in latest.items() if p in self._target}
+        first: dict[str, int] = {}
+        for pid, upto in latest.items():
+            info = infos[pid]
+            if pid not in begin:
+                # A partition added while the query ran: this batch only records where it
+                # starts (its first event), the next one reads it.
+                first[pid] = resolve_bound(self.source.read, info, Bound("earliest"))
+                latest[pid] = first[pid]
+                continue
+            nxt = begin[pid]
+            if nxt < info.first_available and nxt < upto:
+                self._lost(pid, nxt, info.first_available)
+                nxt = info.first_available
+            first[pid] = nxt
+        backlog = {pid: max(0, latest[pid] - first[pid]) for pid in latest}
+        admitted = admit(backlog, limit.max_rows) if isinstance(limit, ReadMaxRows) else backlog
+        end = dict(begin)
+        for pid in latest:
+            end[pid] = first[pid] + admitted[pid] if admitted[pid] else begin.get(pid, first[pid])
+        if end == begin:
+            return start
+        return self._offset(end)
+
+    def _lost(self, pid: str, nxt: int, first_available: int) -> None:
+        settings = self.source.read.settings
+        missing = (
+            f"Event Hub {self.hub!r} consumer group {settings.consumer_group!r} partition {pid}: "
+            f"sequence numbers [{nxt}, {first_available - 1}] expired before the stream read "
+            f"them (the first retained one is {first_available})"
+        )
+        if self.source.read.on_data_loss == "fail":
+            raise DataLossError(
+                f"{missing}; set failOnDataLoss=false (on_data_loss='skip') to go on from "
+                f"{first_available}"
+            )
+        logger.warning("%s; skipping them (failOnDataLoss=false)", missing)
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        """One input partition per (partition, sub-range) of ``[start, end)``."""
+        begin, stop = self._seqs(start), self._seqs(end)
+        read = self.source.read
+        parts: list[InputPartition] = []
+        for pid in sorted(stop, key=_pid):
+            first = begin.get(pid)
+            if first is None or stop[pid] <= first:
+                # A new partition enters an offset with nothing to read (see latestOffset).
+                continue
+            rng = PartitionRange(pid, first, stop[pid] - 1)
+            for sub in split_range(rng, read.max_readers_per_partition, read.min_events_per_reader):
+                parts.append(
+                    EventHubsInputPartition(
+                        settings=read.settings,
+                        rng=sub,
+                        receive_timeout=read.receive_timeout,
+                        prefetch=read.prefetch,
+                        # The driver already decided about expired starts (latestOffset); a hole
+                        # inside a planned range follows the same policy on the executor.
+                        on_data_loss=read.on_data_loss,
+                    )
+                )
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Receive one sub-range on an executor (the client is created here, never pickled)."""
+        if not isinstance(partition, EventHubsInputPartition):
+            return iter(())
+        return read_range(
+            partition.settings,
+            partition.range,
+            receive_timeout=partition.receive_timeout,
+            prefetch=partition.prefetch,
+            on_data_loss=partition.on_data_loss,
+        )
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: the offsets live in Spark's checkpointLocation, not in the hub."""
+
+
+def _pid(item: object) -> tuple[int, str]:
+    pid = item[0] if isinstance(item, tuple) else item
+    text = str(pid)
+    return (int(text), text) if text.isdigit() else (1 << 62, text)
