@@ -54,8 +54,8 @@ _EVENTHUB_KEYS = {
     "consumer_group",
 }
 _STORE_KEYS = {"connection_string", "account_url", "credential", "container", "create_container"}
-_SINK_KEYS = {"format", "path", "table", "partition_by"}
-_SPARK_KEYS = {"master", "app_name", "conf"}
+_SINK_KEYS = {"format", "path", "table", "partition_by", "shared"}
+_SPARK_KEYS = {"master", "remote", "app_name", "conf", "ship_code"}
 _RUN_KEYS = {
     "strategy": str,
     "strategy_options": dict,
@@ -78,18 +78,29 @@ class CliConfig:
     """A parsed config file: the run settings plus how to start Spark."""
 
     ingest: IngestConfig
-    spark_master: str = "local[2]"
+    spark_master: str | None = "local[2]"
     spark_app_name: str = "ehingest"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
+    #: A Spark Connect URL (``sc://host:port``); exclusive with ``spark_master``.
+    spark_remote: str | None = None
+    #: Ship the project's code to non-local executors (False: the cluster has the package).
+    spark_ship_code: bool = True
 
     def spark_factory(self) -> Callable[[], Any]:
-        """A function starting the local SparkSession this config asks for (when needed)."""
+        """A function starting the SparkSession this config asks for (when needed)."""
 
         def start() -> Any:
-            from resources.spark_session import local_spark_session
+            from resources.code_shipping import SHIP_CODE_CONF
+            from resources.spark_session import spark_session
 
-            return local_spark_session(
-                self.spark_app_name, master=self.spark_master, conf=dict(self.spark_conf)
+            conf = dict(self.spark_conf)
+            if not self.spark_ship_code:
+                conf[SHIP_CODE_CONF] = "false"
+            return spark_session(
+                self.spark_app_name,
+                master=None if self.spark_remote else self.spark_master,
+                remote=self.spark_remote,
+                conf=conf,
             )
 
         return start
@@ -263,6 +274,7 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> CliConfig:
             path=sk.get("path"),
             table=sk.get("table"),
             partition_by=tuple(partition_by),
+            shared=_typed("sink.shared", sk.get("shared", False), bool),
         )
     except ConfigurationError as exc:
         raise ConfigurationError(f"sink.{exc}".replace("sink.sink", "sink")) from None
@@ -280,11 +292,37 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> CliConfig:
 
     sp = _section(doc, "spark", _SPARK_KEYS, required=False)
     conf = _typed("spark.conf", sp.get("conf", {}), dict)
+    remote = _typed("spark.remote", sp["remote"], str) if "remote" in sp else None
+    if remote is not None and "master" in sp:
+        raise ConfigurationError(
+            f"spark: give master ({_show(sp['master'])}) or remote ({_show(remote)}), not both; "
+            "remote is a Spark Connect URL (sc://host:port), master a cluster or local[n]"
+        )
+    if remote is not None and not remote.startswith("sc://"):
+        raise ConfigurationError(
+            f"spark.remote: {_show(remote)} is not a Spark Connect URL; expected "
+            "'sc://host:port' (e.g. 'sc://localhost:15002')"
+        )
+    master = _typed("spark.master", sp.get("master", "local[2]"), str)
+    from ops.write import check_sink_reachable
+    from resources.spark_session import is_local_master
+
+    # Before anything is claimed or a JVM starts: a local sink path a cluster cannot share.
+    try:
+        check_sink_reachable(
+            sink,
+            local=remote is None and is_local_master(master),
+            engine=f"Spark Connect {remote!r}" if remote else f"master {master!r}",
+        )
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"sink.path: {exc}") from None
     return CliConfig(
         ingest=ingest,
-        spark_master=_typed("spark.master", sp.get("master", "local[2]"), str),
+        spark_master=None if remote else master,
         spark_app_name=_typed("spark.app_name", sp.get("app_name", "ehingest"), str),
         spark_conf={str(k): str(v) for k, v in conf.items()},
+        spark_remote=remote,
+        spark_ship_code=_typed("spark.ship_code", sp.get("ship_code", True), bool),
     )
 
 

@@ -158,11 +158,20 @@ class SinkModel(dg.Resolvable, dg.Model):
     path: str | None = Field(default=None, description="Output folder or URI.")
     table: str | None = Field(default=None, description="Spark table (instead of path).")
     partition_by: list[str] = Field(default_factory=list, description="Extra partition columns.")
+    shared: bool = Field(
+        default=False,
+        description="The local path is a volume every Spark node mounts at the same place "
+        "(otherwise a local path is refused on a non-local Spark).",
+    )
 
     def resource(self) -> SinkResource:
         """The :class:`SinkResource` this describes."""
         return SinkResource(
-            format=self.format, path=self.path, table=self.table, partition_by=self.partition_by
+            format=self.format,
+            path=self.path,
+            table=self.table,
+            partition_by=self.partition_by,
+            shared=self.shared,
         )
 
 
@@ -247,6 +256,11 @@ class EventHubIngestComponent(dg.Component, dg.Model, dg.Resolvable):
     spark_config: dict[str, str] = Field(
         default_factory=dict, description="Spark settings over the local loopback defaults."
     )
+    spark_remote: str | None = Field(
+        default=None,
+        description="Spark Connect URL ('sc://host:15002', Databricks serverless style) instead "
+        "of a local or cluster master; spark_config then holds session settings only.",
+    )
 
     @field_validator("partitions", mode="before")
     @classmethod
@@ -274,7 +288,7 @@ class EventHubIngestComponent(dg.Component, dg.Model, dg.Resolvable):
             eventhub=self.eventhub.resource(),
             partition_store=self.store.resource(),
             sink=self.sink.resource(),
-            pyspark=local_pyspark_resource(self.spark_config),
+            pyspark=local_pyspark_resource(self.spark_config, remote=self.spark_remote),
             partition_ids=self.partitions,
             options=options,
             group_name=self.group_name,

@@ -42,12 +42,14 @@ import dagster as dg
 from dagster_pyspark import PySparkResource
 from pydantic import Field
 
+from resources.errors import ConfigurationError
 from resources.settings import EventHubSettings, SinkSettings, StoreSettings
 from resources.spark_session import SPARK_CONF_DIR
 from resources.store import HubRef, PartitionStore
 
 __all__ = [
     "LOCAL_SPARK_CONFIG",
+    "REMOTE_SPARK_CONFIG",
     "EventHubConnectionString",
     "EventHubIdentity",
     "EventHubResource",
@@ -225,6 +227,13 @@ class SinkResource(dg.ConfigurableResource):
         default_factory=list,
         description="Extra columns to partition the output by (beyond what the writer uses).",
     )
+    shared: bool = Field(
+        default=False,
+        description=(
+            "The local path is a volume every Spark node mounts at the same place. Without it a "
+            "local path is refused when Spark is not local (a cluster or Spark Connect)."
+        ),
+    )
 
     def settings(self) -> SinkSettings:
         """The frozen, picklable sink settings (validated here)."""
@@ -233,6 +242,7 @@ class SinkResource(dg.ConfigurableResource):
             path=self.path,
             table=self.table,
             partition_by=tuple(self.partition_by),
+            shared=self.shared,
         )
 
 
@@ -252,34 +262,81 @@ LOCAL_SPARK_CONFIG: dict[str, str] = {
 }
 
 
-class LocalPySparkResource(PySparkResource):
-    """dagster-pyspark's ``PySparkResource`` that also fixes the local environment first.
+# What a Spark Connect client may set on its session (the server owns master, driver, UI).
+REMOTE_SPARK_CONFIG: dict[str, str] = {
+    key: value for key, value in LOCAL_SPARK_CONFIG.items() if key.startswith("spark.sql.")
+}
+_LOCAL_ONLY_KEYS = ("spark.driver.host", "spark.driver.bindAddress")
 
-    Sets, when unset: ``SPARK_LOCAL_IP`` (loopback), ``PYSPARK_PYTHON`` (executors need this
-    interpreter, which has pyarrow and the Azure SDK) and ``SPARK_CONF_DIR`` (the package's quiet
-    log4j2 config); then lowers the session's log level to WARN. The environment only matters for
-    the first session of a process (when the JVM starts).
+
+class LocalPySparkResource(PySparkResource):
+    """dagster-pyspark's ``PySparkResource`` that also fixes a local environment first.
+
+    For a local master it sets, when unset: ``SPARK_LOCAL_IP`` (loopback) and ``PYSPARK_PYTHON``
+    (executors need this interpreter, which has pyarrow and the Azure SDK). It always points
+    ``SPARK_CONF_DIR`` at the package's quiet log4j2 config, and lowers a classic session's log
+    level to WARN. On a cluster (``spark.master`` not local) or Spark Connect (``spark.remote``)
+    the driver host and executor Python stay the user's; the project's code is shipped to the
+    executors when the ``eventhubs`` source is registered. The environment only matters for the
+    first session of a process (when the JVM starts).
     """
 
     log_level: str = Field(
-        default="WARN", description="Spark log level set on the session (e.g. WARN, INFO)."
+        default="WARN",
+        description="Spark log level set on a classic session (e.g. WARN, INFO); Spark Connect "
+        "sessions keep the server's.",
     )
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        from resources.spark_session import is_connect_session, is_local_master
+
+        remote = self.spark_config.get("spark.remote")
+        if not remote and is_local_master(self.spark_config.get("spark.master")):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_CONF_DIR", str(SPARK_CONF_DIR))
         super().setup_for_execution(context)
-        self.spark_session.sparkContext.setLogLevel(self.log_level)
+        # Spark Connect has no SparkContext (and refuses any JVM access).
+        if not is_connect_session(self.spark_session):
+            self.spark_session.sparkContext.setLogLevel(self.log_level)
 
 
-def local_pyspark_resource(spark_config: dict[str, Any] | None = None) -> LocalPySparkResource:
-    """A PySpark resource with loopback, quiet defaults; ``spark_config`` entries override them.
+def local_pyspark_resource(
+    spark_config: dict[str, Any] | None = None, remote: str | None = None
+) -> LocalPySparkResource:
+    """A PySpark resource with quiet defaults; ``spark_config`` entries override them.
 
-    Example: ``local_pyspark_resource({"spark.master": "local[2]"})``.
+    Local masters get loopback pins; a cluster master (``spark://``, ``yarn``) keeps its own
+    driver host; ``remote`` (or ``spark.remote`` in ``spark_config``), a Spark Connect URL, gets
+    only the session settings a Connect client may set.
+
+    Example: ``local_pyspark_resource({"spark.master": "local[2]"})`` or
+    ``local_pyspark_resource(remote="sc://spark.example:15002")``.
     """
-    return LocalPySparkResource(spark_config={**LOCAL_SPARK_CONFIG, **(spark_config or {})})
+    from resources.spark_session import is_local_master
+
+    user = dict(spark_config or {})
+    if remote is not None:
+        if user.get("spark.master"):
+            raise ConfigurationError(
+                f"spark: give spark.master ({user['spark.master']!r}) or remote ({remote!r}), "
+                "not both"
+            )
+        user["spark.remote"] = remote
+    if user.get("spark.remote"):
+        url = str(user["spark.remote"])
+        if not url.startswith("sc://"):
+            raise ConfigurationError(
+                f"spark remote: {url!r} is not a Spark Connect URL; expected 'sc://host:port'"
+            )
+        return LocalPySparkResource(spark_config={**REMOTE_SPARK_CONFIG, **user})
+    config = {**LOCAL_SPARK_CONFIG, **user}
+    if not is_local_master(config.get("spark.master")):
+        for key in _LOCAL_ONLY_KEYS:
+            if key not in user:
+                config.pop(key, None)
+    return LocalPySparkResource(spark_config=config)
 
 
 def sort_partition_ids(ids: list[str]) -> list[str]:

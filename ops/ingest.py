@@ -125,6 +125,9 @@ class SparkIngestor:
         try:
             # The source checks the ranges against the service when the DataFrame is created.
             df = read_eventhubs(self.spark, options)
+            # Spark Connect creates the source lazily, when the plan is first analysed: do it
+            # here so its errors (DataLossError for on_data_loss, RangeError) are unwrapped.
+            _ = df.columns
         except Exception as exc:
             raise _unwrap(exc) from exc
         result = write_batch(df, self.sink, dict(ranges))
@@ -148,6 +151,7 @@ class SparkIngestor:
 
 def _unwrap(exc: Exception) -> Exception:
     """The package error a Spark planner error carries, rebuilt with its message, or ``exc``."""
+    from resources.code_shipping import missing_module_error
     from resources.errors import (
         ConfigurationError,
         DataLossError,
@@ -158,6 +162,9 @@ def _unwrap(exc: Exception) -> Exception:
 
     if isinstance(exc, EventHubIngestError):
         return exc
+    missing_module = missing_module_error(exc)
+    if missing_module is not None:
+        return missing_module
     text = str(exc)
     kinds: list[type[EventHubIngestError]] = [
         DataLossError,

@@ -758,7 +758,11 @@ def run_ingestion(
     """
     from ops.hub import SdkHubClient
     from ops.ingest import SparkIngestor
+    from ops.write import check_sink_for_session
 
+    if spark is not None:
+        # Before anything is claimed: a local path that a cluster's executors cannot share.
+        check_sink_for_session(config.sink, spark)
     store = PartitionStore(config.store.backend(), config.eventhub.hub_ref())
     hub = SdkHubClient(config.eventhub)
     ingestor = SparkIngestor(

@@ -14,6 +14,12 @@ Writing a batch replaces exactly the directories / Delta partitions of its keys,
   partition_filters=[("eh_batch", "in", keys)])``: the batch's old files are removed and the new
   ones added in one Delta transaction. Files of a crashed attempt are never in the log.
 
+Nothing is silently lost on a cluster: a local path that executors on other machines cannot
+share is refused before anything is claimed (:func:`check_sink_reachable`), the Delta commit
+checks that every file it adds exists with the rows its task reported, and :func:`write_batch`
+reads back the batch's row count and compares it with the rows it wrote before returning (so
+before any checkpoint moves).
+
 See docs/sinks.md for the trade-offs and the measurements.
 """
 
@@ -51,6 +57,8 @@ __all__ = [
     "PartitionWriteStats",
     "WriteResult",
     "batch_key",
+    "check_sink_for_session",
+    "check_sink_reachable",
     "read_sink",
     "sink_location",
     "write_batch",
@@ -149,6 +157,44 @@ def sink_location(sink: SinkSettings, spark: SparkSession | None = None) -> str:
     return sink.table
 
 
+def _is_local_path(path: str) -> bool:
+    return "://" not in path or path.startswith("file:")
+
+
+def check_sink_reachable(sink: SinkSettings, *, local: bool, engine: str) -> None:
+    """Refuse a local sink path when executors may run on other machines (before any claim).
+
+    Executors on other hosts would write the batch to their own disks, and the driver would
+    commit (or fail to see) files it cannot read: the checkpoint must never move past that.
+
+    Args:
+        sink: the sink settings; ``sink.shared`` declares a local path mounted on every node.
+        local: True when Spark's executors run on this machine (a ``local`` master).
+        engine: how Spark runs, for the message (``master 'spark://h:7077'``).
+
+    Raises:
+        ConfigurationError: a local path on a non-local engine, not declared shared.
+    """
+    if local or sink.shared or sink.path is None or not _is_local_path(sink.path):
+        return
+    raise ConfigurationError(
+        f"sink path {sink.path!r} is a local path, but Spark runs on {engine}: executors on other "
+        "machines would write the events to their own disks and the checkpoints would move past "
+        "files the driver cannot read. Use a location every executor and the driver share "
+        "(abfss://..., az://..., a catalog table), or, if this path is a volume mounted at the "
+        "same place on every node, declare it with sink shared: true"
+    )
+
+
+def check_sink_for_session(sink: SinkSettings, spark: SparkSession) -> None:
+    """:func:`check_sink_reachable` for the executors of ``spark`` (classic or Connect)."""
+    from resources.spark_session import describe_engine, session_is_local
+
+    if sink.path is None or sink.shared or not _is_local_path(sink.path):
+        return  # no need to ask the session anything
+    check_sink_reachable(sink, local=session_is_local(spark), engine=describe_engine(spark))
+
+
 def _check_sink(sink: SinkSettings) -> None:
     if BATCH_COLUMN in sink.partition_by:
         raise ConfigurationError(
@@ -230,8 +276,11 @@ def write_batch(
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
+    from resources.code_shipping import missing_module_error
+
     _check_sink(sink)
     rng = _normalise_ranges(ranges)
+    check_sink_for_session(sink, df.sparkSession)
     missing = [c for c in ("partition", "sequenceNumber", "offset", "body") if c not in df.columns]
     if missing:
         raise ConfigurationError(
@@ -247,7 +296,10 @@ def write_batch(
     # One pass: the statistics and the count of rows outside the ranges (never written) are
     # observed while the write consumes the DataFrame; nothing is collected on the driver.
     observation = Observation(f"ehwrite_{uuid.uuid4().hex[:12]}")
-    metrics = [F.sum(F.when(_in_ranges(rng), 0).otherwise(1)).alias("outside")]
+    metrics = [
+        F.sum(F.when(_in_ranges(rng), 0).otherwise(1)).alias("outside"),
+        F.sum(F.when(_in_ranges(rng), 1).otherwise(0)).alias("inside"),
+    ]
     if stats_method == "observe":
         metrics += _stat_columns(rng)
     observed = df.observe(observation, *metrics)
@@ -262,6 +314,9 @@ def write_batch(
     except (SinkError, ConfigurationError):
         raise
     except Exception as exc:
+        missing_module = missing_module_error(exc)
+        if missing_module is not None:
+            raise missing_module from exc
         raise SinkError(
             f"sink {sink.format} {'path' if sink.path else 'table'} {location!r}: cannot write "
             f"batch {sorted(batch_key(p, *r) for p, r in rng.items())}: {_cause(exc)}; check "
@@ -276,6 +331,7 @@ def write_batch(
             f"{rng}; they were not written. Read exactly the planned ranges "
             "(read_eventhubs(spark, plan)) and pass plan.ranges_dict() as ranges"
         )
+    _verify_written(df.sparkSession, sink, rng, int(metrics_row.get("inside") or 0), location)
     if stats_method == "observe":
         stats = _stats_from_row(metrics_row, rng)
     else:
@@ -297,6 +353,60 @@ def write_batch(
         ),
     )
     return result
+
+
+def _verify_written(
+    spark: SparkSession,
+    sink: SinkSettings,
+    ranges: Mapping[str, tuple[int, int]],
+    written: int,
+    location: str,
+) -> None:
+    """Read back the batch's row count; raise unless it equals the rows the write consumed.
+
+    This runs before the caller moves any checkpoint: output that executors wrote where the
+    driver (or the next reader) cannot see it is an error, never a silent loss.
+    """
+    keys = [batch_key(p, *r) for p, r in ranges.items()]
+    try:
+        if sink.format == DELTALAKE_FORMAT:
+            found = _delta_batch_rows(sink, keys)
+        else:
+            found = read_sink(spark, sink).where(_batch_filter(keys)).count()
+    except (SinkError, ConfigurationError):
+        raise
+    except Exception as exc:
+        raise SinkError(
+            f"sink {sink.format} {location!r}: the batch {sorted(keys)} was written but cannot "
+            f"be read back to verify it: {_cause(exc)}; no checkpoint moved. Check that the "
+            "driver and every executor see the same location"
+        ) from exc
+    if found != written:
+        raise SinkError(
+            f"sink {sink.format} {location!r}: verification failed for batch {sorted(keys)}: "
+            f"{written} event(s) were written but {found} are readable there; no checkpoint "
+            "moved. The executors probably wrote to storage the driver does not share (a local "
+            "path on a cluster): use a shared location (abfss://..., a table)"
+        )
+
+
+def _delta_batch_rows(sink: SinkSettings, keys: list[str]) -> int:
+    """Rows the Delta log holds for ``keys`` (from its add actions, nothing read)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    assert sink.path is not None
+    table = pa.table(DeltaTable(_delta_uri(sink.path)).get_add_actions(flatten=True))
+    column = f"partition.{BATCH_COLUMN}"
+    if table.num_rows == 0:
+        return 0
+    total = 0
+    for key, rows in zip(
+        table.column(column).to_pylist(), table.column("num_records").to_pylist(), strict=True
+    ):
+        if key in keys:
+            total += int(rows or 0)
+    return total
 
 
 def _cause(exc: BaseException) -> str:
@@ -594,6 +704,14 @@ class _DeltaBatchWriter(DataSourceArrowWriter):
             # Nothing readable (all skipped): keep what an earlier attempt of the batch wrote,
             # as the Spark formats do, rather than replacing it with nothing.
             return
+        problem = self._unreadable_part(msgs)
+        if problem is not None:
+            self.abort(list(messages))
+            raise SinkError(
+                f"sink deltalake path {self.table_uri!r}: not committing batch {self.keys}: "
+                f"{problem}. The executors wrote where this driver cannot read (a local path on "
+                "a cluster?): use a location every node shares (abfss://..., a mounted volume)"
+            )
         DeltaTable(self.table_uri).create_write_transaction(
             actions,
             mode="overwrite",
@@ -601,6 +719,27 @@ class _DeltaBatchWriter(DataSourceArrowWriter):
             partition_by=self.partition_cols,
             partition_filters=[(BATCH_COLUMN, "in", self.keys)],
         )
+
+    def _unreadable_part(self, msgs: list[_DeltaTaskMessage]) -> str | None:
+        """Why a file the tasks reported is not committable here (missing, unreadable, other
+        row count), or None when every file exists with its rows."""
+        import pyarrow.parquet as pq
+        from pyarrow import fs as pafs
+
+        filesystem, root = pafs.FileSystem.from_uri(self.table_uri)
+        for m in msgs:
+            for p in m.parts:
+                full = f"{root.rstrip('/')}/{p.path}"
+                if filesystem.get_file_info(full).type != pafs.FileType.File:
+                    return f"file {p.path!r} written by a task does not exist here"
+                try:
+                    with filesystem.open_input_file(full) as f:
+                        rows = pq.ParquetFile(f).metadata.num_rows
+                except Exception as exc:
+                    return f"file {p.path!r} is not readable Parquet: {redact(str(exc))[:200]}"
+                if rows != p.num_records:
+                    return f"file {p.path!r} holds {rows} rows, its task wrote {p.num_records}"
+        return None
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Delete the files of this attempt (best effort: they are not in the log anyway)."""

@@ -236,12 +236,18 @@ class SinkSettings:
 
     ``format``: any format the Spark session can write (``parquet`` by default, ``delta`` on a
     cluster with Delta) or ``deltalake`` for Delta written from Arrow without Spark jars.
+    ``shared``: declare a local ``path`` shared by every node (a mount); a local path is
+    otherwise refused when Spark is not local, since executors on other machines would write to
+    their own disks.
     """
 
     format: str = "parquet"
     path: str | None = None
     table: str | None = None
     partition_by: tuple[str, ...] = ()
+    #: The local ``path`` is a volume every executor and the driver see at the same place (an
+    #: NFS or DBFS-style mount). Without it a local path is refused on a non-local Spark.
+    shared: bool = False
 
     def __post_init__(self) -> None:
         if (self.path is None) == (self.table is None):

@@ -1,7 +1,14 @@
-"""A quiet local SparkSession, the same for tests, the CLI, Dagster's local runs and benchmarks.
+"""The SparkSession the CLI, tests, Dagster's local runs and benchmarks use; local or not.
 
-A cluster deployment builds its own session (``SparkSession.builder`` or dagster-pyspark's
-``PySparkResource``) and only needs :func:`resources.spark_source.register_eventhubs_source`.
+:func:`spark_session` starts a quiet local session (``local[...]``), a session on a cluster
+(``spark://``, ``yarn``, ``k8s://``) or a Spark Connect session (``sc://host:port``). Local pins
+(loopback driver, this interpreter for executors) apply to local masters only: on a cluster the
+driver host and the executors' Python come from the user's environment and Spark config.
+
+A deployment may build its own session (``SparkSession.builder`` or dagster-pyspark's
+``PySparkResource``, ``spark.remote`` included); registering the ``eventhubs`` source
+(:func:`resources.spark_source.register_eventhubs_source`) also ships the project's code to
+non-local sessions (:mod:`resources.code_shipping`).
 """
 
 from __future__ import annotations
@@ -12,13 +19,110 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from resources.errors import ConfigurationError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["SPARK_CONF_DIR", "local_spark_session"]
+__all__ = [
+    "SPARK_CONF_DIR",
+    "describe_engine",
+    "is_connect_session",
+    "is_local_master",
+    "local_spark_session",
+    "session_is_local",
+    "spark_session",
+]
 
 #: Shipped with the package: a log4j2.properties printing warnings and errors only.
 SPARK_CONF_DIR = Path(__file__).with_name("spark_conf")
+
+
+def is_local_master(master: str | None) -> bool:
+    """True for masters whose executors run on this machine (``local``, ``local[n]``, ...)."""
+    return (
+        master is None
+        or master == ""
+        or master.startswith(("local[", "local-cluster["))
+        or (master == "local")
+    )
+
+
+def is_connect_session(spark: object) -> bool:
+    """True for a Spark Connect session (``pyspark.sql.connect``), which has no JVM handle."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def session_is_local(spark: SparkSession) -> bool:
+    """True when executors share this machine and interpreter (a classic ``local`` master).
+
+    A Spark Connect session is never local: its workers are the server's, even on loopback.
+    """
+    if is_connect_session(spark):
+        return False
+    return is_local_master(spark.conf.get("spark.master", None))
+
+
+def describe_engine(spark: SparkSession) -> str:
+    """``master 'spark://h:7077'`` or ``a Spark Connect session``, for error messages."""
+    if is_connect_session(spark):
+        return "a Spark Connect session"
+    return f"master {spark.conf.get('spark.master', None)!r}"
+
+
+def spark_session(
+    app_name: str,
+    *,
+    master: str | None = "local[2]",
+    remote: str | None = None,
+    warehouse_dir: str | os.PathLike[str] | None = None,
+    ui: bool = False,
+    shuffle_partitions: int = 4,
+    conf: Mapping[str, str] | None = None,
+    register_source: bool = True,
+) -> SparkSession:
+    """A SparkSession on ``master`` (local by default) or on the Spark Connect URL ``remote``.
+
+    Local masters get the loopback pins of :func:`local_spark_session`. Other masters get only
+    the quiet defaults; ``remote`` gets the session settings Spark Connect lets a client set.
+    ``master`` and ``remote`` are exclusive.
+    """
+    if remote is not None:
+        if master is not None and not is_local_master(master):
+            raise ConfigurationError(
+                f"spark: give master ({master!r}) or remote ({remote!r}), not both"
+            )
+        if not remote.startswith("sc://"):
+            raise ConfigurationError(
+                f"spark.remote: {remote!r} is not a Spark Connect URL; expected "
+                "'sc://host:port' (e.g. 'sc://localhost:15002')"
+            )
+        from pyspark.sql import SparkSession
+
+        builder = SparkSession.builder.remote(remote).appName(app_name)
+        session_conf = {
+            "spark.sql.shuffle.partitions": str(shuffle_partitions),
+            "spark.sql.session.timeZone": "UTC",
+            "spark.sql.maxConcurrentOutputFileWriters": "2",
+            **(conf or {}),
+        }
+        for key, value in session_conf.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
+        if register_source:
+            from resources.spark_source import register_eventhubs_source
+
+            register_eventhubs_source(spark)
+        return spark
+    return local_spark_session(
+        app_name,
+        master=master or "local[2]",
+        warehouse_dir=warehouse_dir,
+        ui=ui,
+        shuffle_partitions=shuffle_partitions,
+        conf=conf,
+        register_source=register_source,
+    )
 
 
 def local_spark_session(
@@ -33,11 +137,13 @@ def local_spark_session(
 ) -> SparkSession:
     """Build (or return the running) local SparkSession with quiet logs and loopback networking.
 
-    Sets, unless already set in the environment: ``SPARK_LOCAL_IP=127.0.0.1`` (the driver would
-    otherwise bind a public address), ``PYSPARK_PYTHON`` to this interpreter (executors need the
-    same venv for pyarrow and the azure SDK) and ``SPARK_CONF_DIR`` to the shipped quiet log4j2
-    config. The environment is read when the JVM starts, so these only apply to the first
-    session of a process.
+    For a local master, sets unless already set in the environment: ``SPARK_LOCAL_IP=127.0.0.1``
+    (the driver would otherwise bind a public address), ``PYSPARK_PYTHON`` to this interpreter
+    (executors need the same venv for pyarrow and the azure SDK). For any master it sets
+    ``SPARK_CONF_DIR`` to the shipped quiet log4j2 config. A non-local master (``spark://``,
+    ``yarn``...) keeps the driver host and executor Python of the user's environment and Spark
+    config: the project's code is shipped to its executors instead. The environment is read when
+    the JVM starts, so these only apply to the first session of a process.
 
     Args:
         app_name: Spark application name (shown in logs).
@@ -56,8 +162,10 @@ def local_spark_session(
         spark = local_spark_session("ehingest-cli", warehouse_dir="/tmp/warehouse")
         df = spark.read.format("eventhubs").options(**opts).load()
     """
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    local = is_local_master(master)
+    if local:
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_CONF_DIR", str(SPARK_CONF_DIR))
 
@@ -70,8 +178,13 @@ def local_spark_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
-        .config("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"])
+    )
+    if local:
+        builder = builder.config("spark.driver.host", os.environ["SPARK_LOCAL_IP"]).config(
+            "spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"]
+        )
+    builder = (
+        builder
         # Partitioned writes (the sinks partition by batch key) stream into an open file per
         # partition value instead of first sorting each task's rows by it; a task holds one
         # batch key, so this removes a sort (and its spill) after every read. Past 2 open

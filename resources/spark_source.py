@@ -1317,9 +1317,16 @@ _REGISTERED: set[tuple[int, str]] = set()
 
 
 def register_python_source(spark: SparkSession, source: type[DataSource]) -> None:
-    """Register ``source`` on ``spark`` once (Spark warns on every re-registration)."""
+    """Register ``source`` on ``spark`` once (Spark warns on every re-registration).
+
+    On a non-local session this first ships the project's code to the executors
+    (:func:`resources.code_shipping.ship_code`), which unpickle ``source`` by reference.
+    """
     key = (id(spark), source.name())
     if key not in _REGISTERED:
+        from resources.code_shipping import ship_code
+
+        ship_code(spark)
         spark.dataSource.register(source)
         _REGISTERED.add(key)
 

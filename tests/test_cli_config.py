@@ -147,3 +147,48 @@ def test_unreadable_and_invalid_yaml_files(tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
     good.write_text(yaml.safe_dump(doc()))
     assert load_config(good, ENV).ingest.strategy == "jump_hash"
+
+
+def test_spark_remote_is_exclusive_with_master_and_must_be_sc() -> None:
+    cfg = parse_config(doc(spark={"remote": "sc://spark.example:15002"}, sink=_shared()), ENV)
+    assert (cfg.spark_remote, cfg.spark_master, cfg.spark_ship_code) == (
+        "sc://spark.example:15002",
+        None,
+        True,
+    )
+    with pytest.raises(ConfigurationError, match=r"spark: give master .* or remote .*not both"):
+        parse_config(doc(spark={"master": "local[1]", "remote": "sc://h:15002"}), ENV)
+    with pytest.raises(ConfigurationError, match=r"spark.remote: 'http://h:15002' is not a Spark"):
+        parse_config(doc(spark={"remote": "http://h:15002"}, sink=_shared()), ENV)
+
+
+def _shared(**extra) -> dict:
+    return {"format": "deltalake", "path": "/mnt/shared/out", "shared": True, **extra}
+
+
+@pytest.mark.parametrize(
+    "spark",
+    [{"master": "spark://10.0.0.5:7077"}, {"master": "yarn"}, {"remote": "sc://h:15002"}],
+)
+def test_local_sink_path_on_a_cluster_is_refused_unless_declared_shared(spark: dict) -> None:
+    for path in ("/data/out", "file:///data/out", "relative/out"):
+        with pytest.raises(ConfigurationError) as err:
+            parse_config(doc(spark=spark, sink={"format": "deltalake", "path": path}), ENV)
+        text = str(err.value)
+        assert text.startswith("sink.path: ") and repr(path) in text
+        assert "shared: true" in text and "abfss://" in text
+    assert parse_config(doc(spark=spark, sink=_shared()), ENV).ingest.sink.shared is True
+    # Locations every node shares need no declaration.
+    for sink in ({"path": "abfss://c@acct.dfs.core.windows.net/out"}, {"table": "bronze.t"}):
+        assert parse_config(doc(spark=spark, sink=sink), ENV).ingest.sink.shared is False
+
+
+def test_local_masters_take_local_paths_and_ship_code_is_a_bool() -> None:
+    for master in ("local", "local[2]", "local[*]", "local-cluster[2,1,1024]"):
+        parse_config(doc(spark={"master": master}), ENV)
+    cfg = parse_config(doc(spark={"master": "local[1]", "ship_code": False}), ENV)
+    assert cfg.spark_ship_code is False
+    with pytest.raises(ConfigurationError, match=r"spark.ship_code: 'no' must be true or false"):
+        parse_config(doc(spark={"ship_code": "no"}), ENV)
+    with pytest.raises(ConfigurationError, match=r"sink.shared: 'yes' must be true or false"):
+        parse_config(doc(sink={"path": "/x", "shared": "yes"}), ENV)

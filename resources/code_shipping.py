@@ -1,0 +1,167 @@
+"""Ship this project's code to Spark executors, which never have the repository.
+
+On a cluster or a Spark Connect server, Python workers unpickle the ``eventhubs`` data source
+and the Delta writer by reference (``resources.spark_source.EventHubsDataSource``,
+``ops.write._DeltaBatchWriter``), so the packages must be importable there. When the session is
+not local, :func:`ship_code` builds a zip of those packages once per version (cached by a hash of
+their sources) and adds it to the session: ``addPyFile`` on a classic session,
+``addArtifacts(path, pyfile=True)`` on Spark Connect. Local sessions share the driver's
+interpreter and are left alone.
+
+Clusters that install ``dagster-eventhub-ingest`` as a library turn shipping off with the Spark
+setting ``spark.ehingest.shipCode=false`` (CLI: ``spark: {ship_code: false}``).
+
+A Python worker that still cannot import a module fails with ``ModuleNotFoundError``; callers turn
+that into a :class:`~resources.errors.ConfigurationError` with :func:`missing_module_error`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from resources.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "SHIPPED_PACKAGES",
+    "SHIP_CODE_CONF",
+    "build_code_zip",
+    "missing_module_error",
+    "ship_code",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Spark setting that turns shipping off (``"false"``) when the cluster has the package.
+SHIP_CODE_CONF = "spark.ehingest.shipCode"
+#: The packages Python workers import: the data source (resources) and the Delta writer (ops).
+SHIPPED_PACKAGES = ("resources", "ops")
+
+_ROOT = Path(__file__).resolve().parent.parent
+_SHIPPED: set[int] = set()
+_MISSING_RE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
+
+
+def _sources(packages: tuple[str, ...]) -> list[tuple[Path, str]]:
+    files: list[tuple[Path, str]] = []
+    for package in packages:
+        base = _ROOT / package
+        if not (base / "__init__.py").is_file():
+            raise ConfigurationError(
+                f"ship_code: package {package!r} not found under {_ROOT}; install "
+                "dagster-eventhub-ingest on the cluster and set spark.ehingest.shipCode=false"
+            )
+        for path in sorted(base.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                files.append((path, path.relative_to(_ROOT).as_posix()))
+    return files
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dagster-eventhub-ingest")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def build_code_zip(
+    cache_dir: str | os.PathLike[str] | None = None,
+    packages: tuple[str, ...] = SHIPPED_PACKAGES,
+) -> Path:
+    """The zip of ``packages`` (importable from the zip's root), built once per version.
+
+    The file name holds the package version and a hash of every shipped file, so an edited
+    checkout gets a new zip and an unchanged one reuses the cached zip.
+
+    Args:
+        cache_dir: where zips are kept (default: ``$TMPDIR/ehingest-code``).
+        packages: top-level packages to include.
+
+    Returns:
+        The zip's path.
+    """
+    files = _sources(packages)
+    digest = hashlib.sha256()
+    for path, arcname in files:
+        digest.update(arcname.encode())
+        digest.update(path.read_bytes())
+    folder = Path(cache_dir or Path(tempfile.gettempdir()) / "ehingest-code")
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"dagster_eventhub_ingest-{_version()}-{digest.hexdigest()[:12]}.zip"
+    if target.is_file():
+        return target
+    # Written under a unique name then renamed: concurrent builders never see a partial zip.
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".zip.part")
+    os.close(fd)
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path, arcname in files:
+            # A fixed timestamp keeps the bytes (and Connect's artifact checksum) stable.
+            info = zipfile.ZipInfo(arcname, date_time=(2020, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, path.read_bytes())
+    os.replace(tmp, target)
+    logger.info("built %s (%d files) for Spark executors", target, len(files))
+    return target
+
+
+def ship_code(spark: SparkSession) -> Path | None:
+    """Add the project's code to a non-local ``spark`` session once; None when not needed.
+
+    Local sessions (``local[...]`` masters) are skipped: their workers run this interpreter.
+    ``spark.ehingest.shipCode=false`` skips it too (the cluster has the package installed).
+    """
+    from resources.spark_session import is_connect_session, session_is_local
+
+    if id(spark) in _SHIPPED:
+        return None
+    if session_is_local(spark):
+        _SHIPPED.add(id(spark))
+        return None
+    enabled = str(spark.conf.get(SHIP_CODE_CONF, "true")).strip().lower()
+    if enabled not in ("true", "false"):
+        raise ConfigurationError(
+            f"{SHIP_CODE_CONF}: {enabled!r} is not valid; valid: true (ship the project's code "
+            "to executors, the default) or false (the cluster has the package installed)"
+        )
+    if enabled == "false":
+        _SHIPPED.add(id(spark))
+        return None
+    path = build_code_zip()
+    if is_connect_session(spark):
+        try:
+            spark.addArtifacts(str(path), pyfile=True)
+        except Exception as exc:
+            # A session that already holds this exact artifact (same name and bytes) is fine.
+            if "already exists" not in str(exc).lower() and "duplicate" not in str(exc).lower():
+                raise
+    else:
+        spark.sparkContext.addPyFile(str(path))
+    _SHIPPED.add(id(spark))
+    logger.info("shipped %s to the Spark session's executors", path.name)
+    return path
+
+
+def missing_module_error(exc: BaseException) -> ConfigurationError | None:
+    """A clear error when ``exc`` (from a Spark job) is a Python worker's ModuleNotFoundError."""
+    match = _MISSING_RE.search(str(getattr(exc, "desc", None) or exc))
+    if match is None:
+        return None
+    module = match.group(1)
+    return ConfigurationError(
+        f"Spark's Python workers cannot import {module!r} (ModuleNotFoundError): the code they "
+        f"run is not installed where they run. If {module!r} belongs to this project, leave "
+        f"code shipping on ({SHIP_CODE_CONF} unset or true; CLI: spark.ship_code) or install "
+        "dagster-eventhub-ingest on the cluster; otherwise install it in the executors' Python "
+        "environment (PYSPARK_PYTHON on the workers)"
+    )

@@ -1,0 +1,135 @@
+"""Code shipped to executors, missing-module errors, and sinks that verify what they commit.
+
+The cluster and Spark Connect paths run for real in the ``cluster`` tier
+(scripts/tiers/cluster.sh, tests/cluster/); these tests pin the pieces on one machine.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from ops.write import (
+    _DeltaBatchWriter,
+    _DeltaPart,
+    _DeltaTaskMessage,
+    _verify_written,
+    batch_key,
+    write_batch,
+)
+from resources.code_shipping import build_code_zip, missing_module_error, ship_code
+from resources.errors import ConfigurationError, SinkError
+from resources.settings import SinkSettings
+from resources.spark_session import is_local_master, session_is_local
+from tests.test_sinks import events
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def test_code_zip_holds_the_packages_and_is_built_once(tmp_path: Path) -> None:
+    first = build_code_zip(tmp_path)
+    assert build_code_zip(tmp_path) == first  # same sources: the cached zip
+    assert first.name.startswith("dagster_eventhub_ingest-0.1.0-") and first.suffix == ".zip"
+    names = set(zipfile.ZipFile(first).namelist())
+    assert {"resources/__init__.py", "resources/spark_source.py", "ops/write.py"} <= names
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    assert not [n for n in names if n.startswith(("dagster_project/", "cli/", "tests/"))]
+    # Importable from the zip alone (what a Python worker does), not from the checkout.
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import resources.spark_source, ops.write; "
+        "print(resources.spark_source.__file__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(first)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
+    ).stdout
+    assert out.strip().startswith(str(first))
+
+
+def test_missing_module_error_names_the_module_and_the_fix() -> None:
+    worker = (
+        "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        '  File "/opt/spark/python/pyspark/serializers.py", line 193, in _read_with_length\n'
+        "ModuleNotFoundError: No module named 'resources'\n"
+    )
+    err = missing_module_error(RuntimeError(worker))
+    assert isinstance(err, ConfigurationError)
+    text = str(err)
+    assert "'resources' (ModuleNotFoundError)" in text and "spark.ehingest.shipCode" in text
+    assert "check that the location" not in text
+    assert missing_module_error(RuntimeError("AnalysisException: table not found")) is None
+
+
+@pytest.mark.parametrize(
+    ("master", "local"),
+    [
+        ("local", True),
+        ("local[2]", True),
+        ("local[*]", True),
+        ("local-cluster[2,1,1024]", True),
+        ("spark://10.0.0.5:7077", False),
+        ("yarn", False),
+        ("k8s://https://api:6443", False),
+        ("localhost:7077", False),
+    ],
+)
+def test_local_masters(master: str, local: bool) -> None:
+    assert is_local_master(master) is local
+
+
+@pytest.mark.spark
+def test_local_session_ships_nothing(spark: SparkSession) -> None:
+    assert session_is_local(spark)
+    assert ship_code(spark) is None
+
+
+@pytest.mark.spark
+def test_delta_commit_refuses_files_it_cannot_read(spark: SparkSession, tmp_path: Path) -> None:
+    """A task's file missing on the committing host (a cluster writing to local disks) or with
+    other rows than reported is never committed: no Delta version appears."""
+    sink = SinkSettings(format="deltalake", path=str(tmp_path / "t"))
+    write_batch(events(spark, {"0": (0, 9)}), sink, {"0": (0, 9)})
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(tmp_path / "t"))
+    version = table.version()
+    good = table.file_uris()[0]
+    rel = good[len(str(tmp_path / "t")) + 1 :]
+    writer = _DeltaBatchWriter(
+        str(tmp_path / "t"), ["eh_batch"], events(spark, {"0": (0, 0)}).schema.json(), ["0-10-19"]
+    )
+
+    def message(path: str, rows: int) -> _DeltaTaskMessage:
+        part = _DeltaPart(path, 100, {"eh_batch": "0-10-19"}, rows, "{}", 0)
+        return _DeltaTaskMessage(parts=(part,), outside=0)
+
+    with pytest.raises(SinkError, match=r"'eh_batch=0-10-19/part-x.parquet' written by a task"):
+        writer.commit([message("eh_batch=0-10-19/part-x.parquet", 10)])
+    with pytest.raises(SinkError, match=r"holds \d+ rows, its task wrote 999"):
+        writer.commit([message(rel, 999)])
+    assert DeltaTable(str(tmp_path / "t")).version() == version
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kind", ["parquet", "deltalake"])
+def test_write_is_verified_by_reading_back_the_row_count(
+    spark: SparkSession, tmp_path: Path, kind: str
+) -> None:
+    sink = SinkSettings(format=kind, path=str(tmp_path / kind))
+    ranges = {"0": (0, 9), "1": (0, 4)}
+    write_batch(events(spark, ranges), sink, ranges)
+    _verify_written(spark, sink, ranges, 15, sink.path or "")  # what was written: fine
+    with pytest.raises(SinkError) as err:
+        _verify_written(spark, sink, ranges, 16, sink.path or "")
+    text = str(err.value)
+    assert "16 event(s) were written but 15 are readable" in text
+    assert "no checkpoint moved" in text and batch_key("1", 0, 4) in text
