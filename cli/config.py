@@ -62,6 +62,7 @@ _RUN_KEYS = {
     "max_events_per_partition": int,
     "lease_expiry_seconds": float,
     "on_data_loss": str,
+    "on_checkpoint_ahead": str,
     "receive_timeout_seconds": float,
     "prefetch": int,
     "max_readers_per_partition": int,

@@ -62,6 +62,8 @@ def format_report(report: object) -> str:
         status = "up to date" if r.up_to_date else "BEHIND"
         if r.skipped_ranges:
             status += " skipped " + ",".join(f"{a}..{b}" for a, b in r.skipped_ranges)
+        if r.checkpoint_reset:
+            status += " (checkpoint reset)"
         rows.append(
             (
                 pid,
@@ -80,6 +82,9 @@ def format_report(report: object) -> str:
     lines = [
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
     ]
+    for pid, r in report.partitions.items():
+        if r.checkpoint_reset:
+            lines.append(f"partition {pid}: checkpoint {r.checkpoint_reset}")
     mode = "replay" if report.replay else "run"
     lines.append(
         f"{mode} {report.owner_id} on {report.hub}[{report.consumer_group}]: "
@@ -99,15 +104,36 @@ def format_report(report: object) -> str:
     help="Owner id for leases (default: host-pid-random; must be unique per process).",
 )
 @partition_option("Target partition id (repeatable; default: every partition).")
-def run(config_path: str, owner_id: str | None, partitions: tuple[str, ...]) -> None:
+@click.option(
+    "--on-checkpoint-ahead",
+    "on_checkpoint_ahead",
+    type=click.Choice(["fail", "reset_to_earliest"]),
+    default=None,
+    help="Override the config's on_checkpoint_ahead for this run: reset_to_earliest restarts "
+    "partitions whose checkpoint is ahead of the hub (re-created hub, edited checkpoint) from "
+    "their earliest retained event, and records the reset.",
+)
+def run(
+    config_path: str,
+    owner_id: str | None,
+    partitions: tuple[str, ...],
+    on_checkpoint_ahead: str | None,
+) -> None:
     """Bring the hub's partitions up to date in the sink, exactly once, then exit.
 
     Exit code 0 only if every target partition reached this run's bound.
     """
+    import dataclasses
+
     from cli.config import load_config
 
     try:
         cfg = load_config(config_path)
+        if on_checkpoint_ahead is not None:
+            cfg = dataclasses.replace(
+                cfg,
+                ingest=dataclasses.replace(cfg.ingest, on_checkpoint_ahead=on_checkpoint_ahead),
+            )
     except ConfigurationError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_CONFIG)

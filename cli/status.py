@@ -53,7 +53,16 @@ def status(config_path: str, as_json: bool, partitions: tuple[str, ...]) -> None
     if as_json:
         click.echo(json.dumps([r.to_json() for r in rows], indent=2))
         return
-    header = ("partition", "owner", "checkpoint", "last_enqueued", "lag", "lag_s", "intent")
+    header = (
+        "partition",
+        "owner",
+        "checkpoint",
+        "last_enqueued",
+        "lag",
+        "lag_s",
+        "intent",
+        "flag",
+    )
     table = [header]
     for r in rows:
         owner = r.owner or "-"
@@ -69,8 +78,19 @@ def status(config_path: str, as_json: bool, partitions: tuple[str, ...]) -> None
                 _cell(r.lag_events),
                 _cell(r.lag_seconds),
                 intent,
+                "AHEAD OF HUB" if r.problem else "-",
             )
         )
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    flagged = [r for r in rows if r.problem]
+    for r in flagged:
+        click.echo(f"partition {r.partition_id}: {r.problem}")
+    if flagged:
+        ids = " ".join(f"--partition {r.partition_id}" for r in flagged)
+        click.echo(
+            "runs refuse these partitions (reading on would skip new events). To restart them "
+            f"from their earliest retained event: ehingest run --config {config_path} {ids} "
+            "--on-checkpoint-ahead reset_to_earliest"
+        )

@@ -605,6 +605,24 @@ class Namespace:
             logger.info("hub %s: created with %d partitions", name, partitions)
             return hub
 
+    def delete_hub(self, name: str) -> None:
+        """Delete a hub and its events, as the service does (KeyError if there is none).
+
+        Creating one under the same name afterwards starts again at sequence number 0, with a
+        new creation time: the state a forgotten checkpoint store must cope with.
+        """
+        with self._lock:
+            hub = self.get(name)
+            if hub is None:
+                raise KeyError(f"no hub named {name!r}")
+            del self.hubs[hub.name]
+            for p in hub.partitions:
+                p.close()
+                if self.data_dir is not None:
+                    p._log_path().unlink(missing_ok=True)
+            self._save()
+            logger.info("hub %s: deleted", hub.name)
+
     def get(self, name: str) -> Hub | None:
         """The hub named ``name`` (case-insensitive, like the service), or None."""
         hub = self.hubs.get(name)

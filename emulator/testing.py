@@ -264,6 +264,10 @@ class EmulatorHandle:
             consumer_groups=tuple(sorted(hub.consumer_groups)),
         )
 
+    def delete_hub(self, name: str) -> None:
+        """Delete a hub and its events now (``create_hub(name)`` then makes a new, empty one)."""
+        self.server.namespace.delete_hub(name)
+
     def hub(self, name: str) -> EmulatedHub:
         """An existing hub by name."""
         hub = self.server.namespace.get(name)

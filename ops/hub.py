@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from resources.errors import EventHubUnavailableError, RangeError, redact
+from resources.errors import ConfigurationError, EventHubUnavailableError, RangeError, redact
 from resources.settings import EventHubSettings
 
 __all__ = ["HubClient", "PartitionInfo", "SdkHubClient"]
@@ -40,6 +40,14 @@ class HubClient(Protocol):
 
     def partition_ids(self) -> list[str]:
         """Every partition id of the hub, in the service's order."""
+        ...
+
+    def hub_created_ms(self) -> int | None:
+        """When the hub was created (ms since the epoch, the service's value), if known.
+
+        Recorded with every checkpoint: a different value later means the hub was deleted and
+        re-created under the same name, and sequence numbers restarted.
+        """
         ...
 
     def partition_info(self, partition_ids: Sequence[str]) -> dict[str, PartitionInfo]:
@@ -76,6 +84,28 @@ def _info(pid: str, props: Any) -> PartitionInfo:
     )
 
 
+def _service_message(exc: BaseException) -> str:
+    """The service's own words from an SDK error: its first line, redacted and bounded."""
+    text = redact(str(exc)).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first[:300]
+
+
+def _is_not_found(exc: BaseException) -> bool:
+    text = str(exc)
+    return (
+        "amqp:not-found" in text
+        or "NotFound" in text
+        or "could not be found" in text
+        or "Status code: 404" in text
+    )
+
+
+def _is_unauthorized(exc: BaseException) -> bool:
+    text = str(exc)
+    return "amqp:unauthorized-access" in text or "Status code: 401" in text
+
+
 class SdkHubClient:
     """:class:`HubClient` over ``azure-eventhub``; fails fast with a clear error when unreachable.
 
@@ -93,29 +123,115 @@ class SdkHubClient:
         self.retry_total = retry_total
         self.peek_timeout = peek_timeout
         self._ids: list[str] | None = None
+        self._created_ms: int | None = None
 
     def _client(self) -> Any:
         return self.settings.consumer_client(
             retry_total=self.retry_total, retry_backoff_factor=0.2, retry_backoff_max=2
         )
 
-    def _unavailable(self, what: str, exc: Exception) -> EventHubUnavailableError:
+    def _unavailable(
+        self, what: str, exc: Exception
+    ) -> EventHubUnavailableError | ConfigurationError:
         hub = f"{self.settings.namespace}/{self.settings.eventhub_name}"
+        cause = _service_message(exc)
+        if _is_not_found(exc):
+            # The service answered: the hub is not there. A retry cannot fix a name.
+            return ConfigurationError(
+                f"eventhub.eventhub_name: Event Hubs {hub}: the hub does not exist ({what}: "
+                f"{cause}). Check eventhub_name and the namespace of the connection string."
+            )
+        if _is_unauthorized(exc):
+            return ConfigurationError(
+                f"eventhub: Event Hubs {hub}: access denied ({what}: {cause}). Check the "
+                "credential: it needs the Listen right on this hub."
+            )
         return EventHubUnavailableError(
-            f"Event Hubs {hub}: {what} failed: {type(exc).__name__}: {redact(str(exc))[:300]}. "
-            "Check that the namespace is reachable from here, the hub exists and the credential "
-            "may read it; retrying later may help."
+            f"Event Hubs {hub}: {what} failed: {type(exc).__name__}: {cause}. Check that the "
+            "namespace is reachable from here; retrying later may help."
         )
 
+    def _properties(self) -> None:
+        try:
+            with self._client() as client:
+                props = client.get_eventhub_properties()
+        except Exception as exc:
+            raise self._unavailable("reading the hub's properties", exc) from exc
+        self._ids = [str(p) for p in props["partition_ids"]]
+        created = _utc(props.get("created_at"))
+        self._created_ms = int(created.timestamp() * 1000) if created is not None else None
+
     def partition_ids(self) -> list[str]:
-        """Every partition id of the hub (cached for this client's lifetime)."""
+        """Every partition id of the hub (cached for this client's lifetime).
+
+        Raises:
+            ConfigurationError: the hub does not exist or the credential may not read it.
+            EventHubUnavailableError: the namespace cannot be reached.
+        """
         if self._ids is None:
-            try:
-                with self._client() as client:
-                    self._ids = [str(p) for p in client.get_partition_ids()]
-            except Exception as exc:
-                raise self._unavailable("listing partitions", exc) from exc
+            self._properties()
+        assert self._ids is not None
         return list(self._ids)
+
+    def hub_created_ms(self) -> int | None:
+        """When the hub was created (ms since the epoch), from the hub's properties."""
+        if self._ids is None:
+            self._properties()
+        return self._created_ms
+
+    def check_consumer_group(self, timeout: float = 15.0) -> None:
+        """Fail fast with a ConfigurationError if the consumer group does not exist.
+
+        Management calls do not name a consumer group; only a receiver does. So this opens one
+        receiver at the end of the first partition and waits until it is attached (or refused).
+        ``$Default`` always exists and is not checked. Inconclusive (no answer in ``timeout``)
+        counts as fine: the read will tell.
+        """
+        group = self.settings.consumer_group
+        if group.lower() == "$default":
+            return
+        pid = self.partition_ids()[0]
+        outcome: list[BaseException | None] = []
+        done = threading.Event()
+        client = self.settings.consumer_client(retry_total=0)
+
+        def on_event(_context: Any, _event: Any) -> None:
+            outcome.append(None)  # attached: an event or an empty max_wait_time tick
+            done.set()
+
+        def on_error(_context: Any, error: BaseException) -> None:
+            outcome.append(error)
+            done.set()
+
+        def receive() -> None:
+            try:
+                client.receive(
+                    on_event,
+                    partition_id=pid,
+                    starting_position="@latest",
+                    on_error=on_error,
+                    max_wait_time=0.5,
+                    prefetch=1,
+                )
+            except Exception as exc:
+                outcome.append(exc)
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=receive, name="check-consumer-group", daemon=True)
+        thread.start()
+        done.wait(timeout)
+        client.close()
+        thread.join(5)
+        error = next((e for e in outcome if e is not None), None) if outcome else None
+        if outcome and outcome[0] is None:
+            return
+        if error is not None and _is_not_found(error):
+            hub = f"{self.settings.namespace}/{self.settings.eventhub_name}"
+            raise ConfigurationError(
+                f"eventhub.consumer_group: {group!r} does not exist in Event Hubs {hub} "
+                f"({_service_message(error)}). Create it on the hub or fix consumer_group."
+            )
 
     def partition_info(self, partition_ids: Sequence[str]) -> dict[str, PartitionInfo]:
         """Bounds of each partition; unknown ids raise :class:`RangeError` naming the valid ones.

@@ -17,12 +17,14 @@ from resources.store import Checkpoint, Intent
 __all__ = [
     "Bound",
     "Step",
+    "checkpoint_problem",
     "next_step",
     "replay_ranges",
     "snapshot_bound",
 ]
 
 OnDataLoss = Literal["fail", "skip"]
+OnCheckpointAhead = Literal["fail", "reset_to_earliest"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,72 @@ def _data_loss_message(
         f"{begin} and record the gap in the run report set on_data_loss: skip; to keep them "
         "next time raise the hub's retention or run ingestion more often."
     )
+
+
+def checkpoint_problem(
+    info: PartitionInfo,
+    checkpoint: Checkpoint | None,
+    intent: Intent | None = None,
+    hub_created_ms: int | None = None,
+) -> str | None:
+    """Why ``checkpoint`` (or a pending ``intent``) cannot belong to this hub, or None.
+
+    A checkpoint past the hub's last enqueued event, a negative one (below -1, "nothing read"),
+    an offset past the last enqueued offset, or one recorded for a hub created at another time
+    (deleted and re-created under the same name: sequence numbers restart at 0) would make the
+    run skip every new event up to it, silently. The hub's numbers only grow, so read the
+    checkpoint before the partition properties to compare them safely.
+    """
+    last = info.last_enqueued_sequence_number
+    if checkpoint is not None:
+        seq = checkpoint.sequence_number
+        if seq < -1:
+            return f"the checkpoint {seq} is negative (sequence numbers start at 0)"
+        if (
+            checkpoint.hub_created_ms is not None
+            and hub_created_ms is not None
+            and checkpoint.hub_created_ms != hub_created_ms
+        ):
+            return (
+                f"the checkpoint {seq} was written for an earlier hub of the same name "
+                f"(created at {_ms_iso(checkpoint.hub_created_ms)}; this one was created at "
+                f"{_ms_iso(hub_created_ms)}: it was deleted and re-created, and its sequence "
+                f"numbers restarted; last enqueued is now {last})"
+            )
+        if seq > last:
+            return (
+                f"the checkpoint {seq} is ahead of the hub's last enqueued event {last} (the hub "
+                "was re-created, or the checkpoint was edited by hand)"
+            )
+        cp_off, last_off = _as_int(checkpoint.offset), _as_int(info.last_enqueued_offset)
+        if cp_off is not None and last_off is not None and cp_off > last_off:
+            return (
+                f"the checkpoint's offset {checkpoint.offset} is ahead of the hub's last "
+                f"enqueued offset {info.last_enqueued_offset} (unknown to the hub)"
+            )
+    if (
+        intent is not None
+        and intent.end > last
+        and (checkpoint is None or intent.end > checkpoint.sequence_number)
+    ):
+        return (
+            f"the pending intent [{intent.start}, {intent.end}] left by owner "
+            f"{intent.owner_id!r} ends after the hub's last enqueued event {last}"
+        )
+    return None
+
+
+def _as_int(raw: str | None) -> int | None:
+    try:
+        return int(raw) if raw not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def _ms_iso(ms: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
 
 
 def snapshot_bound(

@@ -27,8 +27,17 @@ from ops.fault import fault_point, fault_timer
 from ops.hub import HubClient, PartitionInfo
 from ops.ingest import Ingestor, RangeResult
 from ops.lease import LeaseKeeper
-from ops.plan import Bound, Step, next_step, replay_ranges, snapshot_bound
+from ops.plan import (
+    Bound,
+    OnCheckpointAhead,
+    Step,
+    checkpoint_problem,
+    next_step,
+    replay_ranges,
+    snapshot_bound,
+)
 from resources.errors import (
+    CheckpointAheadError,
     CheckpointRegressionError,
     ConfigurationError,
     DataLossError,
@@ -66,6 +75,13 @@ class IngestConfig:
         lease_expiry_seconds: a lease not renewed for this long (store clock) may be taken.
         on_data_loss: ``fail`` (default) raises DataLossError when the checkpoint is older than
             retention; ``skip`` continues from the earliest retained event and reports the gap.
+        on_checkpoint_ahead: what to do with a checkpoint the hub cannot have produced (past its
+            last event, negative, or written for a hub since deleted and re-created, which
+            restarts sequence numbers at 0). ``fail`` (default) raises CheckpointAheadError
+            before anything is claimed; ``reset_to_earliest`` moves such a checkpoint back to
+            just before the earliest retained event, drops its pending intent, and records the
+            reset in the report (``PartitionReport.checkpoint_reset``) and in the blobs'
+            ``ehireset`` metadata. Opt in once, for the run that should reset.
         run_timeout_seconds: stop waiting for live peers after this long (None: no limit);
             the report then says ``complete=False``.
         poll_initial_seconds / poll_max_seconds: backoff while live peers hold partitions.
@@ -87,6 +103,7 @@ class IngestConfig:
     max_events_per_partition: int = 100_000
     lease_expiry_seconds: float = 60.0
     on_data_loss: Literal["fail", "skip"] = "fail"
+    on_checkpoint_ahead: OnCheckpointAhead = "fail"
     receive_timeout_seconds: float = 30.0
     prefetch: int = 300
     max_readers_per_partition: int = 1
@@ -109,6 +126,16 @@ class IngestConfig:
         if self.on_data_loss not in ("fail", "skip"):
             raise ConfigurationError(
                 f"on_data_loss: {self.on_data_loss!r} is not valid; valid: 'fail', 'skip'"
+            )
+        if self.on_checkpoint_ahead not in ("fail", "reset_to_earliest"):
+            raise ConfigurationError(
+                f"on_checkpoint_ahead: {self.on_checkpoint_ahead!r} is not valid; valid: 'fail', "
+                "'reset_to_earliest'"
+            )
+        if self.run_timeout_seconds is not None and not self.run_timeout_seconds >= 0:
+            raise ConfigurationError(
+                f"run_timeout_seconds: {self.run_timeout_seconds!r} must be >= 0 (seconds to "
+                "wait for live peers), or left out for no limit"
             )
         if not self.join_grace_seconds >= 0:
             raise ConfigurationError(
@@ -143,7 +170,8 @@ class PartitionReport:
     ``checkpoint_sequence_number`` and the lag are the partition's state at the end, whoever
     read it. ``read_by`` names the owners seen moving the checkpoint during the run
     (``"unknown"`` when a peer did it between two looks). ``skipped_ranges`` are inclusive
-    ranges lost to retention and passed over (``on_data_loss: skip``).
+    ranges lost to retention and passed over (``on_data_loss: skip``). ``checkpoint_reset``
+    says why and from where this run reset the checkpoint (``on_checkpoint_ahead``).
     """
 
     partition_id: str
@@ -159,6 +187,7 @@ class PartitionReport:
     lag_seconds: float | None = None
     read_by: list[str] = field(default_factory=list)
     skipped_ranges: list[tuple[int, int]] = field(default_factory=list)
+    checkpoint_reset: str | None = None
     up_to_date: bool = False
     last_enqueued_sequence_number: int | None = None
     ranges_written: list[tuple[int, int]] = field(default_factory=list)
@@ -299,19 +328,26 @@ class Processor:
         self.hub_desc = store.hub.describe()
         self._last_cp: dict[str, int | None] = {}
         self._seen: dict[str, set[str]] = {}
+        # Partitions whose checkpoint the hub cannot have produced, still to be reset.
+        self._resets: dict[str, str] = {}
+        self._hub_created: int | None = None
 
     # -- public --------------------------------------------------------------------------------
     def run(self, partition_ids: Sequence[str] | None = None) -> RunReport:
         """Bring ``partition_ids`` (default: all) up to their snapshot bound, exactly once."""
         started = datetime.now(UTC)
         targets = self._targets(partition_ids)
-        infos = self.hub.partition_info(targets)
+        self._hub_created = self.hub.hub_created_ms()
+        # The store before the hub: the hub's numbers only grow, so a checkpoint or intent a
+        # peer writes meanwhile can never look ahead of this snapshot.
         owns = self.store.list_ownership()
         cps = self.store.list_checkpoints(owns)
+        infos = self.hub.partition_info(targets)
+        self._check_ahead(targets, infos, cps, owns)
         bounds = {
             p: snapshot_bound(
                 infos[p],
-                cps.get(p),
+                None if p in self._resets else cps.get(p),
                 self.config.max_events_per_partition,
                 self.config.on_data_loss,
                 self.hub_desc,
@@ -348,7 +384,11 @@ class Processor:
                     owns = self.store.list_ownership()
                     cps = self.store.list_checkpoints(owns)
                     self._observe(targets, owns, cps, reports)
-                    pending = [p for p in targets if not _satisfied(bounds[p], cps.get(p))]
+                    pending = [
+                        p
+                        for p in targets
+                        if p in self._resets or not _satisfied(bounds[p], cps.get(p))
+                    ]
                     if not pending:
                         break
                     claimed = self._claim_all(pending)
@@ -441,7 +481,10 @@ class Processor:
         steps: dict[str, Step] = {}
         for pid, own in claimed.items():
             try:
-                step = self._plan_partition(keeper, pid, own, sdk.get(pid), bounds[pid], infos)
+                sdk_cp = sdk.get(pid)
+                if pid in self._resets:
+                    own, sdk_cp = self._reset(keeper, pid, own, sdk_cp, infos, reports)
+                step = self._plan_partition(keeper, pid, own, sdk_cp, bounds[pid], infos)
             except OwnershipLostError:
                 continue
             if step.kind == "done":
@@ -501,7 +544,85 @@ class Processor:
         fault_point("after_checkpoint")
 
     def _checkpointer(self, end: int, offset: str | None) -> Callable[[Ownership], Ownership]:
-        return lambda own: self.store.checkpoint(own, end, offset)
+        return lambda own: self.store.checkpoint(own, end, offset, hub_created_ms=self._hub_created)
+
+    def _check_ahead(
+        self,
+        targets: Sequence[str],
+        infos: Mapping[str, PartitionInfo],
+        cps: Mapping[str, Checkpoint],
+        owns: Mapping[str, Ownership],
+    ) -> None:
+        """Find checkpoints the hub cannot have produced; fail, or mark them for a reset."""
+        problems: dict[str, str] = {}
+        for pid in targets:
+            own = owns.get(pid)
+            why = checkpoint_problem(
+                infos[pid], cps.get(pid), own.intent if own else None, self._hub_created
+            )
+            if why is not None:
+                problems[pid] = why
+        if not problems:
+            return
+        if self.config.on_checkpoint_ahead != "reset_to_earliest":
+            detail = "; ".join(
+                f"partition {pid}: {why}, earliest retained event "
+                f"{infos[pid].begin_sequence_number}"
+                for pid, why in problems.items()
+            )
+            flags = " ".join(f"--partition {pid}" for pid in problems)
+            raise CheckpointAheadError(
+                f"hub={self.hub_desc}: checkpoint ahead of the hub, {detail}. Reading on would "
+                "skip every new event up to the checkpoint, so nothing was claimed or read. To "
+                "restart from the earliest retained event, run once with on_checkpoint_ahead: "
+                f"reset_to_earliest (`ehingest run --config FILE {flags} --on-checkpoint-ahead "
+                "reset_to_earliest`, or that key in the Dagster run config); it is recorded in "
+                "the run report and the checkpoint's ehireset metadata. If the checkpoint was "
+                "edited by mistake, restore it instead."
+            )
+        for pid, why in problems.items():
+            self.log.warning(
+                f"checkpoint ahead hub={self.hub_desc} partition={pid} owner={self.owner_id}: "
+                f"{why}; resetting to the earliest retained event "
+                f"{infos[pid].begin_sequence_number} (on_checkpoint_ahead=reset_to_earliest)"
+            )
+        self._resets.update(problems)
+
+    def _reset(
+        self,
+        keeper: LeaseKeeper,
+        pid: str,
+        own: Ownership,
+        sdk_cp: Checkpoint | None,
+        infos: dict[str, PartitionInfo],
+        reports: dict[str, PartitionReport],
+    ) -> tuple[Ownership, Checkpoint | None]:
+        """Under the lease: look again, and reset the checkpoint if it is still impossible.
+
+        Returns the lease and the SDK checkpoint as they are now.
+        """
+        cp = _effective(sdk_cp, own.progress)
+        infos.update(self.hub.partition_info([pid]))
+        info = infos[pid]
+        why = checkpoint_problem(info, cp, own.intent, self._hub_created)
+        del self._resets[pid]
+        if why is None:
+            return own, sdk_cp  # a peer reset it meanwhile
+        target = info.begin_sequence_number - 1
+        note = (
+            f"reset from {cp.sequence_number if cp else None} to {target} at "
+            f"{datetime.now(UTC).isoformat(timespec='seconds')} by {self.owner_id}: {why}"
+        )
+        updated = keeper.apply(
+            pid,
+            lambda o: self.store.reset_checkpoint(
+                o, target, "-1", note, hub_created_ms=self._hub_created
+            ),
+        )
+        reports[pid].checkpoint_reset = note
+        self._last_cp[pid] = target
+        self.log.warning(f"checkpoint reset hub={self.hub_desc} partition={pid}: {note}")
+        return updated, Checkpoint(pid, target, "-1")
 
     def _plan_partition(
         self,
@@ -517,7 +638,12 @@ class Processor:
         step = next_step(bound, cp, own.intent, begin, self.config.on_data_loss, self.hub_desc)
         if step.kind == "clear" and cp is not None:
             # A checkpoint written elsewhere (an SDK processor) already covers the intent.
-            keeper.apply(pid, lambda o: self.store.checkpoint(o, cp.sequence_number, cp.offset))
+            keeper.apply(
+                pid,
+                lambda o: self.store.checkpoint(
+                    o, cp.sequence_number, cp.offset, hub_created_ms=self._hub_created
+                ),
+            )
             step = next_step(bound, cp, None, begin, self.config.on_data_loss, self.hub_desc)
         if step.kind == "read":
             keeper.apply(pid, lambda o: self.store.record_intent(o, step.start, step.end))
@@ -628,7 +754,7 @@ class Processor:
                     wanted[pid] = max(done_upto + 1, info.begin_sequence_number)
             if not replay:
                 bound = bounds[pid]
-                r.up_to_date = _satisfied(bound, cp)
+                r.up_to_date = _satisfied(bound, cp) and pid not in self._resets
                 if (
                     bound.gap is not None
                     and not r.skipped_ranges
@@ -753,6 +879,8 @@ def run_ingestion(
     Raises:
         DataLossError: a checkpoint is older than retention (``on_data_loss: fail``).
         RangeError: an unknown partition id or an impossible replay range.
+        ConfigurationError: bad settings, a hub or consumer group that does not exist.
+        CheckpointAheadError: a checkpoint the hub cannot have produced (re-created hub).
         EventHubUnavailableError / StoreUnavailableError: a service is unreachable.
         SinkError: the sink cannot be written.
     """
@@ -763,8 +891,12 @@ def run_ingestion(
     if spark is not None:
         # Before anything is claimed: a local path that a cluster's executors cannot share.
         check_sink_for_session(config.sink, spark)
-    store = PartitionStore(config.store.backend(), config.eventhub.hub_ref())
     hub = SdkHubClient(config.eventhub)
+    # What only the service can tell wrong (a missing hub, an unknown consumer group) is a
+    # ConfigurationError here, within seconds, before this owner writes anything to the store.
+    hub.partition_ids()
+    hub.check_consumer_group()
+    store = PartitionStore(config.store.backend(), config.eventhub.hub_ref())
     ingestor = SparkIngestor(
         spark,
         config.eventhub,

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ops.hub import HubClient
+from ops.plan import checkpoint_problem
 from resources.store import PartitionStore
 
 __all__ = ["PartitionStatus", "partition_status"]
@@ -24,6 +25,9 @@ class PartitionStatus:
     ``owner`` is empty when nobody holds the lease; ``lease_expired`` is judged on the store's
     clock. ``lag_seconds`` is the age of the oldest event not yet checkpointed (0 when caught
     up, None when it could not be read in time). ``intent`` is a pending ``[start, end]``.
+    ``problem`` says why the checkpoint (or intent) cannot belong to this hub (ahead of it, or
+    written for a hub since re-created); a run refuses such a partition until it is reset.
+    ``checkpoint_reset`` is the note of the last reset, if any.
     """
 
     partition_id: str
@@ -38,6 +42,8 @@ class PartitionStatus:
     lag_seconds: float | None
     intent: tuple[int, int] | None
     intent_owner: str | None
+    problem: str | None = None
+    checkpoint_reset: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (times as ISO strings)."""
@@ -59,16 +65,21 @@ def partition_status(
 ) -> list[PartitionStatus]:
     """The status of ``partition_ids`` (default: all), in the hub's partition order."""
     targets = list(partition_ids) if partition_ids else hub.partition_ids()
-    infos = hub.partition_info(targets)
+    created = hub.hub_created_ms()
+    # The store before the hub, as the run does: a checkpoint written meanwhile is never ahead.
     owns = store.list_ownership()
     cps = store.list_checkpoints(owns)
+    infos = hub.partition_info(targets)
     now = store.now()
     expiry = timedelta(seconds=lease_expiry_seconds)
     rows: list[dict[str, Any]] = []
     wanted: dict[str, int] = {}
     for pid in targets:
         info, own, cp = infos[pid], owns.get(pid), cps.get(pid)
+        problem = checkpoint_problem(info, cp, own.intent if own else None, created)
         done = cp.sequence_number if cp else info.begin_sequence_number - 1
+        if problem is not None:
+            done = info.begin_sequence_number - 1  # every retained event is still to be read
         lag = max(0, info.last_enqueued_sequence_number - done)
         if lag:
             wanted[pid] = max(done + 1, info.begin_sequence_number)
@@ -86,6 +97,8 @@ def partition_status(
                 lag_seconds=0.0 if lag == 0 else None,
                 intent=(own.intent.start, own.intent.end) if own and own.intent else None,
                 intent_owner=own.intent.owner_id if own and own.intent else None,
+                problem=problem,
+                checkpoint_reset=cp.reset if cp else None,
             )
         )
     if wanted and lag_seconds:

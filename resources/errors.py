@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 __all__ = [
+    "CheckpointAheadError",
     "CheckpointRegressionError",
     "ConfigurationError",
     "CorruptStoreStateError",
@@ -71,6 +72,12 @@ class OwnershipLostError(EventHubIngestError):
 
 class CheckpointRegressionError(EventHubIngestError):
     """Raised when a checkpoint would move backwards; retrying cannot help (a logic error)."""
+
+
+class CheckpointAheadError(EventHubIngestError):
+    """Raised before reading when a checkpoint is one the hub cannot have produced (beyond its
+    last event, negative, or written for a hub since deleted and re-created); retrying cannot
+    help: reset the partition (``on_checkpoint_ahead: reset_to_earliest``) or fix the blob."""
 
 
 class CorruptStoreStateError(EventHubIngestError):

@@ -13,8 +13,11 @@ Blob layout is the one ``azure-eventhub-checkpointstoreblob`` uses, lower-cased:
                   ehiintentstart/end (ours: write-ahead range being ingested, inclusive)
                   ehiintentowner     (ours: who recorded the intent)
                   ehisequencenumber, ehioffset  (ours: fenced copy of the checkpoint)
+                  ehihubcreated      (ours: the hub's creation time, ms, when it was checkpointed)
+                  ehireset           (ours: why and when the checkpoint was last reset)
     {fully_qualified_namespace}/{eventhub}/{consumer_group}/checkpoint/{partition_id}
         metadata: sequencenumber, offset  (SDK keys, same meaning)
+                  ehihubcreated, ehireset  (ours, as above; the SDK ignores them)
 
 Why the fenced copy lives on the ownership blob: Blob Storage has no multi-blob transaction, and
 the SDK's checkpoint blob only exists after a first checkpoint, so it cannot carry the fence.
@@ -55,6 +58,8 @@ INTENT_END_KEY = "ehiintentend"
 INTENT_OWNER_KEY = "ehiintentowner"
 OWN_SEQ_KEY = "ehisequencenumber"
 OWN_OFFSET_KEY = "ehioffset"
+HUB_CREATED_KEY = "ehihubcreated"
+RESET_KEY = "ehireset"
 _OUR_KEYS = (
     EPOCH_KEY,
     INTENT_START_KEY,
@@ -62,6 +67,8 @@ _OUR_KEYS = (
     INTENT_OWNER_KEY,
     OWN_SEQ_KEY,
     OWN_OFFSET_KEY,
+    HUB_CREATED_KEY,
+    RESET_KEY,
 )
 
 
@@ -127,11 +134,19 @@ class HubRef:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """The last event processed in a partition (SDK meaning: resume after it)."""
+    """The last event processed in a partition (SDK meaning: resume after it).
+
+    ``hub_created_ms``: the hub's creation time (ms since the epoch, the service's own value)
+    when this checkpoint was written, if this package wrote it; a different value now means the
+    hub was deleted and re-created and the checkpoint belongs to the old one. ``reset``: the
+    note of the last reset (``on_checkpoint_ahead: reset_to_earliest``), if any.
+    """
 
     partition_id: str
     sequence_number: int
     offset: str | None = None
+    hub_created_ms: int | None = field(default=None, compare=False)
+    reset: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -227,7 +242,13 @@ class PartitionStore:
         seq = _int(record, OWN_SEQ_KEY)
         progress = None
         if seq is not None:
-            progress = Checkpoint(pid, seq, record.metadata.get(OWN_OFFSET_KEY) or None)
+            progress = Checkpoint(
+                pid,
+                seq,
+                record.metadata.get(OWN_OFFSET_KEY) or None,
+                hub_created_ms=_int(record, HUB_CREATED_KEY),
+                reset=record.metadata.get(RESET_KEY) or None,
+            )
         return Ownership(
             partition_id=pid,
             owner_id=record.metadata.get(OWNER_KEY, ""),
@@ -247,7 +268,13 @@ class PartitionStore:
                 f"blob {record.name!r} has no 'sequencenumber' metadata. Someone edited it by "
                 "hand? Restore it or delete the blob to restart the partition from its start."
             )
-        return Checkpoint(pid, seq, record.metadata.get(OFFSET_KEY) or None)
+        return Checkpoint(
+            pid,
+            seq,
+            record.metadata.get(OFFSET_KEY) or None,
+            hub_created_ms=_int(record, HUB_CREATED_KEY),
+            reset=record.metadata.get(RESET_KEY) or None,
+        )
 
     def get_ownership(self, partition_id: str) -> Ownership | None:
         """The ownership of one partition, or None if it was never claimed."""
@@ -374,12 +401,21 @@ class PartitionStore:
             "record intent",
         )
 
-    def checkpoint(self, own: Ownership, sequence_number: int, offset: str | None) -> Ownership:
+    def checkpoint(
+        self,
+        own: Ownership,
+        sequence_number: int,
+        offset: str | None,
+        *,
+        hub_created_ms: int | None = None,
+    ) -> Ownership:
         """Move the checkpoint to ``sequence_number`` and clear a completed intent.
 
         Fenced: only the holder of ``own`` (current ETag) can do it, otherwise
         OwnershipLostError and nothing changes. Never backwards: CheckpointRegressionError.
         The SDK checkpoint blob is mirrored afterwards, also never backwards.
+        ``hub_created_ms`` (the hub's creation time) is recorded with it, so a later run can
+        tell that the hub was re-created since.
         """
         if own.metadata is None:
             own = self._current(own, "checkpoint")
@@ -401,10 +437,15 @@ class PartitionStore:
             OWN_SEQ_KEY: str(sequence_number),
             OWN_OFFSET_KEY: offset or "",
         }
+        if hub_created_ms is not None:
+            changes[HUB_CREATED_KEY] = str(hub_created_ms)
         if own.intent is not None and own.intent.end <= sequence_number:
             changes.update({INTENT_START_KEY: None, INTENT_END_KEY: None, INTENT_OWNER_KEY: None})
         updated = self._update(own, changes, "checkpoint")
-        self._mirror_checkpoint(Checkpoint(own.partition_id, sequence_number, offset), sdk_record)
+        self._mirror_checkpoint(
+            Checkpoint(own.partition_id, sequence_number, offset, hub_created_ms=hub_created_ms),
+            sdk_record,
+        )
         logger.info(
             "checkpoint hub=%s partition=%s owner=%s sequence_number=%s",
             self.hub.describe(),
@@ -426,6 +467,8 @@ class PartitionStore:
                 if existing.sequence_number >= cp.sequence_number:
                     return
             metadata = {SEQ_KEY: str(cp.sequence_number), OFFSET_KEY: cp.offset or ""}
+            if cp.hub_created_ms is not None:
+                metadata[HUB_CREATED_KEY] = str(cp.hub_created_ms)
             if record is not None:
                 # Keep keys other tools may have added; the SDK keys keep their meaning.
                 metadata = {**record.metadata, **metadata}
@@ -439,6 +482,61 @@ class PartitionStore:
             cp.sequence_number,
             attempts,
         )
+
+    def reset_checkpoint(
+        self,
+        own: Ownership,
+        sequence_number: int,
+        offset: str | None,
+        note: str,
+        *,
+        hub_created_ms: int | None = None,
+    ) -> Ownership:
+        """Move the checkpoint to ``sequence_number`` even backwards, and drop a pending intent.
+
+        Only for a checkpoint the hub cannot have produced (ahead of it, or written for a hub
+        since re-created): the caller has decided, on the user's explicit opt-in, to restart
+        the partition. Fenced like :meth:`checkpoint`; ``note`` (why, from what, when) is kept
+        in the ``ehireset`` metadata of both blobs. The SDK blob is overwritten by CAS.
+        """
+        changes: dict[str, str | None] = {
+            OWN_SEQ_KEY: str(sequence_number),
+            OWN_OFFSET_KEY: offset or "",
+            RESET_KEY: note,
+            HUB_CREATED_KEY: None if hub_created_ms is None else str(hub_created_ms),
+            INTENT_START_KEY: None,
+            INTENT_END_KEY: None,
+            INTENT_OWNER_KEY: None,
+        }
+        updated = self._update(own, changes, "reset the checkpoint")
+        name = self._checkpoint_name(own.partition_id)
+        for _ in range(5):
+            record = self.backend.get(name)
+            metadata = dict(record.metadata) if record is not None else {}
+            metadata.update(
+                {SEQ_KEY: str(sequence_number), OFFSET_KEY: offset or "", RESET_KEY: note}
+            )
+            metadata.pop(HUB_CREATED_KEY, None)
+            if hub_created_ms is not None:
+                metadata[HUB_CREATED_KEY] = str(hub_created_ms)
+            if self.backend.put(name, metadata, etag=record.etag if record else None) is not None:
+                break
+        else:
+            # Left ahead, the SDK blob would win as the effective checkpoint again: say so.
+            raise OwnershipLostError(
+                f"hub={self.hub.describe()} partition={own.partition_id}: the SDK checkpoint "
+                "blob kept changing while resetting it (another processor on this consumer "
+                "group?); nothing was read. Stop the other processor and run again."
+            )
+        logger.warning(
+            "checkpoint reset hub=%s partition=%s owner=%s to sequence_number=%s: %s",
+            self.hub.describe(),
+            own.partition_id,
+            own.owner_id,
+            sequence_number,
+            note,
+        )
+        return updated
 
     # -- helpers -------------------------------------------------------------------------------
     def _log_lost(self, partition_id: str, owner_id: str, action: str) -> None:

@@ -29,7 +29,18 @@ class FakeHub:
             str(p): [] for p in range(partitions)
         }
         self.begin: dict[str, int] = {p: 0 for p in self.events}
+        self.created_ms = 1_700_000_000_000
         self._lock = threading.Lock()
+
+    def recreate(self) -> None:
+        """Delete and re-create the hub under the same name: no events, numbers restart at 0."""
+        with self._lock:
+            self.events = {p: [] for p in self.events}
+            self.begin = {p: 0 for p in self.events}
+            self.created_ms += 60_000
+
+    def hub_created_ms(self) -> int | None:
+        return self.created_ms
 
     def send(self, pid: str, n: int) -> None:
         with self._lock:

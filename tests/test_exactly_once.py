@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import hashlib
 import itertools
 import os
 import random
@@ -22,9 +21,10 @@ import threading
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 import yaml
+
+from tests.landed import assert_exactly_once, landed_events, sent_events
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.spark]
 
@@ -176,25 +176,6 @@ def test_concurrent_runs_killed_at_every_step_land_each_event_exactly_once(
     )
     assert killed >= 5 and len(steps_killed) >= 4, dict(outcomes)
 
-    table = pq.read_table(out, columns=["partition", "sequenceNumber", "body"])
-    got = collections.Counter(
-        (p, s, hashlib.sha256(b).hexdigest())
-        for p, s, b in zip(
-            table.column("partition").to_pylist(),
-            table.column("sequenceNumber").to_pylist(),
-            table.column("body").to_pylist(),
-            strict=True,
-        )
-    )
-    expected = collections.Counter(
-        (pid, seq, hashlib.sha256(body).hexdigest())
-        for pid, bodies in sender.sent.items()
-        for seq, body in enumerate(bodies)
-    )
-    duplicates = {k: n for k, n in got.items() if n > 1}
-    missing = expected - got
-    extra = got - expected
-    assert not duplicates, f"{len(duplicates)} duplicated, e.g. {list(duplicates)[:3]}"
-    assert not missing, f"{len(missing)} missing, e.g. {sorted(missing)[:3]}"
-    assert not extra, f"{len(extra)} unexpected, e.g. {sorted(extra)[:3]}"
+    expected = sent_events(sender.sent)
+    assert_exactly_once(landed_events(out), expected)
     assert sum(expected.values()) > 500

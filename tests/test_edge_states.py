@@ -1,0 +1,158 @@
+"""Edge states that used to lose or duplicate events silently (issue 9), on the pure run logic.
+
+In-memory store with Blob CAS semantics, the fake hub and sink of ``tests/run_fakes.py``. The
+same cases against Azurite, the emulator and Spark are in ``tests/test_edge_states_integration.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ops.plan import checkpoint_problem
+from ops.run import Processor
+from resources.errors import CheckpointAheadError, ConfigurationError
+from resources.memory_store import InMemoryBackend
+from resources.store import Checkpoint, Intent, PartitionStore
+from tests.run_fakes import FakeHub
+from tests.test_run_logic import HUB, config, greedy_claim, info, make
+
+
+def test_checkpoint_problem_names_each_impossible_state() -> None:
+    i = info(begin=0, last=29)
+    assert checkpoint_problem(i, Checkpoint("0", 29, "2900")) is None
+    assert checkpoint_problem(i, Checkpoint("0", -1, "-1")) is None  # reset: nothing read yet
+    assert "ahead of the hub's last enqueued event 29" in str(
+        checkpoint_problem(i, Checkpoint("0", 49))
+    )
+    assert "-5 is negative" in str(checkpoint_problem(i, Checkpoint("0", -5)))
+    assert "offset 99999 is ahead" in str(
+        checkpoint_problem(
+            i.__class__("0", 0, 29, last_enqueued_offset="2900"), Checkpoint("0", 3, "99999")
+        )
+    )
+    recreated = checkpoint_problem(i, Checkpoint("0", 10, hub_created_ms=1), hub_created_ms=2)
+    assert "earlier hub of the same name" in str(recreated)
+    assert "intent [40, 49]" in str(checkpoint_problem(i, None, Intent(40, 49, "old")))
+
+
+def test_recreated_hub_is_refused_before_any_claim_with_both_numbers_and_the_reset() -> None:
+    hub = FakeHub(2)
+    hub.send_all(50)
+    backend = InMemoryBackend()
+    proc, store, sink = make(hub, backend)
+    assert proc.run().complete  # checkpoints at 49
+    hub.recreate()
+    hub.send_all(30)  # sequence numbers 0..29 of the new hub
+    before = {p: (o.etag, o.epoch) for p, o in store.list_ownership().items()}
+    with pytest.raises(CheckpointAheadError) as err:
+        proc.run()
+    msg = str(err.value)
+    assert "partition 0: the checkpoint 49 was written for an earlier hub" in msg
+    assert "last enqueued is now 29" in msg and "partition 1:" in msg
+    assert "--partition 0 --partition 1 --on-checkpoint-ahead reset_to_earliest" in msg
+    assert not err.value.retryable
+    # Refused before anything was claimed or read.
+    assert {p: (o.etag, o.epoch) for p, o in store.list_ownership().items()} == before
+    assert len(sink.calls) == 1
+
+
+def test_checkpoint_ahead_without_hub_identity_is_refused_too() -> None:
+    """A checkpoint written by the Azure SDK (no creation time recorded), or edited by hand."""
+    hub = FakeHub(1)
+    hub.send_all(30)
+    backend = InMemoryBackend()
+    store = PartitionStore(backend, HUB)
+    backend.put(HUB.prefix("checkpoint") + "0", {"sequencenumber": "49", "offset": ""}, etag=None)
+    proc, _, sink = make(hub, backend)
+    with pytest.raises(CheckpointAheadError, match=r"checkpoint 49 is ahead of the hub's last"):
+        proc.run()
+    assert sink.calls == [] and store.list_ownership() == {}
+
+
+def test_reset_to_earliest_reads_every_retained_event_once_and_records_the_reset() -> None:
+    hub = FakeHub(2)
+    hub.send_all(50)
+    backend = InMemoryBackend()
+    proc, store, sink = make(hub, backend)
+    proc.run()
+    hub.recreate()
+    hub.send_all(30)
+    hub.expire("1", 5)  # partition 1 retains 5..29 only
+    sink.sink.clear()
+    proc2 = Processor(
+        config(on_checkpoint_ahead="reset_to_earliest"),
+        store,
+        hub,
+        sink,
+        owner_id="resetter",
+        claim=greedy_claim(store, "resetter"),
+    )
+    report = proc2.run()
+    assert report.complete
+    r0, r1 = report.partitions["0"], report.partitions["1"]
+    assert (r0.first_sequence_number, r0.last_sequence_number, r0.events) == (0, 29, 30)
+    assert (r1.first_sequence_number, r1.events) == (5, 25)
+    assert r0.checkpoint_reset is not None and "reset from 49 to -1" in r0.checkpoint_reset
+    assert "reset from 49 to 4" in str(r1.checkpoint_reset)
+    assert sink.rows() == [row for row in sink.expected() if row[0] == "0" or row[1] >= 5]
+    cps = store.list_sdk_checkpoints()
+    assert cps["0"].sequence_number == 29 and "reset from 49" in str(cps["0"].reset)
+    assert cps["0"].hub_created_ms == hub.created_ms
+    # The next run sees nothing wrong and nothing new.
+    again = make(hub, backend, owner="later")[0]
+    again.ingestor = sink
+    assert again.run().events == 0
+
+
+def test_reset_of_an_empty_recreated_hub_and_a_stale_intent() -> None:
+    hub = FakeHub(1)
+    hub.send_all(20)
+    backend = InMemoryBackend()
+    proc, store, sink = make(hub, backend, max_events_per_partition=10)
+    proc.run()  # checkpoint 9
+    own = store.claim("0", "crashed", store.get_ownership("0"))
+    assert own is not None
+    store.record_intent(own, 10, 19)
+    store.release(store.get_ownership("0"))  # type: ignore[arg-type]
+    hub.recreate()  # empty: last enqueued -1
+    proc2 = Processor(
+        config(on_checkpoint_ahead="reset_to_earliest"),
+        store,
+        hub,
+        sink,
+        owner_id="resetter",
+        claim=greedy_claim(store, "resetter"),
+    )
+    report = proc2.run()
+    assert report.complete and report.events == 0
+    after = store.get_ownership("0")
+    assert after is not None and after.intent is None  # the old hub's intent is dropped
+    assert store.list_checkpoints()["0"].sequence_number == -1
+    hub.send_all(3)
+    proc3 = make(hub, backend, owner="next")[0]
+    proc3.ingestor = sink
+    assert proc3.run().partitions["0"].ranges_written == [(0, 2)]
+
+
+def test_run_timeout_and_checkpoint_policy_are_validated() -> None:
+    with pytest.raises(ConfigurationError, match=r"run_timeout_seconds: -1 must be >= 0"):
+        config(run_timeout_seconds=-1)
+    with pytest.raises(ConfigurationError, match=r"on_checkpoint_ahead: 'skip' is not valid"):
+        config(on_checkpoint_ahead="skip")
+
+
+def test_status_flags_a_partition_ahead_of_the_hub() -> None:
+    from ops.status import partition_status
+
+    hub = FakeHub(2)
+    hub.send_all(10)
+    backend = InMemoryBackend()
+    proc, store, _ = make(hub, backend)
+    proc.run()
+    hub.recreate()
+    hub.send("0", 4)
+    rows = {r.partition_id: r for r in partition_status(store, hub, lease_expiry_seconds=5)}
+    assert "earlier hub of the same name" in str(rows["0"].problem)
+    assert rows["0"].lag_events == 4  # every retained event is still to be read
+    assert rows["1"].problem is not None and rows["1"].lag_events == 0
+    assert rows["0"].to_json()["problem"] == rows["0"].problem

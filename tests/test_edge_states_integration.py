@@ -1,0 +1,187 @@
+"""Edge states that used to lose or duplicate events, as a user meets them (issue 9).
+
+Real parts: the project's Event Hubs emulator driven by the real SDK (it can delete and
+re-create a hub), Azurite for the store, local Spark writing Parquet, and ``ehingest`` run as
+a subprocess where the exit code and the printed message are part of the contract. Every
+scenario ends with the exactly-once comparison of ``tests/landed.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.landed import assert_exactly_once, landed_events, sent_events
+
+pytestmark = [pytest.mark.integration]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def ehingest(*args: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", *args],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def send(hub, sent: dict[str, list[bytes]], n: int, tag: str) -> None:
+    for pid in hub.partition_ids:
+        bodies = [f"{tag}-p{pid}-e{i}".encode() * 4 for i in range(n)]
+        hub.send(pid, bodies)
+        sent.setdefault(pid, []).extend(bodies)
+
+
+def write_config(tmp_path: Path, hub, container: str, **extra) -> Path:
+    config = {
+        "eventhub": {"connection_string": "${EH_CONN}", "eventhub_name": hub.name},
+        "store": {"connection_string": "${ST_CONN}", "container": container},
+        "sink": {"format": "parquet", "path": str(tmp_path / "out")},
+        "lease_expiry_seconds": 15,
+        "join_grace_seconds": 0,
+        "report_lag_seconds": False,
+        "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": 1}},
+        **extra,
+    }
+    path = tmp_path / "ehingest.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def run_in_process(spark, config: Path, env: dict[str, str], owner: str, **overrides):
+    """``ehingest run`` without a new JVM: the same config, this session's Spark."""
+    import dataclasses
+
+    from cli.config import load_config
+    from ops.run import run_ingestion
+
+    ingest = load_config(config, env={**os.environ, **env}).ingest
+    return run_ingestion(dataclasses.replace(ingest, **overrides), spark, owner_id=owner)
+
+
+@pytest.mark.spark
+def test_recreated_hub_is_refused_flagged_and_reset_on_request_with_nothing_lost(
+    spark, eventhub_emulator, azurite_connection_string: str, container_name: str, tmp_path: Path
+) -> None:
+    from cli.run import format_report
+
+    hub = eventhub_emulator.create_hub(partitions=2)
+    env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
+    config = write_config(tmp_path, hub, container_name)
+    old: dict[str, list[bytes]] = {}
+    send(hub, old, 50, "old")
+    assert run_in_process(spark, config, env, "first").complete
+
+    # The hub is deleted and re-created under the same name: numbers restart at 0.
+    eventhub_emulator.delete_hub(hub.name)
+    hub = eventhub_emulator.create_hub(hub.name, partitions=2)
+    new: dict[str, list[bytes]] = {}
+    send(hub, new, 30, "new")
+
+    refused = ehingest("run", "--config", str(config), "--owner", "second", env=env)
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    err = refused.stderr
+    assert "CheckpointAheadError" in err and "Traceback" not in err
+    assert "partition 0: the checkpoint 49 was written for an earlier hub" in err
+    assert "last enqueued is now 29" in err
+    assert "--partition 0 --partition 1 --on-checkpoint-ahead reset_to_earliest" in err
+    assert landed_events(tmp_path / "out") == sent_events(old)  # nothing read, nothing lost
+
+    status = ehingest("status", "--config", str(config), "--json", env=env)
+    assert status.returncode == 0, status.stderr[-2000:]
+    rows = {r["partition_id"]: r for r in json.loads(status.stdout)}
+    assert "earlier hub" in rows["0"]["problem"] and rows["0"]["lag_events"] == 30
+    table = ehingest("status", "--config", str(config), env=env)
+    assert "AHEAD OF HUB" in table.stdout and "--on-checkpoint-ahead reset_to_earliest" in (
+        table.stdout
+    )
+
+    # What `ehingest run ... --on-checkpoint-ahead reset_to_earliest` runs and prints.
+    report = run_in_process(spark, config, env, "third", on_checkpoint_ahead="reset_to_earliest")
+    printed = format_report(report)
+    assert report.complete and "(checkpoint reset)" in printed
+    assert "partition 0: checkpoint reset from 49 to -1" in printed
+    # Old hub's events once, and every event of the new hub once.
+    assert_exactly_once(landed_events(tmp_path / "out"), sent_events(old) + sent_events(new))
+    status = ehingest("status", "--config", str(config), "--json", env=env)
+    rows = {r["partition_id"]: r for r in json.loads(status.stdout)}
+    assert rows["0"]["problem"] is None and rows["0"]["checkpoint"] == 29
+    assert "reset from 49 to -1" in rows["0"]["checkpoint_reset"]
+
+
+def test_hand_edited_checkpoint_ahead_is_refused_before_any_claim(
+    make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
+) -> None:
+    from resources.blob_store import AzureBlobBackend
+    from resources.settings import StoreSettings
+    from resources.store import PartitionStore
+
+    hub = make_eventhub(partitions=1)
+    hub.send("0", [b"x"] * 5)
+    settings = StoreSettings(container=container_name, connection_string=azurite_connection_string)
+    backend = AzureBlobBackend.from_settings(settings)
+    store = PartitionStore(backend, hub.settings().hub_ref())
+    backend.ensure_container(create=True)
+    for value in ("-5", "40"):
+        backend.put(
+            store.hub.prefix("checkpoint") + "0",
+            {"sequencenumber": value, "offset": ""},
+            etag=getattr(backend.get(store.hub.prefix("checkpoint") + "0"), "etag", None),
+        )
+        env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
+        done = ehingest(
+            "run", "--config", str(write_config(tmp_path, hub, container_name)), env=env
+        )
+        assert done.returncode == 3, done.stderr
+        assert ("-5 is negative" if value == "-5" else "checkpoint 40 is ahead") in done.stderr
+        assert store.list_ownership() == {}  # refused before any claim
+    backend.close()
+
+
+def test_missing_hub_and_unknown_consumer_group_are_configuration_errors_before_any_claim(
+    make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
+) -> None:
+    import time
+
+    from ops.run import IngestConfig, run_ingestion
+    from resources.errors import ConfigurationError
+    from resources.settings import EventHubSettings, SinkSettings, StoreSettings
+
+    hub = make_eventhub(partitions=2)
+    store = StoreSettings(container=container_name, connection_string=azurite_connection_string)
+    cases = {
+        "eventhub.consumer_group: 'nosuchgroup' does not exist": hub.settings("nosuchgroup"),
+        "eventhub.eventhub_name: Event Hubs": EventHubSettings(
+            eventhub_name="nosuchhub", connection_string=hub.connection_string
+        ),
+    }
+    for expected, settings in cases.items():
+        cfg = IngestConfig(
+            eventhub=settings, store=store, sink=SinkSettings(path=str(tmp_path / "out"))
+        )
+        started = time.monotonic()
+        with pytest.raises(ConfigurationError, match=expected) as err:
+            run_ingestion(cfg, None, owner_id="x")
+        assert time.monotonic() - started < 20
+        assert not err.value.retryable and "SharedAccessKey" not in str(err.value)
+        backend = store.backend()
+        assert backend.list("") == []  # no heartbeat, claim or intent was written
+    # Through the CLI: exit 2 (configuration), one line, no traceback.
+    env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
+    cfg_path = write_config(tmp_path, hub, container_name)
+    raw = yaml.safe_load(cfg_path.read_text())
+    raw["eventhub"]["consumer_group"] = "nosuchgroup"
+    cfg_path.write_text(yaml.safe_dump(raw))
+    done = ehingest("run", "--config", str(cfg_path), env=env)
+    assert done.returncode == 2, done.stderr
+    assert "does not exist" in done.stderr and "Traceback" not in done.stderr
