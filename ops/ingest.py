@@ -46,8 +46,22 @@ class Ingestor(Protocol):
     ranges twice must leave them in the sink once.
     """
 
-    def ingest(self, ranges: Mapping[str, tuple[int, int]]) -> dict[str, RangeResult]:
-        """Read and write ``ranges``; the result has one entry per range written."""
+    def ingest(
+        self,
+        ranges: Mapping[str, tuple[int, int]],
+        *,
+        expired_before: Mapping[str, int] | None = None,
+    ) -> dict[str, RangeResult]:
+        """Read and write ``ranges``; the result has one entry per range written.
+
+        ``expired_before`` (partition -> sequence number): for these ranges the events before
+        that number expired; read the rest, but key the batch by the whole range (a replay of
+        an intent must replace, never add to, what an earlier attempt wrote).
+        """
+        ...
+
+    def batch_written(self, partition_id: str, start: int, end: int) -> bool | None:
+        """Whether the batch of range ``[start, end]`` is in the sink (None: cannot tell)."""
         ...
 
     @property
@@ -104,12 +118,25 @@ class SparkIngestor:
             return os.path.abspath(self.sink.path)
         return self.sink.path or self.sink.table
 
-    def ingest(self, ranges: Mapping[str, tuple[int, int]]) -> dict[str, RangeResult]:
+    def batch_written(self, partition_id: str, start: int, end: int) -> bool | None:
+        """Whether the batch of ``[start, end]`` is in the sink (None: cannot tell)."""
+        from ops.write import batch_in_sink, batch_key
+
+        return batch_in_sink(self.sink, batch_key(partition_id, start, end))
+
+    def ingest(
+        self,
+        ranges: Mapping[str, tuple[int, int]],
+        *,
+        expired_before: Mapping[str, int] | None = None,
+    ) -> dict[str, RangeResult]:
         """One DataFrame for all ``ranges``, written once; per-range facts from the writer.
 
         The source checks retention and bounds when the DataFrame is created (its errors are
         unwrapped from Spark's into this package's types); executors read, and
-        ``ops.write.write_batch`` writes and aggregates the statistics in the same job.
+        ``ops.write.write_batch`` writes and aggregates the statistics in the same job. With
+        ``expired_before`` the source reads what is left of those ranges (the run checks that
+        only the expired head is missing); the batches keep the keys of the whole ranges.
         """
         from ops.write import write_batch
         from resources.spark_source import PartitionRange, ReadOptions, read_eventhubs
@@ -120,7 +147,7 @@ class SparkIngestor:
             receive_timeout=float(self.options.get("receive_timeout_seconds", 30.0)),
             prefetch=int(self.options.get("prefetch", 300)),
             max_readers_per_partition=int(self.options.get("max_readers_per_partition", 1)),
-            on_data_loss="fail",
+            on_data_loss="skip" if expired_before else "fail",
         )
         try:
             # The source checks the ranges against the service when the DataFrame is created.

@@ -20,6 +20,7 @@ __all__ = [
     "checkpoint_problem",
     "next_step",
     "replay_ranges",
+    "sink_layout",
     "snapshot_bound",
 ]
 
@@ -59,6 +60,11 @@ def _data_loss_message(
         f"{begin} and record the gap in the run report set on_data_loss: skip; to keep them "
         "next time raise the hub's retention or run ingestion more often."
     )
+
+
+def sink_layout(format: str, partition_by: Sequence[str]) -> str:
+    """How a batch is laid out in the sink, as recorded with each intent (compared as text)."""
+    return f"format={format} partition_by=[{','.join(partition_by)}]"
 
 
 def checkpoint_problem(
@@ -202,12 +208,20 @@ def next_step(
                     f"hub={hub} partition={pid}: the pending intent [{intent.start}, "
                     f"{intent.end}] left by owner {intent.owner_id!r} can no longer be replayed: "
                     f"events before {begin_sequence_number} expired. Its output may or may not "
-                    "have been written. Set on_data_loss: skip to checkpoint past it (the run "
-                    "report lists the range as skipped), then check the sink for that range."
+                    "have been written. Set on_data_loss: skip to write what is still retained of "
+                    "it and checkpoint past it (the run report lists the expired part as "
+                    "skipped)."
                 )
-            # Replaying a shortened range could duplicate rows the crashed run already wrote
-            # under the original range key, so the whole intent is skipped and reported.
-            return Step("skip", intent.start, intent.end, skipped=(intent.start, intent.end))
+            if intent.end < begin_sequence_number:
+                return Step("skip", intent.start, intent.end, skipped=(intent.start, intent.end))
+            # Only the head expired: replay what is left under the intent's own batch key (so
+            # it replaces what a crashed attempt may have written, never adds to it).
+            return Step(
+                "replay",
+                intent.start,
+                intent.end,
+                skipped=(intent.start, begin_sequence_number - 1),
+            )
         return Step("replay", intent.start, intent.end)
     target = bound.target
     if target is None or (cp is not None and cp >= target):

@@ -34,6 +34,7 @@ from ops.plan import (
     checkpoint_problem,
     next_step,
     replay_ranges,
+    sink_layout,
     snapshot_bound,
 )
 from resources.errors import (
@@ -331,6 +332,7 @@ class Processor:
         # Partitions whose checkpoint the hub cannot have produced, still to be reset.
         self._resets: dict[str, str] = {}
         self._hub_created: int | None = None
+        self._layout = sink_layout(config.sink.format, config.sink.partition_by)
 
     # -- public --------------------------------------------------------------------------------
     def run(self, partition_ids: Sequence[str] | None = None) -> RunReport:
@@ -344,6 +346,10 @@ class Processor:
         cps = self.store.list_checkpoints(owns)
         infos = self.hub.partition_info(targets)
         self._check_ahead(targets, infos, cps, owns)
+        for pid in targets:
+            own = owns.get(pid)
+            if own is not None and pid not in self._resets:
+                self._check_intent_layout(pid, own)
         bounds = {
             p: snapshot_bound(
                 infos[p],
@@ -493,10 +499,16 @@ class Processor:
             steps[pid] = step
         fault_point("after_intent")
         ranges = {p: (s.start, s.end) for p, s in steps.items() if s.kind in ("read", "replay")}
+        # Replays of intents whose head expired: read what is left, under the intent's key.
+        expired = {
+            p: s.skipped[1] + 1
+            for p, s in steps.items()
+            if s.kind == "replay" and s.skipped is not None
+        }
         results: dict[str, RangeResult] = {}
         if ranges:
             try:
-                results = self._ingest(ranges)
+                results = self._ingest(ranges, expired)
             except DataLossError:
                 if self.config.on_data_loss != "skip":
                     raise
@@ -545,6 +557,24 @@ class Processor:
 
     def _checkpointer(self, end: int, offset: str | None) -> Callable[[Ownership], Ownership]:
         return lambda own: self.store.checkpoint(own, end, offset, hub_created_ms=self._hub_created)
+
+    def _check_intent_layout(self, pid: str, own: Ownership) -> None:
+        """A pending intent is replayed into the sink layout it was written with, or refused.
+
+        Its batch may already be in the sink under the old layout; the replay would add it a
+        second time under the new one (and leave a folder no reader accepts).
+        """
+        intent = own.intent
+        if intent is None or intent.layout is None or intent.layout == self._layout:
+            return
+        raise ConfigurationError(
+            f"sink: hub={self.hub_desc} partition={pid}: the pending intent [{intent.start}, "
+            f"{intent.end}] left by owner {intent.owner_id!r} was written with sink "
+            f"{intent.layout}, but the sink is now {self._layout}. Replaying it into another "
+            "layout would land its events twice; nothing was claimed or read. Run once more "
+            "with the previous sink settings to finish it, then change them (or write to a new "
+            "path)."
+        )
 
     def _check_ahead(
         self,
@@ -646,13 +676,30 @@ class Processor:
             )
             step = next_step(bound, cp, None, begin, self.config.on_data_loss, self.hub_desc)
         if step.kind == "read":
-            keeper.apply(pid, lambda o: self.store.record_intent(o, step.start, step.end))
+            keeper.apply(
+                pid,
+                lambda o: self.store.record_intent(o, step.start, step.end, layout=self._layout),
+            )
             self.log.info(
                 f"intent hub={self.hub_desc} partition={pid} owner={self.owner_id} "
                 f"range=[{step.start}, {step.end}]"
             )
         elif step.kind == "replay":
             assert own.intent is not None
+            self._check_intent_layout(pid, own)
+            written = getattr(self.ingestor, "batch_written", None)
+            if (
+                step.skipped is not None
+                and written is not None
+                and written(pid, step.start, step.end)
+            ):
+                # The crashed attempt committed the whole batch before the head expired:
+                # keep it (a replay would drop its expired rows) and move past it.
+                self.log.info(
+                    f"pending intent already in the sink hub={self.hub_desc} partition={pid} "
+                    f"owner={self.owner_id} range=[{step.start}, {step.end}]; kept"
+                )
+                return Step("skip", step.start, step.end)
             self.log.info(
                 f"replaying pending intent hub={self.hub_desc} partition={pid} "
                 f"owner={self.owner_id} range=[{step.start}, {step.end}] "
@@ -660,16 +707,21 @@ class Processor:
             )
         return step
 
-    def _ingest(self, ranges: Mapping[str, tuple[int, int]]) -> dict[str, RangeResult]:
+    def _ingest(
+        self, ranges: Mapping[str, tuple[int, int]], expired: Mapping[str, int] | None = None
+    ) -> dict[str, RangeResult]:
         timer = fault_timer("mid_read")
         try:
-            results = self.ingestor.ingest(ranges)
+            if expired:
+                results = self.ingestor.ingest(ranges, expired_before=expired)
+            else:
+                results = self.ingestor.ingest(ranges)
         finally:
             if timer is not None:
                 timer.cancel()
         for pid, (start, end) in ranges.items():
             result = results.get(pid)
-            expected = end - start + 1
+            expected = end - max(start, (expired or {}).get(pid, start)) + 1
             if result is None or result.events != expected or result.last_sequence_number != end:
                 got = "nothing" if result is None else f"{result.events} events"
                 raise DataLossError(
@@ -886,11 +938,12 @@ def run_ingestion(
     """
     from ops.hub import SdkHubClient
     from ops.ingest import SparkIngestor
-    from ops.write import check_sink_for_session
+    from ops.write import check_sink_for_session, check_sink_layout
 
     if spark is not None:
         # Before anything is claimed: a local path that a cluster's executors cannot share.
         check_sink_for_session(config.sink, spark)
+    check_sink_layout(config.sink)  # a changed partition_by would land replays twice
     hub = SdkHubClient(config.eventhub)
     # What only the service can tell wrong (a missing hub, an unknown consumer group) is a
     # ConfigurationError here, within seconds, before this owner writes anything to the store.

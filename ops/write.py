@@ -56,8 +56,10 @@ __all__ = [
     "DELTALAKE_FORMAT",
     "PartitionWriteStats",
     "WriteResult",
+    "batch_in_sink",
     "batch_key",
     "check_sink_for_session",
+    "check_sink_layout",
     "check_sink_reachable",
     "read_sink",
     "sink_location",
@@ -195,6 +197,111 @@ def check_sink_for_session(sink: SinkSettings, spark: SparkSession) -> None:
     check_sink_reachable(sink, local=session_is_local(spark), engine=describe_engine(spark))
 
 
+def _fs_layout(path: str) -> list[str] | None:
+    """The partition columns a Hive-style directory tree at ``path`` has on disk, outermost first.
+
+    None when there is nothing there yet, or no filesystem pyarrow can list (a cloud scheme
+    without its libraries): the check is then left to the writer.
+    """
+    from pyarrow import fs as pafs
+
+    try:
+        filesystem, root = pafs.FileSystem.from_uri(
+            path if "://" in path else os.path.abspath(path)
+        )
+        info = filesystem.get_file_info(root)
+    except Exception:  # an unsupported scheme or missing credentials: cannot look
+        return None
+    if info.type != pafs.FileType.Directory:
+        return None
+    columns: list[str] = []
+    current = root
+    while True:
+        entries = filesystem.get_file_info(pafs.FileSelector(current))
+        visible = [e for e in entries if not e.base_name.startswith(("_", "."))]
+        dirs = [e for e in visible if e.type == pafs.FileType.Directory and "=" in e.base_name]
+        if not dirs:
+            return columns if visible or columns else None
+        names = sorted({e.base_name.split("=", 1)[0] for e in dirs})
+        if len(names) > 1:
+            columns.append("|".join(names))  # already mixed: shown as is
+            return columns
+        columns.append(names[0])
+        current = dirs[0].path
+
+
+def batch_in_sink(sink: SinkSettings, key: str) -> bool | None:
+    """Whether a batch with this key is committed in the sink; None when it cannot be told.
+
+    Without Spark: a Spark-format path is listed (a batch directory appears only at the job's
+    commit), a ``deltalake`` table's files are read from its log. Tables are not looked at.
+    """
+    if sink.path is None:
+        return None
+    wanted = f"{BATCH_COLUMN}={key}"
+    if sink.format == DELTALAKE_FORMAT:
+        try:
+            return _delta_batch_rows(sink, [key]) > 0
+        except Exception:  # no table yet, or unreadable: cannot tell
+            return None
+    from pyarrow import fs as pafs
+
+    try:
+        filesystem, root = pafs.FileSystem.from_uri(_delta_uri(sink.path))
+        depth = len(sink.partition_by)
+        levels = [root]
+        for _ in range(depth):
+            levels = [
+                e.path
+                for d in levels
+                for e in filesystem.get_file_info(pafs.FileSelector(d, allow_not_found=True))
+                if e.type == pafs.FileType.Directory and not e.base_name.startswith(("_", "."))
+            ]
+        return any(
+            filesystem.get_file_info(f"{d.rstrip('/')}/{wanted}").type == pafs.FileType.Directory
+            for d in levels
+        )
+    except Exception:
+        return None
+
+
+def check_sink_layout(sink: SinkSettings) -> None:
+    """Refuse a sink whose output on disk is partitioned differently from this writer's layout.
+
+    A changed ``partition_by`` would write new batches (and replays of pending ones) into
+    another directory layout next to the old one: the events of a replayed batch land twice,
+    and neither Spark nor pyarrow can read the folder any more. Checked before anything is
+    claimed, for Spark formats on a path (by listing the directory tree) and for ``deltalake``
+    (the table's partition columns). Tables are checked by the catalog on insert.
+
+    Raises:
+        ConfigurationError: the layout on disk differs; names both and what to do.
+    """
+    if sink.path is None:
+        return
+    wanted = [*sink.partition_by, BATCH_COLUMN]
+    if sink.format == DELTALAKE_FORMAT:
+        try:
+            from deltalake import DeltaTable
+
+            found: list[str] | None = list(
+                DeltaTable(_delta_uri(sink.path)).metadata().partition_columns
+            )
+        except Exception:  # no table there yet (or not readable: the write will say why)
+            return
+    else:
+        found = _fs_layout(sink.path)
+    if found is None or found == wanted:
+        return
+    raise ConfigurationError(
+        f"sink.partition_by: the {sink.format} output at {sink_location(sink)!r} is partitioned "
+        f"by {found} on disk, but this writer needs {wanted} (partition_by + {BATCH_COLUMN!r}). "
+        "Writing there would mix two layouts (a replayed batch would land twice, and the folder "
+        "could no longer be read); nothing was claimed or written. Set partition_by back to "
+        f"{[c for c in found if c != BATCH_COLUMN]} or write to a new path."
+    )
+
+
 def _check_sink(sink: SinkSettings) -> None:
     if BATCH_COLUMN in sink.partition_by:
         raise ConfigurationError(
@@ -279,6 +386,7 @@ def write_batch(
     from resources.code_shipping import missing_module_error
 
     _check_sink(sink)
+    check_sink_layout(sink)
     rng = _normalise_ranges(ranges)
     check_sink_for_session(sink, df.sparkSession)
     missing = [c for c in ("partition", "sequenceNumber", "offset", "body") if c not in df.columns]

@@ -12,6 +12,7 @@ Blob layout is the one ``azure-eventhub-checkpointstoreblob`` uses, lower-cased:
                   ehiepoch           (ours: bumped by every claim, fences zombies)
                   ehiintentstart/end (ours: write-ahead range being ingested, inclusive)
                   ehiintentowner     (ours: who recorded the intent)
+                  ehiintentlayout    (ours: the sink layout the intent is written with)
                   ehisequencenumber, ehioffset  (ours: fenced copy of the checkpoint)
                   ehihubcreated      (ours: the hub's creation time, ms, when it was checkpointed)
                   ehireset           (ours: why and when the checkpoint was last reset)
@@ -56,6 +57,7 @@ EPOCH_KEY = "ehiepoch"
 INTENT_START_KEY = "ehiintentstart"
 INTENT_END_KEY = "ehiintentend"
 INTENT_OWNER_KEY = "ehiintentowner"
+INTENT_LAYOUT_KEY = "ehiintentlayout"
 OWN_SEQ_KEY = "ehisequencenumber"
 OWN_OFFSET_KEY = "ehioffset"
 HUB_CREATED_KEY = "ehihubcreated"
@@ -65,6 +67,7 @@ _OUR_KEYS = (
     INTENT_START_KEY,
     INTENT_END_KEY,
     INTENT_OWNER_KEY,
+    INTENT_LAYOUT_KEY,
     OWN_SEQ_KEY,
     OWN_OFFSET_KEY,
     HUB_CREATED_KEY,
@@ -151,11 +154,16 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class Intent:
-    """A write-ahead record: the exact inclusive sequence range ``[start, end]`` being ingested."""
+    """A write-ahead record: the exact inclusive sequence range ``[start, end]`` being ingested.
+
+    ``layout``: the sink layout (format, partition columns) its batch is written with, so a
+    replay never writes it into another one (None: recorded before layouts were).
+    """
 
     start: int
     end: int
     owner_id: str
+    layout: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -238,7 +246,12 @@ class PartitionStore:
             )
         intent = None
         if start is not None and end is not None:
-            intent = Intent(start, end, record.metadata.get(INTENT_OWNER_KEY, ""))
+            intent = Intent(
+                start,
+                end,
+                record.metadata.get(INTENT_OWNER_KEY, ""),
+                layout=record.metadata.get(INTENT_LAYOUT_KEY) or None,
+            )
         seq = _int(record, OWN_SEQ_KEY)
         progress = None
         if seq is not None:
@@ -387,8 +400,14 @@ class PartitionStore:
         return True
 
     # -- write-ahead intent and fenced checkpoint ----------------------------------------------
-    def record_intent(self, own: Ownership, start: int, end: int) -> Ownership:
-        """Record ``[start, end]`` (inclusive sequence numbers) before reading it (CAS)."""
+    def record_intent(
+        self, own: Ownership, start: int, end: int, *, layout: str | None = None
+    ) -> Ownership:
+        """Record ``[start, end]`` (inclusive sequence numbers) before reading it (CAS).
+
+        ``layout`` (the sink's format and partition columns) is kept with it, so a takeover
+        can refuse to replay the batch into a different layout.
+        """
         if end < start:
             raise ValueError(f"intent end {end} is before start {start}")
         return self._update(
@@ -397,6 +416,7 @@ class PartitionStore:
                 INTENT_START_KEY: str(start),
                 INTENT_END_KEY: str(end),
                 INTENT_OWNER_KEY: own.owner_id,
+                INTENT_LAYOUT_KEY: layout,
             },
             "record intent",
         )
@@ -440,7 +460,14 @@ class PartitionStore:
         if hub_created_ms is not None:
             changes[HUB_CREATED_KEY] = str(hub_created_ms)
         if own.intent is not None and own.intent.end <= sequence_number:
-            changes.update({INTENT_START_KEY: None, INTENT_END_KEY: None, INTENT_OWNER_KEY: None})
+            changes.update(
+                {
+                    INTENT_START_KEY: None,
+                    INTENT_END_KEY: None,
+                    INTENT_OWNER_KEY: None,
+                    INTENT_LAYOUT_KEY: None,
+                }
+            )
         updated = self._update(own, changes, "checkpoint")
         self._mirror_checkpoint(
             Checkpoint(own.partition_id, sequence_number, offset, hub_created_ms=hub_created_ms),
@@ -507,6 +534,7 @@ class PartitionStore:
             INTENT_START_KEY: None,
             INTENT_END_KEY: None,
             INTENT_OWNER_KEY: None,
+            INTENT_LAYOUT_KEY: None,
         }
         updated = self._update(own, changes, "reset the checkpoint")
         name = self._checkpoint_name(own.partition_id)

@@ -101,18 +101,30 @@ class FakeIngestor:
     def output_location(self) -> str | None:
         return "memory://sink"
 
-    def ingest(self, ranges: Mapping[str, tuple[int, int]]) -> dict[str, RangeResult]:
+    def batch_written(self, partition_id: str, start: int, end: int) -> bool | None:
+        with self._lock:
+            return (partition_id, start, end) in self.sink
+
+    def ingest(
+        self,
+        ranges: Mapping[str, tuple[int, int]],
+        *,
+        expired_before: Mapping[str, int] | None = None,
+    ) -> dict[str, RangeResult]:
         self.calls.append(dict(ranges))
         if self.before_write is not None:
             self.before_write(ranges)
         out = {}
         for pid, (start, end) in ranges.items():
-            if start < self.hub.begin[pid]:
+            first = start
+            if expired_before and pid in expired_before:
+                first = max(start, self.hub.begin[pid])  # read what is left (on_data_loss=skip)
+            if first < self.hub.begin[pid]:
                 raise DataLossError(f"partition {pid}: events before {self.hub.begin[pid]} gone")
-            rows = [(s, b) for s, b, _ in self.hub.events[pid][start : end + 1]]
+            rows = [(s, b) for s, b, _ in self.hub.events[pid][first : end + 1]]
             with self._lock:
-                self.sink[(pid, start, end)] = rows
-            evs = self.hub.events[pid][start : end + 1]
+                self.sink[(pid, start, end)] = rows  # keyed by the whole range, like eh_batch
+            evs = self.hub.events[pid][first : end + 1]
             out[pid] = RangeResult(
                 pid,
                 start,

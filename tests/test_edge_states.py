@@ -156,3 +156,140 @@ def test_status_flags_a_partition_ahead_of_the_hub() -> None:
     assert rows["0"].lag_events == 4  # every retained event is still to be read
     assert rows["1"].problem is not None and rows["1"].lag_events == 0
     assert rows["0"].to_json()["problem"] == rows["0"].problem
+
+
+def test_pending_intent_is_replayed_only_into_the_layout_it_was_written_with() -> None:
+    from resources.settings import SinkSettings
+
+    hub = FakeHub(1)
+    hub.send_all(10)
+    backend = InMemoryBackend()
+    proc, store, sink = make(hub, backend, owner="dead")
+
+    class Crash(BaseException):
+        pass
+
+    def crash(_ranges):
+        raise Crash()
+
+    sink.after_write = crash  # written, not checkpointed
+    with pytest.raises(Crash):
+        proc.run()
+    own = store.get_ownership("0")
+    assert own is not None and own.intent is not None
+    assert own.intent.layout == "format=parquet partition_by=[]"
+    sink.after_write = None
+    moved = SinkSettings(path="/tmp/x", partition_by=("partition",))
+    proc2 = Processor(
+        config(sink=moved, lease_expiry_seconds=0.001),
+        store,
+        hub,
+        sink,
+        owner_id="next",
+        claim=greedy_claim(store, "next", expiry=0.001),
+    )
+    before = store.get_ownership("0")
+    with pytest.raises(ConfigurationError) as err:
+        proc2.run()
+    msg = str(err.value)
+    assert "pending intent [0, 9] left by owner 'dead'" in msg
+    assert "format=parquet partition_by=[]" in msg and "partition_by=[partition]" in msg
+    assert store.get_ownership("0") == before  # refused before any claim
+    proc3 = Processor(
+        config(lease_expiry_seconds=0.001),
+        store,
+        hub,
+        sink,
+        owner_id="same",
+        claim=greedy_claim(store, "same", expiry=0.001),
+    )
+    assert proc3.run().complete and sink.rows() == sink.expected()
+
+
+def _parquet_dir(root, *levels: str) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    leaf = root.joinpath(*levels)
+    leaf.mkdir(parents=True)
+    pq.write_table(pa.table({"x": [1]}), leaf / "part-0.parquet")
+
+
+def test_spark_format_sinks_check_their_layout_on_disk(tmp_path) -> None:
+    from ops.write import check_sink_layout
+    from resources.settings import SinkSettings
+
+    out = tmp_path / "out"
+    check_sink_layout(SinkSettings(path=str(out)))  # nothing there yet
+    _parquet_dir(out, "eh_batch=0-0-9")
+    (out / ".spark-staging-x").mkdir()  # hidden folders are not the layout
+    check_sink_layout(SinkSettings(path=str(out)))
+    with pytest.raises(ConfigurationError) as err:
+        check_sink_layout(SinkSettings(path=str(out), partition_by=("partition",)))
+    msg = str(err.value)
+    assert "partitioned by ['eh_batch'] on disk" in msg
+    assert "needs ['partition', 'eh_batch']" in msg and "Set partition_by back to []" in msg
+    nested = tmp_path / "nested"
+    _parquet_dir(nested, "partition=0", "eh_batch=0-0-9")
+    check_sink_layout(SinkSettings(path=str(nested), partition_by=("partition",)))
+    with pytest.raises(ConfigurationError, match=r"by \['partition', 'eh_batch'\] on disk"):
+        check_sink_layout(SinkSettings(path=str(nested)))
+    flat = tmp_path / "flat"
+    _parquet_dir(flat)
+    with pytest.raises(ConfigurationError, match=r"partitioned by \[\] on disk"):
+        check_sink_layout(SinkSettings(path=str(flat)))
+
+
+def _crashed_intent(hub: FakeHub, backend: InMemoryBackend, start: int, end: int) -> None:
+    store = PartitionStore(backend, HUB)
+    own = store.claim("0", "dead", store.get_ownership("0"))
+    assert own is not None
+    store.release(store.record_intent(own, start, end))
+
+
+def test_skip_writes_the_retained_part_of_a_partly_expired_intent() -> None:
+    hub = FakeHub(1)
+    hub.send_all(100)
+    backend = InMemoryBackend()
+    _crashed_intent(hub, backend, 0, 99)  # crashed after the intent, before writing
+    hub.expire("0", 40)  # 0..39 expired meanwhile; 40..99 are still readable
+    proc, store, sink = make(hub, backend, owner="next", on_data_loss="skip")
+    report = proc.run()
+    r = report.partitions["0"]
+    assert report.complete and r.skipped_ranges == [(0, 39)]
+    assert (r.events, r.first_sequence_number, r.last_sequence_number) == (60, 40, 99)
+    assert sink.calls == [{"0": (0, 99)}]  # under the intent's own key
+    assert sink.rows() == [row for row in sink.expected() if row[1] >= 40]
+    assert store.list_checkpoints()["0"].sequence_number == 99
+
+
+def test_skip_keeps_a_partly_expired_intent_the_crashed_attempt_already_wrote() -> None:
+    hub = FakeHub(1)
+    hub.send_all(100)
+    backend = InMemoryBackend()
+    proc, store, sink = make(hub, backend, owner="dead")
+
+    class Crash(BaseException):
+        pass
+
+    def crash(_ranges):
+        raise Crash()
+
+    sink.after_write = crash  # the whole batch 0..99 is in the sink, not checkpointed
+    with pytest.raises(Crash):
+        proc.run()
+    sink.after_write = None
+    hub.expire("0", 40)
+    proc2 = Processor(
+        config(on_data_loss="skip", lease_expiry_seconds=0.001),
+        store,
+        hub,
+        sink,
+        owner_id="next",
+        claim=greedy_claim(store, "next", expiry=0.001),
+    )
+    report = proc2.run()
+    assert report.complete and report.partitions["0"].skipped_ranges == []
+    assert len(sink.calls) == 1  # nothing re-read: the batch was kept whole
+    assert sink.rows() == sink.expected()  # 0..39 stay landed, once
+    assert store.list_checkpoints()["0"].sequence_number == 99

@@ -185,3 +185,122 @@ def test_missing_hub_and_unknown_consumer_group_are_configuration_errors_before_
     done = ehingest("run", "--config", str(cfg_path), env=env)
     assert done.returncode == 2, done.stderr
     assert "does not exist" in done.stderr and "Traceback" not in done.stderr
+
+
+class Crash(BaseException):
+    """A simulated process death (no ``except Exception`` swallows it)."""
+
+
+def _ingest_config(hub, container: str, conn: str, out: Path, **kw):
+    from ops.run import IngestConfig
+    from resources.settings import SinkSettings, StoreSettings
+
+    base = dict(
+        eventhub=hub.settings(),
+        store=StoreSettings(container=container, connection_string=conn),
+        sink=SinkSettings(format="parquet", path=str(out)),
+        lease_expiry_seconds=15.0,
+        receive_timeout_seconds=10.0,
+        join_grace_seconds=0.0,
+        report_lag_seconds=False,
+    )
+    base.update(kw)
+    return IngestConfig(**base)  # type: ignore[arg-type]
+
+
+def _crash_after_write(spark, cfg, owner: str) -> None:
+    """One run that writes its batch and dies before the checkpoint (intent left pending)."""
+    from ops.hub import SdkHubClient
+    from ops.ingest import SparkIngestor
+    from ops.run import Processor, _default_claim
+    from resources.store import PartitionStore
+
+    store = PartitionStore(cfg.store.backend(), cfg.eventhub.hub_ref())
+    real = SparkIngestor(spark, cfg.eventhub, cfg.sink, options={"receive_timeout_seconds": 10})
+
+    class CrashAfterWrite:
+        output_location = None
+
+        def ingest(self, ranges, **kw):
+            real.ingest(ranges, **kw)
+            raise Crash()
+
+    proc = Processor(
+        cfg,
+        store,
+        SdkHubClient(cfg.eventhub),
+        CrashAfterWrite(),  # type: ignore[arg-type]
+        owner_id=owner,
+        claim=_default_claim(cfg, store, owner, None),
+    )
+    with pytest.raises(Crash):
+        proc.run()
+
+
+@pytest.mark.spark
+def test_partition_by_changed_while_a_written_batch_is_pending_is_refused_and_lands_once(
+    spark, make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
+) -> None:
+    import dataclasses
+
+    from ops.run import run_ingestion
+    from resources.errors import ConfigurationError
+    from resources.store import PartitionStore
+
+    hub = make_eventhub(partitions=2)
+    sent: dict[str, list[bytes]] = {}
+    send(hub, sent, 25, "e")
+    out = tmp_path / "out"
+    cfg = _ingest_config(hub, container_name, azurite_connection_string, out)
+    _crash_after_write(spark, cfg, "dead")
+    store = PartitionStore(cfg.store.backend(), cfg.eventhub.hub_ref())
+    pending = store.list_ownership()
+    assert all(o.intent is not None for o in pending.values()) and len(pending) == 2
+
+    moved = dataclasses.replace(
+        cfg, sink=dataclasses.replace(cfg.sink, partition_by=("partition",))
+    )
+    with pytest.raises(ConfigurationError) as err:
+        run_ingestion(moved, spark, owner_id="changed")
+    msg = str(err.value)
+    assert "partitioned by ['eh_batch'] on disk" in msg and "nothing was claimed" in msg
+    assert store.list_ownership() == pending  # nothing claimed, intents untouched
+
+    report = run_ingestion(cfg, spark, owner_id="same")
+    assert report.complete
+    assert_exactly_once(landed_events(out), sent_events(sent))
+
+
+@pytest.mark.spark
+def test_skip_writes_the_retained_part_of_an_intent_whose_head_expired(
+    spark, make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
+) -> None:
+    import time
+
+    from ops.plan import sink_layout
+    from ops.run import run_ingestion
+    from resources.store import PartitionStore
+
+    retention = 10.0
+    hub = make_eventhub(partitions=1, retention_seconds=retention)
+    old: dict[str, list[bytes]] = {}
+    sent_old = time.monotonic()
+    send(hub, old, 10, "old")
+    out = tmp_path / "out"
+    cfg = _ingest_config(hub, container_name, azurite_connection_string, out, on_data_loss="skip")
+    store = PartitionStore(cfg.store.backend(), cfg.eventhub.hub_ref())
+    time.sleep(retention * 0.6)
+    new: dict[str, list[bytes]] = {}
+    send(hub, new, 10, "new")
+    # A run recorded the intent [0, 19] and died before reading it.
+    own = store.claim("0", "dead", None)
+    assert own is not None
+    layout = sink_layout(cfg.sink.format, cfg.sink.partition_by)
+    store.release(store.record_intent(own, 0, 19, layout=layout))
+    time.sleep(max(0.0, sent_old + retention + 0.5 - time.monotonic()))  # the old 10 expired
+    report = run_ingestion(cfg, spark, owner_id="next")
+    r = report.partitions["0"]
+    assert report.complete and r.skipped_ranges == [(0, 9)], r
+    assert (r.events, r.first_sequence_number, r.last_sequence_number) == (10, 10, 19)
+    assert r.ranges_written == [(0, 19)]  # the intent's own batch key
+    assert_exactly_once(landed_events(out), sent_events(new, first_sequence=10))

@@ -129,7 +129,10 @@ def test_pending_intent_is_replayed_exactly_whatever_the_bound() -> None:
     with pytest.raises(DataLossError, match="pending intent"):
         next_step(bound, Checkpoint("0", 9), Intent(10, 40, "dead"), 20, "fail")
     skip = next_step(bound, Checkpoint("0", 9), Intent(10, 40, "dead"), 20, "skip")
-    assert (skip.kind, skip.end, skip.skipped) == ("skip", 40, (10, 40))
+    # Only the expired head is skipped: the rest is replayed under the intent's own key.
+    assert (skip.kind, skip.start, skip.end, skip.skipped) == ("replay", 10, 40, (10, 19))
+    gone = next_step(bound, Checkpoint("0", 9), Intent(10, 40, "dead"), 41, "skip")
+    assert (gone.kind, gone.end, gone.skipped) == ("skip", 40, (10, 40))
 
 
 def test_range_starts_after_a_checkpoint_a_peer_moved() -> None:
