@@ -537,6 +537,8 @@ class SourceOptions:
     has_own_start: bool = False
     max_events_per_trigger: int | None = None
     operation_timeout: float | None = None
+    #: Options given that only a batch read can use (ends, ranges), as the user spelled them.
+    batch_only: tuple[str, ...] = ()
 
     def stream_start(self) -> PositionSpec:
         """Where a new stream starts: the given positions, else the end of the stream.
@@ -648,6 +650,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     # Positions: ours (strings), the connector's (EventPosition JSON) or Kafka's.
     hub = own.get("eventhub_name")
     specs: dict[str, PositionSpec] = {}
+    batch_only: list[str] = []
     for side in ("starting", "ending"):
         own_name = f"{side}_position"
         forms: list[tuple[str, PositionSpec]] = []
@@ -674,6 +677,8 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
             forms.append((kafka[0], PositionSpec(default, tuple(sorted(per.items())))))
         if not forms:
             continue
+        if side == "ending":
+            batch_only.extend(k for k, _ in forms)
         clash = [given[n] for n in (own_name, "ranges", "partition_ids") if n in own]
         if clash:
             raise ConfigurationError(
@@ -687,6 +692,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
             per_partition.update(dict(s.per_partition))
         specs[side] = PositionSpec(default, tuple(sorted(per_partition.items())))
     assert not foreign, sorted(foreign)  # every accepted foreign key is consumed above
+    batch_only += [given[n] for n in ("ranges", "ending_position") if n in own]
     if specs and ("ranges" in own or "partition_ids" in own):
         names = ", ".join(given[n] for n in ("ranges", "partition_ids") if n in own)
         raise ConfigurationError(
@@ -701,6 +707,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         has_own_start=has_own_start,
         max_events_per_trigger=max_events,
         operation_timeout=operation_timeout,
+        batch_only=tuple(batch_only),
     )
 
 

@@ -80,10 +80,17 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     """
 
     def __init__(self, source: SourceOptions) -> None:
+        if source.batch_only:
+            raise ConfigurationError(
+                f"{', '.join(source.batch_only)}: a stream has no end; these options apply to "
+                "spark.read only (use .trigger(availableNow=True) to stop at the events there "
+                "are when the query starts)"
+            )
         self.source = source
         self.hub = source.read.settings.eventhub_name
         # Trigger.AvailableNow: the latest offsets when the query started; never read past them.
         self._target: dict[str, int] | None = None
+        self._latest: dict[str, int] | None = None
 
     # ---- offsets ---------------------------------------------------------------------------
 
@@ -107,6 +114,15 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             f"reading the partitions of Event Hub {self.hub!r}",
             lambda: fetch_partition_info(settings),
         )
+        wanted = self.source.read.partition_ids
+        if wanted is not None:
+            unknown = [p for p in wanted if p not in infos]
+            if unknown:
+                raise ConfigurationError(
+                    f"partition_ids: unknown partition {', '.join(map(repr, unknown))} of Event "
+                    f"Hub {self.hub!r}; valid partition ids: {', '.join(infos)}"
+                )
+            infos = {p: i for p, i in infos.items() if p in wanted}
         return infos
 
     def initialOffset(self) -> dict:
@@ -127,9 +143,12 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         logger.info("Event Hub %s: Trigger.AvailableNow reads up to %s", self.hub, self._target)
 
     def reportLatestOffset(self) -> dict | None:
-        """The end of every partition, for the query's progress (how far behind it is)."""
-        infos = self._infos()
-        return self._offset({p: i.last_enqueued_sequence_number + 1 for p, i in infos.items()})
+        """The end of every partition as ``latestOffset`` last saw it, for the query's progress.
+
+        Spark asks right after ``latestOffset``; the answer it just read is fresh enough and
+        spares a round of management calls per trigger.
+        """
+        return None if self._latest is None else self._offset(self._latest)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """The end offset of the next batch: up to the latest events, within ``limit``.
@@ -141,6 +160,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         begin = self._seqs(start)
         infos = self._infos()
         latest = {pid: info.last_enqueued_sequence_number + 1 for pid, info in infos.items()}
+        self._latest = dict(latest)
         if self._target is not None:
             latest = {p: min(n, self._target[p]) for p, n in latest.items() if p in self._target}
         first: dict[str, int] = {}

@@ -17,7 +17,7 @@ from resources.eventhubs_options import (
     parse_iso_duration,
     parse_source_options,
 )
-from resources.eventhubs_stream import admit
+from resources.eventhubs_stream import EventHubsStreamReader, admit
 
 SECRET = "c2VjcmV0LWtleS12YWx1ZQ=="
 BASE = f"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=r;SharedAccessKey={SECRET}"
@@ -199,3 +199,19 @@ def test_admission_splits_the_limit_by_backlog(
     admitted = admit(backlog, limit)
     assert admitted == expected
     assert sum(admitted.values()) == min(limit, sum(backlog.values()))
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"endingOffsets": "latest"},
+        {"eventhubs.endingPosition": '{"offset": "@latest"}'},
+        {"ending_position": "seq:5"},
+        {"ranges": '{"0": [0, 1]}'},
+    ],
+)
+def test_a_stream_refuses_end_options(extra: dict[str, str]) -> None:
+    source = parse_source_options({"eventhubs.connectionString": WITH_ENTITY, **extra})
+    with pytest.raises(ConfigurationError) as err:
+        EventHubsStreamReader(source)
+    assert next(iter(extra)) in str(err.value) and "availableNow" in str(err.value)
