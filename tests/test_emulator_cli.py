@@ -97,6 +97,8 @@ def test_serve_send_restart_and_clean_stop(tmp_path: Path) -> None:
         (["serve", "--hub", "demo:x"], "partition count 'x' is not a number"),
         (["serve"], "no hub to serve"),
         (["serve", "--hub", "bad name:2"], "hub name 'bad name' is not valid"),
+        (["serve", "--hub", "d:1", "--key", "justakey"], "is not NAME=VALUE"),
+        (["serve", "--hub", "d:1", "--idle-timeout", "-1"], "must be >= 0 seconds"),
         (
             [
                 "send",
@@ -128,3 +130,22 @@ def test_send_never_prints_the_key() -> None:
     assert result.exit_code != 0
     assert "--connection-string" in result.output
     assert "TOPSECRET" not in result.output
+
+
+def test_serve_with_own_key_refuses_the_default_one() -> None:
+    with serve("--hub", "demo:1", "--key", "sender=c2VuZGVyLWtleQ==") as (conn, _proc):
+        assert "SharedAccessKeyName=sender;SharedAccessKey=c2VuZGVyLWtleQ==;" in conn
+        ok = CliRunner().invoke(
+            ehingest,
+            ["emulator", "send", "--connection-string", conn, "--hub", "demo", "--count", "3"],
+        )
+        assert ok.exit_code == 0, ok.output
+        default = conn.replace("sender", "RootManageSharedAccessKey").replace(
+            "c2VuZGVyLWtleQ==", "SAS_KEY_VALUE"
+        )
+        refused = CliRunner().invoke(
+            ehingest,
+            ["emulator", "send", "--connection-string", default, "--hub", "demo", "--count", "1"],
+        )
+        assert refused.exit_code != 0
+        assert "InvalidSignature" in refused.output and "SAS_KEY_VALUE" not in refused.output
