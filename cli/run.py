@@ -1,23 +1,31 @@
 """``ehingest run``: one processor run outside Dagster (cron, Airflow, a shell).
 
-Exit codes: 0 every target partition reached its bound; 1 the run ended with partitions behind
-(``run_timeout_seconds``, a lost lease); 2 bad configuration or arguments; 3 a runtime failure
-(a service unreachable, data loss, the sink not writable). The message says which.
+Exit codes follow the errors' ``retryable`` flag (the same flag Dagster's retry policy reads):
+0 every target partition reached its bound; 1 the run ended with partitions behind
+(``run_timeout_seconds``, a lost lease: run again); 2 an error retrying cannot fix (bad
+configuration or arguments, data loss, a corrupt blob: fix it first); 3 a transient failure (a
+service unreachable, the sink not writable: retrying later may help). The message says which.
+
+Progress goes to stderr while the run works: a bar on a terminal, one line per update
+otherwise (logs, CI). ``--json`` prints the run report as JSON on stdout (for Airflow, scripts).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
 import uuid
+from datetime import datetime
+from typing import Any, TextIO
 
 import click
 
 from cli.options import config_option, partition_option
 from resources.errors import ConfigurationError, EventHubIngestError, RangeError, redact
 
-__all__ = ["format_report", "run"]
+__all__ = ["ProgressPrinter", "exit_code_for", "format_report", "report_json", "run"]
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_CONFIG, EXIT_FAILED = 0, 1, 2, 3
 
@@ -33,6 +41,83 @@ def _fmt(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.1f}"
     return str(value)
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The exit code for an error: 3 if retrying may help (``retryable``), else 2."""
+    if isinstance(exc, EventHubIngestError):
+        return EXIT_FAILED if exc.retryable else EXIT_CONFIG
+    return EXIT_FAILED  # unexpected: may be transient
+
+
+def report_json(report: object) -> dict[str, Any]:
+    """The run report as JSON-ready data (``ehingest run --json``)."""
+    from dataclasses import asdict
+
+    from ops.run import RunReport
+
+    assert isinstance(report, RunReport)
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, datetime):
+            return value.isoformat()
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [plain(v) for v in value]
+        return value
+
+    data = plain(asdict(report))
+    data["events"] = report.events
+    data["bytes"] = report.bytes
+    data["incomplete_partitions"] = report.incomplete_partitions
+    if data.get("output_location"):
+        data["output_location"] = redact(data["output_location"])
+    return data  # type: ignore[no-any-return]
+
+
+class ProgressPrinter:
+    """Draws run progress on ``stream``: a bar redrawn in place on a terminal, lines otherwise.
+
+    Plain lines are throttled to one per ``min_interval`` seconds (the phase changes and the
+    final state always print), so a log is not flooded.
+    """
+
+    def __init__(self, stream: TextIO, tty: bool | None = None, min_interval: float = 5.0):
+        self.stream = stream
+        self.tty = stream.isatty() if tty is None else tty
+        self.min_interval = min_interval
+        self._last = float("-inf")
+        self._drawn = False
+
+    def __call__(self, progress: Any) -> None:
+        import time
+
+        total = max(progress.target_events, 1)
+        frac = min(progress.landed_events / total, 1.0)
+        if self.tty:
+            width = 30
+            bar = "#" * round(frac * width) + "-" * (width - round(frac * width))
+            self.stream.write(f"\r[{bar}] {frac:4.0%} {progress.line()}"[:200].ljust(120))
+            self._drawn = True
+            if progress.phase == "finished":
+                self.stream.write("\n")
+                self._drawn = False
+        else:
+            now = time.monotonic()
+            quiet = progress.phase in ("reading", "checkpointed")
+            if quiet and now - self._last < self.min_interval:
+                return
+            self._last = now
+            self.stream.write(f"progress {frac:.0%}: {progress.line()}\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """End a bar left on the line (e.g. when the run fails)."""
+        if self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._drawn = False
 
 
 def format_report(report: object) -> str:
@@ -113,15 +198,26 @@ def format_report(report: object) -> str:
     "partitions whose checkpoint is ahead of the hub (re-created hub, edited checkpoint) from "
     "their earliest retained event, and records the reset.",
 )
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the run report as JSON on stdout (no table)."
+)
+@click.option(
+    "--progress/--no-progress",
+    default=True,
+    help="Show progress on stderr: a bar on a terminal, plain lines otherwise (default on).",
+)
 def run(
     config_path: str,
     owner_id: str | None,
     partitions: tuple[str, ...],
     on_checkpoint_ahead: str | None,
+    as_json: bool,
+    progress: bool,
 ) -> None:
     """Bring the hub's partitions up to date in the sink, exactly once, then exit.
 
-    Exit code 0 only if every target partition reached this run's bound.
+    Exit code 0 only if every target partition reached this run's bound; 2 when retrying
+    cannot help, 3 when it may.
     """
     import dataclasses
 
@@ -140,6 +236,7 @@ def run(
     from ops.run import run_ingestion
 
     owner = owner_id or default_owner_id()
+    printer = ProgressPrinter(sys.stderr) if progress else None
     try:
         report = run_ingestion(
             cfg.ingest,
@@ -147,15 +244,30 @@ def run(
             owner_id=owner,
             partition_ids=list(partitions) or None,
             spark_factory=cfg.spark_factory(),
+            on_progress=printer,
+            progress_interval=1.0 if printer is not None and printer.tty else 5.0,
         )
     except (ConfigurationError, RangeError) as exc:
+        _close(printer)
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_CONFIG)
     except EventHubIngestError as exc:
-        click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
-        sys.exit(EXIT_FAILED)
+        _close(printer)
+        hint = "retrying later may help" if exc.retryable else "retrying cannot help"
+        click.echo(f"error: {type(exc).__name__}: {exc} ({hint})", err=True)
+        sys.exit(exit_code_for(exc))
     except Exception as exc:  # anything unexpected still leaves without a secret
+        _close(printer)
         click.echo(f"error: {type(exc).__name__}: {redact(str(exc))[:2000]}", err=True)
         sys.exit(EXIT_FAILED)
-    click.echo(format_report(report))
+    _close(printer)
+    if as_json:
+        click.echo(json.dumps(report_json(report), indent=2))
+    else:
+        click.echo(format_report(report))
     sys.exit(EXIT_OK if report.complete else EXIT_INCOMPLETE)
+
+
+def _close(printer: ProgressPrinter | None) -> None:
+    if printer is not None:
+        printer.close()

@@ -3,9 +3,14 @@
 A run for partition keys S calls :func:`ops.run.run_ingestion` with owner id = run id and
 ``partition_ids=S``. The run joins the other live runs (peers) in the partition store, claims a
 balanced share, and loops until every key in S is up to date, whoever did the reading. Only then
-does it log one ``AssetMaterialization`` per key, with that partition's events, bytes, sequence
-and enqueued-time ranges, lag after the run and the runs that read it; so a successful run has
-materialized every requested partition, and a failed one only those that really are up to date.
+does it log ``AssetMaterialization`` events (:mod:`dagster_project.metadata`): one per batch it
+landed, with Dagster's standard keys, events, bytes, sequence and enqueued-time ranges and lag;
+and, when a user asked for S (a backfill, the launchpad, the CLI), one for every other key of S
+too, so a successful run has materialized every requested partition. Scheduled runs report only
+their batches. A failed run materializes only the keys that really are up to date.
+
+Transient errors (``retryable``) are retried by the asset's ``RetryPolicy``; the others fail
+the run at once with ``dg.Failure(allow_retries=False)`` and the message on top.
 
 Leases held by a run that Dagster knows to be failed or canceled are taken over at once
 (``is_owner_dead`` asks the instance), without waiting for the lease to expire.
@@ -13,15 +18,20 @@ Leases held by a run that Dagster knows to be failed or canceled are taken over 
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import timedelta
 from typing import Literal
 
 import dagster as dg
 from pydantic import Field
 
-from dagster_project.checks import LAG_CHECK_NAME, lag_check_description, lag_check_result
-from ops.run import IngestConfig, PartitionReport, ReplaySpec, RunReport, run_ingestion
-from resources.errors import ConfigurationError, redact
+from dagster_project.checks import lag_check_spec, measure_lag
+from dagster_project.metadata import (
+    definition_metadata,
+    materialization_plan,
+    partition_metadata,
+)
+from ops.run import IngestConfig, ReplaySpec, RunReport, run_ingestion
+from resources.errors import ConfigurationError, EventHubIngestError
 
 __all__ = [
     "IngestOptions",
@@ -30,8 +40,22 @@ __all__ = [
     "build_eventhub_ingest_asset",
     "build_partitions_def",
     "dagster_run_is_dead",
-    "partition_metadata",
+    "default_retry_policy",
 ]
+
+#: Tag the schedule puts on its runs (``i/K``); runs without it were asked for by a user.
+RUNNER_TAG = "ehingest/runner"
+
+
+def default_retry_policy() -> dg.RetryPolicy:
+    """Retry transient failures (a service unreachable, a lease race) 3 times: ~15 s, 30 s, 60 s.
+
+    Errors whose ``retryable`` flag is False (configuration, data loss, a corrupt blob) are
+    raised as ``dg.Failure(allow_retries=False)``: the run fails at once with the message.
+    """
+    return dg.RetryPolicy(
+        max_retries=3, delay=15, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS
+    )
 
 
 @dataclass(frozen=True)
@@ -65,7 +89,9 @@ class IngestOptions:
     ``max_lag_events`` / ``max_lag_seconds``: thresholds of the lag check; the check exists only
     when at least one is set. ``run_timeout_seconds``: stop waiting for live peers after this
     long (the run then fails naming the partitions not up to date; None waits as long as peers
-    renew their leases).
+    renew their leases). ``pool``: Dagster concurrency pool of the ingestion step (limit it on
+    the instance to at least the schedule's K). ``freshness_fail_minutes``: the asset's
+    freshness policy (fail when no partition landed a batch for this long; None: none).
     """
 
     strategy: str = "balanced"
@@ -79,6 +105,8 @@ class IngestOptions:
     max_lag_seconds: float | None = None
     lag_check_severity: Literal["WARN", "ERROR"] = "WARN"
     run_timeout_seconds: float | None = None
+    pool: str | None = "eventhub_ingest"
+    freshness_fail_minutes: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_events_per_partition < 1:
@@ -92,6 +120,10 @@ class IngestOptions:
         if self.on_data_loss not in ("fail", "skip"):
             raise ConfigurationError(
                 f"on_data_loss: {self.on_data_loss!r} is not valid; valid: 'fail', 'skip'"
+            )
+        if self.freshness_fail_minutes is not None and self.freshness_fail_minutes <= 0:
+            raise ConfigurationError(
+                f"freshness_fail_minutes: {self.freshness_fail_minutes} must be > 0 (or unset)"
             )
         for name in ("max_lag_events", "max_lag_seconds"):
             value = getattr(self, name)
@@ -198,46 +230,6 @@ def build_partitions_def(
     return dg.StaticPartitionsDefinition(ids)
 
 
-def partition_metadata(
-    report: PartitionReport, *, output_location: str | None, replay: bool
-) -> dict[str, dg.MetadataValue]:
-    """Materialization metadata for one partition: numbers stay numeric so Dagster plots them."""
-    md: dict[str, dg.MetadataValue] = {
-        "events": dg.MetadataValue.int(report.events),
-        "bytes": dg.MetadataValue.int(report.bytes),
-    }
-    if report.first_sequence_number is not None and report.last_sequence_number is not None:
-        md["first_sequence_number"] = dg.MetadataValue.int(report.first_sequence_number)
-        md["last_sequence_number"] = dg.MetadataValue.int(report.last_sequence_number)
-        md["sequence_range"] = dg.MetadataValue.text(
-            f"{report.first_sequence_number}..{report.last_sequence_number}"
-        )
-    if report.first_enqueued_time is not None:
-        md["first_enqueued_time"] = dg.MetadataValue.timestamp(_aware(report.first_enqueued_time))
-    if report.last_enqueued_time is not None:
-        md["last_enqueued_time"] = dg.MetadataValue.timestamp(_aware(report.last_enqueued_time))
-    if report.checkpoint_sequence_number is not None:
-        md["checkpoint_sequence_number"] = dg.MetadataValue.int(report.checkpoint_sequence_number)
-    if report.lag_events is not None:
-        md["lag_events"] = dg.MetadataValue.int(report.lag_events)
-    if report.lag_seconds is not None:
-        md["lag_seconds"] = dg.MetadataValue.float(float(report.lag_seconds))
-    md["read_by"] = dg.MetadataValue.text(", ".join(report.read_by) or "(nothing new to read)")
-    if report.skipped_ranges:
-        md["skipped_ranges"] = dg.MetadataValue.text(
-            ", ".join(f"{a}..{b}" for a, b in report.skipped_ranges)
-        )
-    if output_location:
-        md["output_location"] = dg.MetadataValue.path(redact(output_location))
-    if replay:
-        md["replay"] = dg.MetadataValue.bool(True)
-    return md
-
-
-def _aware(ts: datetime) -> datetime:
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
-
-
 def build_eventhub_ingest_asset(
     *,
     key: str | Sequence[str] | dg.AssetKey = "eventhub_events",
@@ -248,6 +240,8 @@ def build_eventhub_ingest_asset(
     group_name: str | None = None,
     description: str | None = None,
     backfill_max_partitions_per_run: int | None = None,
+    retry_policy: dg.RetryPolicy | None = None,
+    metadata: dict[str, object] | None = None,
 ) -> dg.AssetsDefinition:
     """Build the ingestion asset, partitioned by Event Hub partition id.
 
@@ -264,6 +258,13 @@ def build_eventhub_ingest_asset(
         backfill_max_partitions_per_run: None (default) runs a UI backfill as one run per
             contiguous range, which brings every key up to date with a balanced plan; N splits
             it into runs of at most N partitions (more parallel runs, each fewer keys).
+        retry_policy: default :func:`default_retry_policy` (transient errors only).
+        metadata: definition metadata (default: the column schema; the Component adds the
+            sink's ``dagster/uri`` or ``dagster/table_name``).
+
+    With a lag threshold the asset declares the lag check and evaluates it after every run
+    (:mod:`dagster_project.checks`); the check's own sensor comes from
+    :func:`dagster_project.component.build_eventhub_ingest_defs`.
 
     Example::
 
@@ -285,17 +286,6 @@ def build_eventhub_ingest_asset(
             f"backfill_max_partitions_per_run: {backfill_max_partitions_per_run} must be >= 1 "
             "(or unset for one run per range)"
         )
-    check_specs = (
-        [
-            dg.AssetCheckSpec(
-                LAG_CHECK_NAME,
-                asset=asset_key,
-                description=lag_check_description(opts.max_lag_events, opts.max_lag_seconds),
-            )
-        ]
-        if opts.has_lag_check
-        else None
-    )
 
     @dg.asset(
         key=asset_key,
@@ -303,9 +293,19 @@ def build_eventhub_ingest_asset(
         backfill_policy=policy,
         required_resource_keys=keys.all(),
         output_required=False,
-        check_specs=check_specs,
+        check_specs=[lag_check_spec(asset_key, opts)] if opts.has_lag_check else None,
         group_name=group_name,
         kinds={"azure", "spark"},
+        retry_policy=retry_policy if retry_policy is not None else default_retry_policy(),
+        pool=opts.pool,
+        freshness_policy=(
+            dg.FreshnessPolicy.time_window(
+                fail_window=timedelta(minutes=opts.freshness_fail_minutes)
+            )
+            if opts.freshness_fail_minutes is not None
+            else None
+        ),
+        metadata=metadata or definition_metadata(None, None),
         description=description
         or "Events from an Azure Event Hub, landed exactly once; one partition per hub partition.",
     )
@@ -314,44 +314,58 @@ def build_eventhub_ingest_asset(
     ) -> Iterator[dg.AssetMaterialization | dg.AssetCheckResult]:
         targets = list(context.partition_keys)
         resources = context.resources
-        eventhub = getattr(resources, keys.eventhub)
-        store = getattr(resources, keys.partition_store)
-        sink = getattr(resources, keys.sink)
-        spark = getattr(resources, keys.pyspark).spark_session
-        replay = config.replay_spec(targets)
-        ingest_config = IngestConfig(
-            eventhub=eventhub.settings(),
-            store=store.settings(),
-            sink=sink.settings(),
-            strategy=opts.strategy,
-            max_events_per_partition=config.max_events_per_partition
-            or opts.max_events_per_partition,
-            lease_expiry_seconds=opts.lease_expiry_seconds,
-            on_data_loss=opts.on_data_loss,
-            receive_timeout_seconds=opts.receive_timeout_seconds,
-            prefetch=opts.prefetch,
-            max_readers_per_partition=opts.max_readers_per_partition,
-            run_timeout_seconds=opts.run_timeout_seconds,
+        try:
+            eventhub = getattr(resources, keys.eventhub)
+            store = getattr(resources, keys.partition_store)
+            sink = getattr(resources, keys.sink)
+            replay = config.replay_spec(targets)
+            sink_settings = sink.settings()
+            ingest_config = IngestConfig(
+                eventhub=eventhub.settings(),
+                store=store.settings(),
+                sink=sink_settings,
+                strategy=opts.strategy,
+                max_events_per_partition=config.max_events_per_partition
+                or opts.max_events_per_partition,
+                lease_expiry_seconds=opts.lease_expiry_seconds,
+                on_data_loss=opts.on_data_loss,
+                receive_timeout_seconds=opts.receive_timeout_seconds,
+                prefetch=opts.prefetch,
+                max_readers_per_partition=opts.max_readers_per_partition,
+                run_timeout_seconds=opts.run_timeout_seconds,
+            )
+            spark = getattr(resources, keys.pyspark).spark_session
+            context.log.info(
+                f"run {context.run.run_id} ingesting "
+                f"{ingest_config.eventhub.hub_ref().describe()} partitions {targets} "
+                f"(strategy {opts.strategy}{', replay' if replay else ''})"
+            )
+            report: RunReport = run_ingestion(
+                ingest_config,
+                spark,
+                owner_id=context.run.run_id,
+                partition_ids=targets,
+                replay=replay,
+                is_owner_dead=dagster_run_is_dead(context.instance),
+                log=context.log,
+            )
+        except EventHubIngestError as exc:
+            if exc.retryable:
+                raise  # the RetryPolicy retries it, with backoff
+            raise dg.Failure(
+                description=f"{type(exc).__name__}: {exc}",
+                metadata={"retryable": False, "error": type(exc).__name__},
+                allow_retries=False,
+            ) from exc
+        explicit = RUNNER_TAG not in context.run.tags
+        materialized = context.instance.get_materialized_partitions(asset_key)
+        done = materialization_plan(
+            targets,
+            report.partitions,
+            complete=report.complete,
+            explicit_request=explicit,
+            never_materialized={p for p in targets if p not in materialized},
         )
-        context.log.info(
-            f"run {context.run.run_id} ingesting {ingest_config.eventhub.hub_ref().describe()} "
-            f"partitions {targets} (strategy {opts.strategy}"
-            f"{', replay' if replay else ''})"
-        )
-        report: RunReport = run_ingestion(
-            ingest_config,
-            spark,
-            owner_id=context.run.run_id,
-            partition_ids=targets,
-            replay=replay,
-            is_owner_dead=dagster_run_is_dead(context.instance),
-            log=context.log,
-        )
-        done = [
-            pid
-            for pid in targets
-            if pid in report.partitions and (report.partitions[pid].up_to_date or report.complete)
-        ]
         for pid in done:
             yield dg.AssetMaterialization(
                 asset_key=asset_key,
@@ -360,13 +374,31 @@ def build_eventhub_ingest_asset(
                     report.partitions[pid],
                     output_location=report.output_location,
                     replay=replay is not None,
+                    sink_table=sink_settings.table,
                 ),
             )
-        if check_specs:
-            yield lag_check_result(
-                asset_key, opts, {pid: report.partitions.get(pid) for pid in targets}
+        if opts.has_lag_check:
+            # Every partition, measured now: keys outside this run's subset are judged too.
+            yield measure_lag(
+                asset_key,
+                opts,
+                ingest_config.eventhub,
+                store.store(ingest_config.eventhub.hub_ref()),
+                partition_ids=partition_ids,
+                lease_expiry_seconds=opts.lease_expiry_seconds,
             )
-        missing = [pid for pid in targets if pid not in done]
+        quiet = [p for p in targets if p not in done and p in report.partitions]
+        if quiet and report.complete:
+            context.log.info(
+                f"up to date without a new batch from this run (no materialization, so plots "
+                f"show one point per batch): partition ids {', '.join(quiet)}"
+            )
+        missing = [
+            pid
+            for pid in targets
+            if pid not in report.partitions
+            or not (report.partitions[pid].up_to_date or report.complete)
+        ]
         if missing or not report.complete:
             raise dg.Failure(
                 description=(

@@ -1,22 +1,39 @@
-"""The lag check: after each run, every partition's lag is within a threshold.
+"""The lag check: every partition of the hub is within a threshold, measured from the hub.
 
-Lag is what the run measured when it finished: events enqueued in the hub after the checkpoint
-(``lag_events``) and how long the oldest of them has waited (``lag_seconds``). The check is
-declared on the ingestion asset (``check_specs``) and evaluated by every run, so its history in
-the UI follows the schedule; it fails when a run was bounded (``max_events_per_partition``) or
-outpaced by producers.
+The check asks the hub for each partition's last enqueued event (one properties call per
+partition, concurrently) and the store for the checkpoints (one list call), the same cheap read
+as ``ehingest status`` (:func:`ops.status.partition_status`); a lagging partition costs one
+single-event receive for its age. It is declared on the ingestion asset (``check_specs``), and:
+
+* every ingestion run evaluates it when it finishes;
+* a sensor (:func:`build_lag_sensor`) evaluates it on its own interval without launching a run,
+  so lag stays reported when no ingestion runs (a stopped schedule, a stuck deployment);
+* it covers every partition, not only a run's keys: a subset backfill cannot leave the others
+  looking green.
+
+Its metadata is the asset-level summary the Overview shows: total lag, how many partitions are
+behind and which (labelled as ids), the worst age in whole seconds, and one row per partition.
 """
 
-from __future__ import annotations
-
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import dagster as dg
 
-from ops.run import PartitionReport
+from dagster_project.metadata import label_ids, round_seconds
+from resources.errors import EventHubIngestError
+from resources.settings import EventHubSettings
+from resources.store import PartitionStore
 
-__all__ = ["LAG_CHECK_NAME", "LagThresholds", "lag_check_description", "lag_check_result"]
+__all__ = [
+    "LAG_CHECK_NAME",
+    "LagThresholds",
+    "build_lag_sensor",
+    "lag_check_description",
+    "lag_check_result",
+    "lag_check_spec",
+    "measure_lag",
+]
 
 LAG_CHECK_NAME = "lag_within_threshold"
 
@@ -29,43 +46,67 @@ class LagThresholds(Protocol):
     lag_check_severity: Literal["WARN", "ERROR"]
 
 
+class _Lag(Protocol):
+    lag_events: int | None
+    lag_seconds: float | None
+
+
 def lag_check_result(
     asset_key: dg.AssetKey,
     options: LagThresholds,
-    reports: Mapping[str, PartitionReport | None],
+    reports: Mapping[str, _Lag | None],
+    *,
+    checkpoints: Mapping[str, int | None] | None = None,
 ) -> dg.AssetCheckResult:
-    """Pass iff every partition's lag after the run is within the thresholds.
+    """Pass iff every partition's lag is within the thresholds.
 
-    A partition without a report (the run did not get to it) counts as over the threshold.
+    ``reports`` maps partition id to anything with ``lag_events`` / ``lag_seconds`` (a
+    :class:`ops.status.PartitionStatus` or :class:`ops.run.PartitionReport`); a partition
+    without one (not measured) counts as over the threshold.
     """
-    per_partition: dict[str, dict[str, float | int | None]] = {}
     over: list[str] = []
-    for pid, maybe in reports.items():
-        rep = maybe or PartitionReport(partition_id=pid)
-        per_partition[pid] = {"lag_events": rep.lag_events, "lag_seconds": rep.lag_seconds}
+    behind: list[str] = []
+    rows = ["| partition | checkpoint | lag events | lag seconds |", "|---|---|---|---|"]
+    for pid, rep in reports.items():
+        events = rep.lag_events if rep else None
+        seconds = round_seconds(rep.lag_seconds) if rep else None
+        if events:
+            behind.append(pid)
         if (
             options.max_lag_events is not None
-            and (rep.lag_events is None or rep.lag_events > options.max_lag_events)
+            and (events is None or events > options.max_lag_events)
         ) or (
             options.max_lag_seconds is not None
-            and (rep.lag_seconds is None or rep.lag_seconds > options.max_lag_seconds)
+            and (seconds is None or seconds > options.max_lag_seconds)
         ):
             over.append(pid)
+        cp = (checkpoints or {}).get(pid)
+        rows.append(
+            f"| {pid} | {'-' if cp is None else cp} | {'?' if events is None else events} | "
+            f"{'?' if seconds is None else seconds} |"
+        )
     lags = [r.lag_events for r in reports.values() if r and r.lag_events is not None]
     secs = [r.lag_seconds for r in reports.values() if r and r.lag_seconds is not None]
     metadata: dict[str, Any] = {
-        "partitions_over_threshold": dg.MetadataValue.text(", ".join(over) or "none"),
+        "total_lag_events": dg.MetadataValue.int(sum(lags)),
+        "partitions_behind": dg.MetadataValue.int(len(behind)),
+        "partition_ids_behind": dg.MetadataValue.text(label_ids(behind)),
+        "partition_ids_over_threshold": dg.MetadataValue.text(label_ids(over)),
         "max_lag_events": dg.MetadataValue.int(max(lags)) if lags else None,
-        "max_lag_seconds": dg.MetadataValue.float(float(max(secs))) if secs else None,
+        "max_lag_seconds": dg.MetadataValue.int(round(max(secs))) if secs else None,
         "threshold_events": options.max_lag_events,
         "threshold_seconds": options.max_lag_seconds,
-        "lag_per_partition": dg.MetadataValue.json(per_partition),
+        "partitions": dg.MetadataValue.md("\n".join(rows)),
     }
     return dg.AssetCheckResult(
         asset_key=asset_key,
         check_name=LAG_CHECK_NAME,
         passed=not over,
         severity=dg.AssetCheckSeverity(options.lag_check_severity),
+        description=(
+            f"{len(behind)} of {len(reports)} partitions behind, {sum(lags)} events in total"
+            + (f"; over the threshold: {label_ids(over)}" if over else "")
+        ),
         metadata={k: v for k, v in metadata.items() if v is not None},
     )
 
@@ -77,4 +118,108 @@ def lag_check_description(max_lag_events: int | None, max_lag_seconds: float | N
         parts.append(f"<= {max_lag_events} events")
     if max_lag_seconds is not None:
         parts.append(f"<= {max_lag_seconds:g} s")
-    return "Lag after the run, per partition, is " + " and ".join(parts)
+    return (
+        "Lag of every hub partition, measured from the hub and the checkpoints, is "
+        + " and ".join(parts)
+    )
+
+
+def measure_lag(
+    asset_key: dg.AssetKey,
+    options: LagThresholds,
+    eventhub: EventHubSettings,
+    store: PartitionStore,
+    *,
+    partition_ids: Sequence[str] | None,
+    lease_expiry_seconds: float,
+) -> dg.AssetCheckResult:
+    """The lag check's result, measured now from the hub and the checkpoints (no ingestion)."""
+    from ops.hub import SdkHubClient
+    from ops.status import partition_status
+
+    try:
+        rows = partition_status(
+            store,
+            SdkHubClient(eventhub),
+            lease_expiry_seconds=lease_expiry_seconds,
+            partition_ids=list(partition_ids) if partition_ids else None,
+        )
+    except EventHubIngestError as exc:
+        # Not measurable is not "within the threshold": fail the check with the reason.
+        return dg.AssetCheckResult(
+            asset_key=asset_key,
+            check_name=LAG_CHECK_NAME,
+            passed=False,
+            severity=dg.AssetCheckSeverity(options.lag_check_severity),
+            description=f"lag not measured: {type(exc).__name__}: {exc}",
+        )
+    return lag_check_result(
+        asset_key,
+        options,
+        {r.partition_id: r for r in rows},
+        checkpoints={r.partition_id: r.checkpoint for r in rows},
+    )
+
+
+def lag_check_spec(asset_key: dg.AssetKey, options: LagThresholds) -> dg.AssetCheckSpec:
+    """The check as declared on the asset (evaluated by every ingestion run)."""
+    return dg.AssetCheckSpec(
+        LAG_CHECK_NAME,
+        asset=asset_key,
+        description=lag_check_description(options.max_lag_events, options.max_lag_seconds),
+    )
+
+
+def build_lag_sensor(
+    asset_key: dg.AssetKey,
+    options: LagThresholds,
+    *,
+    eventhub_key: str,
+    partition_store_key: str,
+    partition_ids: Sequence[str] | None,
+    lease_expiry_seconds: float,
+    every_minutes: float = 5,
+    running: bool = True,
+) -> dg.SensorDefinition:
+    """A sensor evaluating the lag check every ``every_minutes`` without launching a run.
+
+    It reports an ``AssetCheckEvaluation`` for the asset's lag check (``SensorResult
+    .asset_events``): one properties call per partition and one list call on the store, so lag
+    stays current while no ingestion runs (a stopped schedule shows as a red check).
+    """
+
+    @dg.sensor(
+        name=f"{asset_key.to_python_identifier()}_lag",
+        minimum_interval_seconds=max(30, round(every_minutes * 60)),
+        required_resource_keys={eventhub_key, partition_store_key},
+        default_status=(
+            dg.DefaultSensorStatus.RUNNING if running else dg.DefaultSensorStatus.STOPPED
+        ),
+        description="Evaluates the lag check from the hub and the checkpoints, without a run.",
+    )
+    def _lag(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        eventhub = getattr(context.resources, eventhub_key).settings()
+        store = getattr(context.resources, partition_store_key).store(eventhub.hub_ref())
+        result = measure_lag(
+            asset_key,
+            options,
+            eventhub,
+            store,
+            partition_ids=partition_ids,
+            lease_expiry_seconds=lease_expiry_seconds,
+        )
+        context.log.info(f"{LAG_CHECK_NAME}: {result.description}")
+        return dg.SensorResult(
+            asset_events=[
+                dg.AssetCheckEvaluation(
+                    asset_key=asset_key,
+                    check_name=LAG_CHECK_NAME,
+                    passed=result.passed,
+                    metadata=result.metadata,
+                    severity=result.severity,
+                    description=result.description,
+                )
+            ]
+        )
+
+    return _lag

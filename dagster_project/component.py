@@ -24,6 +24,7 @@ shows the variable's name, never its value.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
@@ -31,6 +32,8 @@ import dagster as dg
 from pydantic import Field, field_validator
 
 from dagster_project.assets import IngestOptions, ResourceKeys, build_eventhub_ingest_asset
+from dagster_project.checks import build_lag_sensor
+from dagster_project.metadata import definition_metadata
 from dagster_project.resources import (
     EventHubConnectionString,
     EventHubIdentity,
@@ -190,6 +193,12 @@ class LagCheckModel(dg.Resolvable, dg.Model):
     max_lag_events: int | None = Field(default=None, description="Max events behind the hub.")
     max_lag_seconds: float | None = Field(default=None, description="Max age of unread events.")
     severity: Literal["WARN", "ERROR"] = Field(default="WARN", description="Severity on failure.")
+    every_minutes: float = Field(
+        default=5,
+        description="A sensor also evaluates the check this often, from the hub and the "
+        "checkpoints without a run, so lag is reported while no ingestion runs.",
+    )
+    running: bool = Field(default=True, description="Start the check's sensor switched on.")
 
 
 def _resolve_partitions(context: dg.ResolutionContext, value: Any) -> list[str] | None:
@@ -251,6 +260,16 @@ class EventHubIngestComponent(dg.Component, dg.Model, dg.Resolvable):
         default=None,
         description="UI backfills: None = one run per contiguous range; N = runs of <= N keys.",
     )
+    pool: str | None = Field(
+        default="eventhub_ingest",
+        description="Dagster concurrency pool of the ingestion step; set its limit on the "
+        "instance to at least schedule.runs.",
+    )
+    freshness_fail_minutes: float | None = Field(
+        default=None,
+        description="Freshness policy: fail when no batch landed for this long (default: three "
+        "schedule periods when a schedule is set).",
+    )
     schedule: ScheduleModel | None = Field(default=None, description="Scheduled runs (optional).")
     lag_check: LagCheckModel | None = Field(default=None, description="Lag check (optional).")
     spark_config: dict[str, str] = Field(
@@ -282,6 +301,8 @@ class EventHubIngestComponent(dg.Component, dg.Model, dg.Resolvable):
             max_lag_seconds=lag.max_lag_seconds,
             lag_check_severity=lag.severity,
             run_timeout_seconds=self.run_timeout_seconds,
+            pool=self.pool,
+            freshness_fail_minutes=self.freshness_fail_minutes,
         )
         return build_eventhub_ingest_defs(
             key=self.asset_key.split("/"),
@@ -296,6 +317,8 @@ class EventHubIngestComponent(dg.Component, dg.Model, dg.Resolvable):
             schedule=self.schedule,
             partition_sync_interval_seconds=self.partition_sync_interval_seconds,
             backfill_max_partitions_per_run=self.backfill_max_partitions_per_run,
+            lag_check_every_minutes=lag.every_minutes,
+            lag_check_running=lag.running,
         )
 
 
@@ -313,6 +336,8 @@ def build_eventhub_ingest_defs(
     schedule: ScheduleModel | None = None,
     partition_sync_interval_seconds: int = 300,
     backfill_max_partitions_per_run: int | None = None,
+    lag_check_every_minutes: float = 5,
+    lag_check_running: bool = False,
 ) -> dg.Definitions:
     """Everything for one hub in Python: asset (+ lag check), job, schedule, sensor, resources.
 
@@ -331,18 +356,37 @@ def build_eventhub_ingest_defs(
     """
     asset_key = dg.AssetKey.from_coercible(key)
     keys = ResourceKeys.prefixed(asset_key.to_python_identifier())
+    opts = options or IngestOptions()
+    if schedule is not None and opts.freshness_fail_minutes is None:
+        # Fresh means a batch landed within three schedule periods.
+        opts = dataclasses.replace(opts, freshness_fail_minutes=3.0 * schedule.every_minutes)
     asset = build_eventhub_ingest_asset(
         key=asset_key,
         partition_ids=partition_ids,
-        options=options,
+        options=opts,
         resource_keys=keys,
         group_name=group_name,
         description=description,
         backfill_max_partitions_per_run=backfill_max_partitions_per_run,
+        metadata=definition_metadata(sink.path, sink.table),
     )
     assert asset.partitions_def is not None
     job = build_ingest_job(asset)
     schedules = []
+    sensors = []
+    if opts.has_lag_check:
+        sensors.append(
+            build_lag_sensor(
+                asset_key,
+                opts,
+                eventhub_key=keys.eventhub,
+                partition_store_key=keys.partition_store,
+                partition_ids=partition_ids,
+                lease_expiry_seconds=opts.lease_expiry_seconds,
+                every_minutes=lag_check_every_minutes,
+                running=lag_check_running,
+            )
+        )
     if schedule is not None:
         schedules.append(
             build_ingest_schedule(
@@ -354,7 +398,6 @@ def build_eventhub_ingest_defs(
                 running=schedule.running,
             )
         )
-    sensors = []
     if isinstance(asset.partitions_def, dg.DynamicPartitionsDefinition):
         sensors.append(
             build_partition_sync_sensor(

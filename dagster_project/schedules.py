@@ -4,6 +4,9 @@ Each of the K runs targets every partition key (one run over the whole key range
 the partition store as peers, split the partitions by the configured balancing strategy, and each
 stays until all keys are up to date; so K > 1 adds read parallelism without a coordinator, and a
 run that dies is covered by the others.
+
+A tick is skipped while runs of an earlier tick are still going (a backlog larger than one
+period): piling more runs on would only make them wait for each other's leases.
 """
 
 from __future__ import annotations
@@ -12,11 +15,19 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
+from dagster_project.assets import RUNNER_TAG
 from resources.errors import ConfigurationError
 
 __all__ = ["RUNNER_TAG", "build_ingest_job", "build_ingest_schedule", "every_minutes_cron"]
 
-RUNNER_TAG = "ehingest/runner"
+#: Runs that have not finished yet (a tick is skipped while any of the schedule's is one).
+UNFINISHED = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
 
 
 def every_minutes_cron(minutes: int) -> str:
@@ -67,21 +78,39 @@ def build_ingest_schedule(
     if runs < 1:
         raise ConfigurationError(f"schedule runs: {runs} must be >= 1 (parallel runs per tick)")
     cron = cron_schedule or every_minutes_cron(every_minutes)
+    schedule_name = name or f"{job.name}_schedule"
 
     @dg.schedule(
-        name=name or f"{job.name}_schedule",
+        name=schedule_name,
         cron_schedule=cron,
         job=job,
         default_status=(
             dg.DefaultScheduleStatus.RUNNING if running else dg.DefaultScheduleStatus.STOPPED
         ),
-        description=f"{runs} run(s) over every partition, on '{cron}'",
+        description=(
+            f"{runs} run(s) over every partition, on '{cron}'; a tick is skipped while the "
+            "previous tick's runs are still going"
+        ),
     )
     def _schedule(context: dg.ScheduleEvaluationContext) -> list[dg.RunRequest] | dg.SkipReason:
         keys = partitions_def.get_partition_keys(dynamic_partitions_store=context.instance)
         if not keys:
             return dg.SkipReason(
                 "no partitions yet: the partition sensor adds them from the hub on its first tick"
+            )
+        running = context.instance.get_run_records(
+            dg.RunsFilter(
+                job_name=job.name,
+                statuses=UNFINISHED,
+                tags={"dagster/schedule_name": schedule_name},
+            ),
+            limit=runs,
+        )
+        if running:
+            ids = ", ".join(r.dagster_run.run_id[:8] for r in running)
+            return dg.SkipReason(
+                f"{len(running)} run(s) of an earlier tick still going ({ids}); skipping this "
+                "tick so runs do not pile up"
             )
         tick_id = (context.scheduled_execution_time or datetime.now(UTC)).isoformat()
         return [

@@ -118,6 +118,14 @@ class SparkIngestor:
             return os.path.abspath(self.sink.path)
         return self.sink.path or self.sink.table
 
+    def task_counts(self) -> tuple[int, int] | None:
+        """(completed, total) Spark tasks of the read in flight; None under Spark Connect."""
+        if self._spark is None:
+            return None
+        from ops.progress import spark_task_counts
+
+        return spark_task_counts(self._spark)
+
     def batch_written(self, partition_id: str, start: int, end: int) -> bool | None:
         """Whether the batch of ``[start, end]`` is in the sink (None: cannot tell)."""
         from ops.write import batch_in_sink, batch_key

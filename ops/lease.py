@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
-from resources.errors import EventHubIngestError, OwnershipLostError
+from resources.errors import EventHubIngestError, OwnershipLostError, redact
 from resources.store import Ownership, PartitionStore
 
 __all__ = ["LeaseKeeper"]
@@ -29,6 +29,8 @@ class LeaseKeeper:
         owner_id: this run's owner id (for log lines).
         interval: seconds between renewals (a third of the lease expiry is a good value).
         on_tick: called on every renewal tick (e.g. an owner heartbeat); errors are logged.
+        warn: also receives every warning line (e.g. Dagster's ``context.log.warning``, so lost
+            leases and failed renewals show in the run's event log).
     """
 
     def __init__(
@@ -37,11 +39,13 @@ class LeaseKeeper:
         owner_id: str,
         interval: float,
         on_tick: Callable[[], None] | None = None,
+        warn: Callable[[str], None] | None = None,
     ) -> None:
         self.store = store
         self.owner_id = owner_id
         self.interval = interval
         self.on_tick = on_tick
+        self._warn = warn
         self._held: dict[str, Ownership] = {}
         self.lost: set[str] = set()
         self._lock = threading.RLock()
@@ -104,12 +108,18 @@ class LeaseKeeper:
     def _forget(self, partition_id: str) -> None:
         self._held.pop(partition_id, None)
         self.lost.add(partition_id)
-        logger.warning(
-            "lease lost hub=%s partition=%s owner=%s",
-            self.store.hub.describe(),
-            partition_id,
-            self.owner_id,
+        self._warning(
+            f"lease lost hub={self.store.hub.describe()} partition={partition_id} "
+            f"owner={self.owner_id}: another owner took it; this run drops the partition"
         )
+
+    def _warning(self, msg: str, exc_info: bool = False) -> None:
+        logger.warning(msg, exc_info=exc_info)
+        if self._warn is not None:
+            try:
+                self._warn(msg)
+            except Exception:  # a log sink failing must not stop lease renewal
+                logger.debug("warn callback failed", exc_info=True)
 
     def release(self, partition_id: str) -> None:
         """Give one lease up (a lost race here is fine: someone else has it)."""
@@ -119,11 +129,9 @@ class LeaseKeeper:
                 try:
                     self.store.release(own)
                 except EventHubIngestError:
-                    logger.warning(
-                        "release failed hub=%s partition=%s owner=%s; it will expire",
-                        self.store.hub.describe(),
-                        partition_id,
-                        self.owner_id,
+                    self._warning(
+                        f"release failed hub={self.store.hub.describe()} "
+                        f"partition={partition_id} owner={self.owner_id}; it will expire",
                         exc_info=True,
                     )
 
@@ -139,14 +147,13 @@ class LeaseKeeper:
                 self.apply(pid, self.store.renew)
             except OwnershipLostError:
                 pass  # already logged and forgotten; the run drops the partition
-            except Exception:
+            except Exception as exc:
                 # A transient store error: keep the lease and retry next tick; it only expires
                 # if renewals keep failing for the whole expiry.
-                logger.warning(
-                    "renew failed hub=%s partition=%s owner=%s",
-                    self.store.hub.describe(),
-                    pid,
-                    self.owner_id,
+                self._warning(
+                    f"renew failed hub={self.store.hub.describe()} partition={pid} "
+                    f"owner={self.owner_id}: {type(exc).__name__}: {redact(str(exc))[:300]}; "
+                    "retrying at the next tick",
                     exc_info=True,
                 )
 

@@ -37,6 +37,7 @@ from ops.plan import (
     sink_layout,
     snapshot_bound,
 )
+from ops.progress import ProgressFn, ReadTicker, RunProgress, progress_targets
 from resources.errors import (
     CheckpointAheadError,
     CheckpointRegressionError,
@@ -173,6 +174,8 @@ class PartitionReport:
     (``"unknown"`` when a peer did it between two looks). ``skipped_ranges`` are inclusive
     ranges lost to retention and passed over (``on_data_loss: skip``). ``checkpoint_reset``
     says why and from where this run reset the checkpoint (``on_checkpoint_ahead``).
+    ``replayed_intents`` are pending ranges another owner recorded and this run replayed:
+    ``(start, end, owner)``.
     """
 
     partition_id: str
@@ -192,6 +195,7 @@ class PartitionReport:
     up_to_date: bool = False
     last_enqueued_sequence_number: int | None = None
     ranges_written: list[tuple[int, int]] = field(default_factory=list)
+    replayed_intents: list[tuple[int, int, str]] = field(default_factory=list)
 
     def add(self, result: RangeResult, owner_id: str) -> None:
         """Fold one written range into the report."""
@@ -281,6 +285,10 @@ class _Log:
 
     def warning(self, msg: str) -> None:
         logger.warning(msg)
+        self.extra_warning(msg)
+
+    def extra_warning(self, msg: str) -> None:
+        """Only to ``context.log`` (for lines another module already logged itself)."""
         if self.extra is not None:
             self.extra.warning(msg)
 
@@ -297,6 +305,10 @@ class Processor:
         claim: the claim cycle (``ops.balancing``); gets the unsatisfied targets.
         heartbeat: called with every lease renewal (an owner heartbeat), optional.
         log: Dagster's ``context.log`` or None.
+        on_progress: receives a :class:`ops.progress.RunProgress` at the snapshot, every
+            ``progress_interval`` seconds while Spark reads (also logged), and after each
+            checkpoint.
+        progress_interval: seconds between progress updates during a read (0: none).
         sleep / monotonic: injectable for tests.
     """
 
@@ -311,6 +323,8 @@ class Processor:
         claim: ClaimFn,
         heartbeat: Callable[[], None] | None = None,
         log: Any = None,
+        on_progress: ProgressFn | None = None,
+        progress_interval: float = 10.0,
         sleep: Callable[[float], None] = time.sleep,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -333,6 +347,10 @@ class Processor:
         self._resets: dict[str, str] = {}
         self._hub_created: int | None = None
         self._layout = sink_layout(config.sink.format, config.sink.partition_by)
+        self.on_progress = on_progress
+        self.progress_interval = progress_interval
+        self._started = time.monotonic()
+        self.progress = RunProgress(owner_id, "starting", 0.0)
 
     # -- public --------------------------------------------------------------------------------
     def run(self, partition_ids: Sequence[str] | None = None) -> RunReport:
@@ -371,12 +389,17 @@ class Processor:
                 f"checkpoint={self._last_cp[p]} last_enqueued="
                 f"{infos[p].last_enqueued_sequence_number} bound={bounds[p].target}"
             )
+        self.progress.partitions = progress_targets(
+            {p: bounds[p].target for p in targets}, dict(self._last_cp)
+        )
+        self._emit("snapshot")
         cycles = 0
         keeper = LeaseKeeper(
             self.store,
             self.owner_id,
             interval=max(self.config.lease_expiry_seconds / 3, 0.05),
             on_tick=self.heartbeat,
+            warn=self.log.extra_warning,
         )
         deadline = (
             self.monotonic() + self.config.run_timeout_seconds
@@ -395,6 +418,8 @@ class Processor:
                         for p in targets
                         if p in self._resets or not _satisfied(bounds[p], cps.get(p))
                     ]
+                    for p in targets:
+                        self.progress.partitions[p].done = p not in pending
                     if not pending:
                         break
                     claimed = self._claim_all(pending)
@@ -417,6 +442,7 @@ class Processor:
             finally:
                 # Pending intents stay on the blobs: whoever claims next replays them.
                 keeper.release_all()
+        self._emit("finished")
         return self._final_report(targets, bounds, infos, reports, cycles, started, replay=False)
 
     def replay(self, spec: ReplaySpec, partition_ids: Sequence[str] | None = None) -> RunReport:
@@ -441,6 +467,9 @@ class Processor:
         reports = {p: PartitionReport(p) for p in targets}
         for pid, gap in skipped.items():
             reports[pid].skipped_ranges.append(gap)
+        self.progress.partitions = progress_targets(
+            {p: ranges[p][1] for p in ranges}, {p: ranges[p][0] - 1 for p in ranges}
+        )
         for pid, (start, end) in ranges.items():
             reports[pid].snapshot_end_sequence_number = end
             self.log.info(
@@ -450,6 +479,10 @@ class Processor:
         results = self._ingest(ranges) if ranges else {}
         for pid, result in results.items():
             reports[pid].add(result, self.owner_id)
+            self.progress.partitions[pid].landed_events += result.events
+            self.progress.partitions[pid].reading = None
+            self.progress.partitions[pid].done = True
+        self._emit("finished")
         for pid in targets:
             reports[pid].up_to_date = pid not in ranges or pid in results
         report = self._final_report(targets, {}, infos, reports, 1, started, replay=True)
@@ -485,6 +518,7 @@ class Processor:
     ) -> None:
         sdk = self.store.list_sdk_checkpoints()
         steps: dict[str, Step] = {}
+        replayed: dict[str, tuple[int, int, str]] = {}
         for pid, own in claimed.items():
             try:
                 sdk_cp = sdk.get(pid)
@@ -497,6 +531,8 @@ class Processor:
                 keeper.release(pid)
                 continue
             steps[pid] = step
+            if step.kind == "replay" and own.intent is not None:
+                replayed[pid] = (step.start, step.end, own.intent.owner_id or "")
         fault_point("after_intent")
         ranges = {p: (s.start, s.end) for p, s in steps.items() if s.kind in ("read", "replay")}
         # Replays of intents whose head expired: read what is left, under the intent's key.
@@ -548,12 +584,19 @@ class Processor:
                 )
             if pid in results:
                 report.add(results[pid], self.owner_id)
+            progress = self.progress.partitions.get(pid)
+            if progress is not None:
+                progress.landed_events += results[pid].events if pid in results else 0
+                progress.reading = None
+            if pid in replayed:
+                report.replayed_intents.append(replayed[pid])
             self.log.info(
                 f"ingested hub={self.hub_desc} partition={pid} owner={self.owner_id} "
                 f"{step.kind}=[{step.start}, {step.end}] events="
                 f"{results[pid].events if pid in results else 0} checkpoint={end}"
             )
         fault_point("after_checkpoint")
+        self._emit("checkpointed")
 
     def _checkpointer(self, end: int, offset: str | None) -> Callable[[Ownership], Ownership]:
         return lambda own: self.store.checkpoint(own, end, offset, hub_created_ms=self._hub_created)
@@ -710,12 +753,17 @@ class Processor:
     def _ingest(
         self, ranges: Mapping[str, tuple[int, int]], expired: Mapping[str, int] | None = None
     ) -> dict[str, RangeResult]:
+        for pid, rng in ranges.items():
+            if pid in self.progress.partitions:
+                self.progress.partitions[pid].reading = rng
+        self._emit("reading")
         timer = fault_timer("mid_read")
         try:
-            if expired:
-                results = self.ingestor.ingest(ranges, expired_before=expired)
-            else:
-                results = self.ingestor.ingest(ranges)
+            with ReadTicker(self.progress_interval, lambda: self._emit("reading", log=True)):
+                if expired:
+                    results = self.ingestor.ingest(ranges, expired_before=expired)
+                else:
+                    results = self.ingestor.ingest(ranges)
         finally:
             if timer is not None:
                 timer.cancel()
@@ -733,6 +781,22 @@ class Processor:
         return results
 
     # -- bookkeeping ---------------------------------------------------------------------------
+    def _emit(self, phase: str, *, log: bool = False) -> None:
+        """Send the current progress to ``on_progress`` (and the log during long reads)."""
+        self.progress.phase = phase
+        self.progress.elapsed_seconds = time.monotonic() - self._started
+        counts = getattr(self.ingestor, "task_counts", None)
+        self.progress.spark_tasks = counts() if phase == "reading" and counts else None
+        if log:
+            self.log.info(
+                f"progress hub={self.hub_desc} owner={self.owner_id}: {self.progress.line()}"
+            )
+        if self.on_progress is not None:
+            try:
+                self.on_progress(self.progress)
+            except Exception:  # a broken progress display must not fail the run
+                logger.debug("on_progress failed", exc_info=True)
+
     def _targets(self, partition_ids: Sequence[str] | None) -> list[str]:
         if partition_ids:
             targets = list(dict.fromkeys(str(p) for p in partition_ids))
@@ -909,6 +973,8 @@ def run_ingestion(
     is_owner_dead: Callable[[str], bool] | None = None,
     log: Any = None,
     spark_factory: Callable[[], SparkSession] | None = None,
+    on_progress: ProgressFn | None = None,
+    progress_interval: float = 10.0,
 ) -> RunReport:
     """Bring ``partition_ids`` (default: all) up to their snapshot bound, exactly once.
 
@@ -924,6 +990,8 @@ def run_ingestion(
         log: Dagster's ``context.log`` (progress lines also go to this module's logger).
         spark_factory: starts a session when ``spark`` is None and there is something to read
             (default: ``resources.spark_session.local_spark_session``).
+        on_progress / progress_interval: live progress (:mod:`ops.progress`); during a read
+            it is also written to ``log`` every ``progress_interval`` seconds.
 
     Returns:
         The run report; ``complete`` is True iff every target reached its bound.
@@ -963,14 +1031,32 @@ def run_ingestion(
     )
     if replay is not None:
         processor = Processor(
-            config, store, hub, ingestor, owner_id=owner_id, claim=lambda targets: {}, log=log
+            config,
+            store,
+            hub,
+            ingestor,
+            owner_id=owner_id,
+            claim=lambda targets: {},
+            log=log,
+            on_progress=on_progress,
+            progress_interval=progress_interval,
         )
         return processor.replay(replay, partition_ids)
     from ops.balancing import delete_heartbeat, join
 
     joined_at: list[float] = []
     claim = _default_claim(config, store, owner_id, is_owner_dead, joined_at)
-    processor = Processor(config, store, hub, ingestor, owner_id=owner_id, claim=claim, log=log)
+    processor = Processor(
+        config,
+        store,
+        hub,
+        ingestor,
+        owner_id=owner_id,
+        claim=claim,
+        log=log,
+        on_progress=on_progress,
+        progress_interval=progress_interval,
+    )
     try:
         if config.join_grace_seconds > 0:
             # Announce this owner first: the join grace then runs while the hub is snapshotted.

@@ -63,6 +63,16 @@ def test_run_and_status_from_the_command_line(
         "checkpoint",
     ]
 
+    # --json: the report for scripts and Airflow; progress went to stderr as plain lines.
+    rest = ehingest("run", "--config", str(path), "--owner", "cli-2", "--json", env=env)
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    data = json.loads(rest.stdout)
+    assert data["complete"] is True and data["owner_id"] == "cli-2" and data["events"] == 4
+    assert data["partitions"]["0"]["checkpoint_sequence_number"] == 11
+    assert data["partitions"]["1"]["first_sequence_number"] == 10
+    assert "progress 0%: snapshot: 0/4 events landed" in rest.stderr
+    assert "progress 100%: finished: 4/4 events landed; 2/2 partitions up to date" in rest.stderr
+
     unknown = ehingest("run", "--config", str(path), "--partition", "7", env=env)
     assert unknown.returncode == 2 and "valid partition ids: 0, 1" in unknown.stderr
 

@@ -24,6 +24,7 @@ from dagster_project.assets import (
 )
 from dagster_project.checks import LAG_CHECK_NAME, lag_check_result
 from dagster_project.component import EventHubIngestComponent
+from dagster_project.metadata import materialization_plan, partition_metadata
 from dagster_project.resources import EventHubResource
 from dagster_project.schedules import (
     RUNNER_TAG,
@@ -78,8 +79,22 @@ def test_component_from_yaml_coerces_partition_ids_and_builds_everything() -> No
     assert asset.partitions_def.get_partition_keys() == ["0", "1", "2", "10"]
     assert asset.backfill_policy == dg.BackfillPolicy.single_run()
     assert dg.AssetCheckKey(asset.key, LAG_CHECK_NAME) in asset.check_keys
+    # Besides every ingestion run, a sensor evaluates the lag check without a run.
+    lag_sensor = defs.resolve_sensor_def("raw__telemetry_lag")
+    assert lag_sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    assert lag_sensor.minimum_interval_seconds == 300
     schedule = defs.resolve_schedule_def("raw__telemetry_job_schedule")
     assert schedule.cron_schedule == "*/10 * * * *"
+    # Retries with backoff, a concurrency pool, a freshness policy of 3 periods, standard
+    # definition metadata.
+    assert asset.op.retry_policy is not None and asset.op.retry_policy.max_retries == 3
+    assert asset.op.retry_policy.backoff == dg.Backoff.EXPONENTIAL
+    assert asset.op.pool == "eventhub_ingest"
+    spec = next(iter(asset.specs))
+    assert spec.freshness_policy is not None
+    assert spec.freshness_policy.fail_window.to_timedelta().total_seconds() == 30 * 60
+    assert spec.metadata["dagster/uri"] == "/tmp/out"
+    assert isinstance(spec.metadata["dagster/column_schema"], dg.TableSchema)
     assert set(defs.resources or {}) == {
         "raw__telemetry_eventhub",
         "raw__telemetry_partition_store",
@@ -202,6 +217,33 @@ def test_schedule_launches_k_runs_each_over_every_partition(
         assert request.tags[RUNNER_TAG] == f"{i}/3"
 
 
+def test_schedule_skips_a_tick_while_the_previous_ticks_runs_are_going(
+    dagster_instance: dg.DagsterInstance,
+) -> None:
+    from dagster._core.storage.dagster_run import DagsterRun
+
+    asset, job = _static_job()
+    assert asset.partitions_def is not None
+    schedule = build_ingest_schedule(job, asset.partitions_def, every_minutes=5, runs=2)
+    tick = datetime(2026, 1, 1, 12, 5, tzinfo=UTC)
+    other = DagsterRun(job_name=job.name, run_id=str(uuid.uuid4()), tags={})
+    dagster_instance.add_run(other.with_status(dg.DagsterRunStatus.STARTED))  # a manual run
+    ctx = dg.build_schedule_context(instance=dagster_instance, scheduled_execution_time=tick)
+    assert len(schedule.evaluate_tick(ctx).run_requests or []) == 2
+    mine = DagsterRun(
+        job_name=job.name,
+        run_id=str(uuid.uuid4()),
+        tags={"dagster/schedule_name": schedule.name},
+    )
+    dagster_instance.add_run(mine.with_status(dg.DagsterRunStatus.STARTED))
+    data = schedule.evaluate_tick(
+        dg.build_schedule_context(instance=dagster_instance, scheduled_execution_time=tick)
+    )
+    assert not data.run_requests
+    assert data.skip_message and "still going" in data.skip_message
+    assert mine.run_id[:8] in data.skip_message
+
+
 def test_schedule_over_dynamic_partitions_uses_what_the_instance_knows(
     dagster_instance: dg.DagsterInstance,
 ) -> None:
@@ -256,16 +298,80 @@ def test_lag_check_passes_within_and_fails_over_threshold() -> None:
     opts = IngestOptions(max_lag_events=10, max_lag_seconds=60.0)
     ok = lag_check_result(key, opts, {"0": _report("0", 0, 0.0), "1": _report("1", 10, 59.0)})
     assert ok.passed
-    assert ok.metadata["partitions_over_threshold"].value == "none"
+    assert ok.metadata["partition_ids_over_threshold"].value == "none"
+    # The asset-level summary: totals, a count, and ids labelled as ids.
+    assert ok.metadata["total_lag_events"].value == 10
+    assert ok.metadata["partitions_behind"].value == 1
+    assert ok.metadata["partition_ids_behind"].value == "partition ids 1"
     over_events = lag_check_result(key, opts, {"0": _report("0", 11, 1.0)})
     assert not over_events.passed
-    assert over_events.metadata["partitions_over_threshold"].value == "0"
+    assert over_events.metadata["partition_ids_over_threshold"].value == "partition ids 0"
     assert over_events.metadata["max_lag_events"].value == 11
-    over_seconds = lag_check_result(key, opts, {"0": _report("0", 1, 61.0)})
+    over_seconds = lag_check_result(key, opts, {"0": _report("0", 1, 248.257711)})
     assert not over_seconds.passed
+    assert over_seconds.metadata["max_lag_seconds"].value == 248  # whole seconds
     missing = lag_check_result(key, opts, {"0": _report("0", 0, 0.0), "1": None})
     assert not missing.passed
-    assert missing.metadata["partitions_over_threshold"].value == "1"
+    assert missing.metadata["partition_ids_over_threshold"].value == "partition ids 1"
+
+
+def _written(pid: str, events: int, **kw: object) -> PartitionReport:
+    return PartitionReport(
+        partition_id=pid,
+        events=events,
+        bytes=events * 10,
+        up_to_date=True,
+        first_sequence_number=0 if events else None,
+        last_sequence_number=events - 1 if events else None,
+        lag_events=0,
+        lag_seconds=0.4,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_materialization_plan_one_point_per_batch_but_requested_partitions_done() -> None:
+    reports = {"0": _written("0", 5), "1": _written("1", 0), "2": _written("2", 0)}
+    reports["3"] = PartitionReport(partition_id="3", up_to_date=False)
+    targets = ["0", "1", "2", "3"]
+    # A scheduled run: only the batch it landed, plus a partition never seen materialized.
+    assert materialization_plan(
+        targets, reports, complete=False, explicit_request=False, never_materialized={"2"}
+    ) == ["0", "2"]
+    # A backfill or launchpad run: every requested partition that is up to date.
+    assert materialization_plan(
+        targets, reports, complete=False, explicit_request=True, never_materialized=set()
+    ) == ["0", "1", "2"]
+
+
+def test_partition_metadata_has_standard_keys_and_no_zero_noise() -> None:
+    md = partition_metadata(_written("0", 5), output_location="/data/ev", replay=False)
+    assert md["dagster/partition_row_count"].value == 5
+    assert md["dagster/uri"].value == "/data/ev"
+    assert isinstance(md["dagster/column_schema"].value, dg.TableSchema)
+    names = [c.name for c in md["dagster/column_schema"].value.columns]
+    assert names[:4] == ["body", "partition", "offset", "sequenceNumber"] and "eh_batch" in names
+    assert md["lag_seconds"].value == 0 and isinstance(md["lag_seconds"], dg.IntMetadataValue)
+    table = partition_metadata(
+        _written("0", 5), output_location="db.ev", replay=False, sink_table="db.ev"
+    )
+    assert table["dagster/table_name"].value == "db.ev" and "dagster/uri" not in table
+    quiet = partition_metadata(
+        _written("1", 0, read_by=["run-b"]), output_location="/d", replay=False
+    )
+    assert not {
+        "events",
+        "bytes",
+        "lag_events",
+        "lag_seconds",
+        "dagster/partition_row_count",
+    } & set(quiet)
+    assert "read by run-b" in quiet["batch"].value
+    took_over = partition_metadata(
+        _written("2", 3, replayed_intents=[(10, 12, "run-dead")]),
+        output_location="/d",
+        replay=False,
+    )
+    assert took_over["replay"].value == "pending range 10..12 left by run-dead"
 
 
 def test_is_owner_dead_follows_the_instance_run_status(

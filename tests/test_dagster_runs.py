@@ -18,6 +18,7 @@ import dagster as dg
 import pytest
 from dagster._core.storage.dagster_run import DagsterRun
 
+from dagster_project.assets import RUNNER_TAG
 from dagster_project.checks import LAG_CHECK_NAME
 from resources.settings import StoreSettings
 from resources.store import PartitionStore
@@ -88,6 +89,9 @@ def test_one_partition(env: dict[str, Any], dagster_instance: dg.DagsterInstance
     assert set(mats) == {"2"}
     md = mats["2"].metadata
     assert md["events"].value == sent["2"]
+    assert md["dagster/partition_row_count"].value == sent["2"]
+    assert md["dagster/uri"].value == str(env["sink"])
+    assert "dagster/column_schema" in md
     assert md["sequence_range"].value == f"0..{sent['2'] - 1}"
     assert md["lag_events"].value == 0
     assert result.run_id in md["read_by"].value
@@ -121,11 +125,26 @@ def test_range_materializes_every_requested_partition(
     assert [c.check_name for c in checks] == [LAG_CHECK_NAME] and checks[0].passed
     per, total, distinct = _sink_counts(env["spark"], env["sink"])
     assert per == sent and total == distinct == sum(sent.values())
-    # A second run with nothing new materializes again (up to date) and writes nothing.
+    # A second run with nothing new, asked for by a user (launchpad, CLI, backfill),
+    # materializes every requested key again (up to date) without numbers that would plot as
+    # zero, and writes nothing.
     again = _run(env["defs"](), dagster_instance, tags=RANGE)
     assert again.success
-    assert {m.metadata["events"].value for m in _materializations(again).values()} == {0}
+    quiet = _materializations(again)
+    assert set(quiet) == {"0", "1", "2", "3"}
+    assert all(
+        "events" not in m.metadata and "lag_events" not in m.metadata for m in quiet.values()
+    )
+    assert all(m.metadata["batch"].value.startswith("none") for m in quiet.values())
     assert _sink_counts(env["spark"], env["sink"])[1] == sum(sent.values())
+    # A scheduled run (it carries the runner tag) with nothing new adds no data point at all.
+    scheduled = _run(
+        env["defs"](max_lag_events=0), dagster_instance, tags={**RANGE, RUNNER_TAG: "1/1"}
+    )
+    assert scheduled.success and _materializations(scheduled) == {}
+    # The lag check ran after the asset step and measured every partition of the hub.
+    (check,) = scheduled.get_asset_check_evaluations()
+    assert check.passed and check.metadata["total_lag_events"].value == 0
 
 
 def test_lag_check_passes_and_fails_when_it_should(
@@ -142,7 +161,7 @@ def test_lag_check_passes_and_fails_when_it_should(
     second = _run(defs, dagster_instance, tags=RANGE)
     (check,) = second.get_asset_check_evaluations()
     assert check.passed  # 10 read: lag 10 <= 10
-    assert check.metadata["partitions_over_threshold"].value == "none"
+    assert check.metadata["partition_ids_over_threshold"].value == "none"
 
 
 def test_replay_from_run_config_rewrites_a_range_and_keeps_the_checkpoint(
@@ -156,12 +175,27 @@ def test_replay_from_run_config_rewrites_a_range_and_keeps_the_checkpoint(
     replay = _run(defs, dagster_instance, partition_key="1", run_config=config)
     assert replay.success
     md = _materializations(replay)["1"].metadata
-    assert md["replay"].value is True and md["events"].value == 4
+    assert md["replay"].value.startswith("run config replay") and md["events"].value == 4
     assert env["store"].list_checkpoints() == before
     df = env["spark"].read.parquet(str(env["sink"]))
     replayed = df.where("eh_batch = '1-2-5'").select("sequenceNumber").collect()
     assert sorted(r[0] for r in replayed) == [2, 3, 4, 5]
     assert df.where("partition = '0'").count() == sent["0"]
+
+
+def test_configuration_error_fails_at_once_with_the_message_and_no_retry(
+    env: dict[str, Any], dagster_instance: dg.DagsterInstance
+) -> None:
+    _fill(env["hub"], events=2)
+    result = _run(env["defs"](strategy="no-such-strategy"), dagster_instance, partition_key="0")
+    assert not result.success
+    types = [e.event_type_value for e in result.all_events]
+    assert "STEP_UP_FOR_RETRY" not in types  # the RetryPolicy does not retry it
+    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    info = failure.step_failure_data.user_failure_data  # type: ignore[union-attr]
+    assert info is not None and info.description is not None
+    assert info.description.startswith("ConfigurationError: ")
+    assert "no-such-strategy" in info.description and "balanced" in info.description
 
 
 def _failed_run(instance: dg.DagsterInstance) -> str:
@@ -298,6 +332,7 @@ def test_two_concurrent_cli_runs_over_the_same_keys_land_each_event_once(
     written = sum(
         r.event_log_entry.asset_materialization.metadata["events"].value  # type: ignore[union-attr]
         for r in records
+        if "events" in r.event_log_entry.asset_materialization.metadata  # type: ignore[union-attr]
     )
     assert written == sum(sent.values())  # the runs split the reading; nothing was read twice
     per, total, distinct = _sink_counts(spark, sink)
@@ -328,3 +363,24 @@ def test_partition_sensor_adds_the_hub_partitions_to_dynamic_partitions(
     )
     assert not second.dynamic_partitions_requests
     assert second.skip_message == "all 3 hub partitions are known"
+
+
+@pytest.mark.timeout(120)
+def test_lag_sensor_reports_the_check_without_a_run(
+    env: dict[str, Any], dagster_instance: dg.DagsterInstance
+) -> None:
+    sent = _fill(env["hub"], events=7)
+    defs = env["defs"](max_lag_events=5)
+    sensor = defs.resolve_sensor_def("events_lag")
+    resources = {k: defs.resources[k] for k in ("events_eventhub", "events_partition_store")}  # type: ignore[index]
+    data = sensor.evaluate_tick(
+        dg.build_sensor_context(instance=dagster_instance, resources=resources)
+    )
+    assert not data.run_requests
+    (evaluation,) = data.asset_events
+    assert isinstance(evaluation, dg.AssetCheckEvaluation)
+    assert evaluation.check_name == LAG_CHECK_NAME and not evaluation.passed
+    md = evaluation.metadata
+    assert md["total_lag_events"].value == sum(sent.values())
+    assert md["partitions_behind"].value == 4
+    assert md["partition_ids_over_threshold"].value == "partition ids 0, 1, 2, 3"

@@ -489,3 +489,75 @@ def test_spark_planner_errors_are_unwrapped_into_package_errors() -> None:
     )
     other = ValueError("boom")
     assert _unwrap(other) is other
+
+
+def test_lease_keeper_sends_lost_lease_warnings_to_the_run_log() -> None:
+    """Lost leases reach ``warn`` (Dagster's context.log in a run), not only the module log."""
+    from ops.lease import LeaseKeeper
+    from resources.errors import OwnershipLostError
+    from resources.store import PartitionStore
+
+    store = PartitionStore(InMemoryBackend(), HUB)
+    own = store.claim("0", "run-a", None)
+    assert own is not None
+    lines: list[str] = []
+    keeper = LeaseKeeper(store, "run-a", interval=60, warn=lines.append)
+    keeper.hold([own])
+    assert store.claim("0", "run-b", store.get_ownership("0")) is not None  # taken over
+    with pytest.raises(OwnershipLostError):
+        keeper.apply("0", store.renew)
+    assert len(lines) == 1
+    assert "lease lost" in lines[0] and "partition=0" in lines[0] and "owner=run-a" in lines[0]
+
+
+def test_progress_at_snapshot_during_the_read_and_after_each_checkpoint() -> None:
+    """The progress hook sees the plan, ticks while the (slow) read runs, then the landing."""
+    import time as _time
+
+    from ops.progress import RunProgress
+
+    hub = FakeHub(partitions=2)
+    hub.send_all(30)
+    backend = InMemoryBackend()
+    store = PartitionStore(backend, HUB)
+
+    class SlowIngestor(FakeIngestor):
+        def ingest(self, ranges):  # type: ignore[no-untyped-def]
+            _time.sleep(0.35)
+            return super().ingest(ranges)
+
+    seen: list[tuple[str, int, int, str]] = []
+
+    def on_progress(p: RunProgress) -> None:
+        seen.append((p.phase, p.landed_events, p.target_events, p.line()))
+
+    cfg = config()
+    logged: list[str] = []
+
+    class Log:
+        def info(self, msg: str) -> None:
+            logged.append(msg)
+
+        def warning(self, msg: str) -> None:
+            logged.append(msg)
+
+    proc = Processor(
+        cfg,
+        store,
+        hub,
+        SlowIngestor(hub),
+        owner_id="run-a",
+        claim=greedy_claim(store, "run-a", cfg.lease_expiry_seconds),
+        log=Log(),
+        on_progress=on_progress,
+        progress_interval=0.1,
+    )
+    report = proc.run()
+    assert report.complete
+    phases = [s[0] for s in seen]
+    assert phases[0] == "snapshot" and seen[0][1:3] == (0, 60)
+    assert phases.count("reading") >= 3  # the first, then ticks every 0.1 s of a 0.35 s read
+    assert "checkpointed" in phases and phases[-1] == "finished"
+    assert seen[-1][1:3] == (60, 60)
+    ticks = [m for m in logged if m.startswith("progress ")]
+    assert ticks and "reading 0 [0, 29] (30 events), 1 [0, 29] (30 events)" in ticks[0]

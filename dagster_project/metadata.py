@@ -1,0 +1,183 @@
+"""What a materialization of the ingestion asset says: Dagster's standard keys beside ours.
+
+Standard keys (Dagster's ``TableMetadataSet`` / ``UriMetadataSet``) let the UI and other tools
+read a batch without knowing this project: ``dagster/partition_row_count`` (rows of the batch
+this run landed in the partition), ``dagster/uri`` (the sink's path or URI),
+``dagster/table_name`` (table sinks) and ``dagster/column_schema`` (the fixed ``eventhubs``
+schema plus the batch-key column). Our own keys stay numeric where Dagster plots them:
+``events``, ``bytes``, ``lag_events`` and ``lag_seconds`` (whole seconds).
+
+Which partitions get a materialization, and with what, is :func:`materialization_plan`'s rule
+(docs/dagster.md, "What a materialization means").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any
+
+import dagster as dg
+
+from ops.run import PartitionReport
+from resources.errors import redact
+
+__all__ = [
+    "BACKFILL_TAG",
+    "column_schema",
+    "definition_metadata",
+    "label_ids",
+    "materialization_plan",
+    "partition_metadata",
+    "round_seconds",
+]
+
+#: Tag Dagster puts on every run of a backfill.
+BACKFILL_TAG = "dagster/backfill"
+
+_SPARK_TO_TYPE = {
+    "BinaryType": "binary",
+    "StringType": "string",
+    "LongType": "bigint",
+    "TimestampType": "timestamp",
+}
+
+
+@cache
+def column_schema() -> dg.TableSchema:
+    """The sink's columns: the ``eventhubs`` source schema plus the ``eh_batch`` key column."""
+    from ops.write import BATCH_COLUMN
+    from resources.spark_source import eventhubs_schema
+
+    columns = []
+    for f in eventhubs_schema().fields:
+        kind = type(f.dataType).__name__
+        columns.append(dg.TableColumn(f.name, _SPARK_TO_TYPE.get(kind, f.dataType.simpleString())))
+    columns.append(
+        dg.TableColumn(
+            BATCH_COLUMN,
+            "string",
+            description="Batch key '<partition>-<first>-<last>': rewriting a batch replaces it.",
+        )
+    )
+    return dg.TableSchema(columns=columns)
+
+
+def round_seconds(value: float | None) -> int | None:
+    """Seconds as a whole number (a lag of 248.257711 s reads 248)."""
+    return None if value is None else round(value)
+
+
+def label_ids(ids: Sequence[str]) -> str:
+    """A list of partition ids that cannot be read as a count: ``partition ids 0, 3`` / ``none``."""
+    return f"partition ids {', '.join(ids)}" if ids else "none"
+
+
+def definition_metadata(sink_path: str | None, sink_table: str | None) -> dict[str, Any]:
+    """Static metadata of the asset definition (shown on its Overview before any run)."""
+    md: dict[str, Any] = {"dagster/column_schema": column_schema()}
+    if sink_table:
+        md["dagster/table_name"] = sink_table
+    elif sink_path:
+        md["dagster/uri"] = redact(sink_path)
+    return md
+
+
+def partition_metadata(
+    report: PartitionReport,
+    *,
+    output_location: str | None,
+    replay: bool,
+    sink_table: str | None = None,
+) -> dict[str, dg.MetadataValue]:
+    """Metadata of one partition's materialization; numbers stay numeric so Dagster plots them.
+
+    A partition this run landed no batch in (a peer read it, or nothing was new) gets no
+    ``events``/``bytes``/lag numbers: its plots show one point per batch, not one per run.
+    """
+    md: dict[str, dg.MetadataValue] = {}
+    wrote = report.events > 0 or report.bytes > 0
+    if wrote:
+        md["dagster/partition_row_count"] = dg.MetadataValue.int(report.events)
+        md["events"] = dg.MetadataValue.int(report.events)
+        md["bytes"] = dg.MetadataValue.int(report.bytes)
+    if output_location:
+        if sink_table:
+            md["dagster/table_name"] = dg.MetadataValue.text(sink_table)
+        else:
+            md["dagster/uri"] = dg.MetadataValue.text(redact(output_location))
+        md["output_location"] = dg.MetadataValue.path(redact(output_location))
+    md["dagster/column_schema"] = dg.MetadataValue.table_schema(column_schema())
+    if report.first_sequence_number is not None and report.last_sequence_number is not None:
+        md["first_sequence_number"] = dg.MetadataValue.int(report.first_sequence_number)
+        md["last_sequence_number"] = dg.MetadataValue.int(report.last_sequence_number)
+        md["sequence_range"] = dg.MetadataValue.text(
+            f"{report.first_sequence_number}..{report.last_sequence_number}"
+        )
+    if report.first_enqueued_time is not None:
+        md["first_enqueued_time"] = dg.MetadataValue.timestamp(_aware(report.first_enqueued_time))
+    if report.last_enqueued_time is not None:
+        md["last_enqueued_time"] = dg.MetadataValue.timestamp(_aware(report.last_enqueued_time))
+    if report.checkpoint_sequence_number is not None:
+        md["checkpoint_sequence_number"] = dg.MetadataValue.int(report.checkpoint_sequence_number)
+    if wrote and report.lag_events is not None:
+        md["lag_events"] = dg.MetadataValue.int(report.lag_events)
+    lag_s = round_seconds(report.lag_seconds)
+    if wrote and lag_s is not None:
+        md["lag_seconds"] = dg.MetadataValue.int(lag_s)
+    if not wrote:
+        md["batch"] = dg.MetadataValue.text(
+            "none: up to date when this run finished"
+            + (f" (read by {', '.join(report.read_by)})" if report.read_by else "")
+        )
+    md["read_by"] = dg.MetadataValue.text(", ".join(report.read_by) or "(nothing new to read)")
+    if report.skipped_ranges:
+        md["skipped_ranges"] = dg.MetadataValue.text(
+            ", ".join(f"{a}..{b}" for a, b in report.skipped_ranges)
+        )
+    if replay:
+        md["replay"] = dg.MetadataValue.text("run config replay (checkpoint not moved)")
+    elif report.replayed_intents:
+        md["replay"] = dg.MetadataValue.text(
+            "; ".join(
+                f"pending range {start}..{end} left by {owner or 'unknown'}"
+                for start, end, owner in report.replayed_intents
+            )
+        )
+    return md
+
+
+def materialization_plan(
+    targets: Sequence[str],
+    reports: Mapping[str, PartitionReport],
+    *,
+    complete: bool,
+    explicit_request: bool,
+    never_materialized: set[str],
+) -> list[str]:
+    """Which of ``targets`` this run reports as materialized.
+
+    Only partitions that are up to date qualify. Of those, a run reports:
+
+    * every partition it landed a batch in (one data point per batch);
+    * every other one too when a user asked for these partitions (a backfill, a launchpad or
+      CLI run: ``explicit_request``), so the backfill shows each requested partition done;
+    * a partition Dagster has never seen materialized (an empty or caught-up hub partition is
+      up to date, not missing).
+
+    Scheduled runs (K per tick, all keys each) thus add one point per batch, not K per key.
+    """
+    out = []
+    for pid in targets:
+        rep = reports.get(pid)
+        if rep is None or not (rep.up_to_date or complete):
+            continue
+        wrote = rep.events > 0 or rep.bytes > 0 or bool(rep.skipped_ranges)
+        if wrote or explicit_request or pid in never_materialized:
+            out.append(pid)
+    return out
+
+
+def _aware(ts: datetime) -> datetime:
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
