@@ -219,7 +219,9 @@ def build_lag_sensor(
                     severity=result.severity,
                     description=result.description,
                 )
-            ]
+            ],
+            # No run is needed; the tick's reason (shown in the UI) is the measurement.
+            skip_reason=dg.SkipReason(f"{LAG_CHECK_NAME} reported: {result.description}"),
         )
 
     return _lag

@@ -58,7 +58,8 @@ def column_schema() -> dg.TableSchema:
         dg.TableColumn(
             BATCH_COLUMN,
             "string",
-            description="Batch key '<partition>-<first>-<last>': rewriting a batch replaces it.",
+            description="Batch key partition-first-last (e.g. 0-100-199): rewriting a batch "
+            "replaces it.",
         )
     )
     return dg.TableSchema(columns=columns)

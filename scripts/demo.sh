@@ -38,10 +38,12 @@ stop_group() {
   # Each service runs in its own session (setsid): signal the whole group, escalating
   # (dagster dev stops on SIGINT; a group that inherited an ignored SIGINT gets TERM, then KILL).
   local pid="$1" sig
+  local tries=150  # the first signal gets 15 s to shut down cleanly, TERM and KILL 5 s each
   for sig in "$2" TERM KILL; do
     [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
     kill "-$sig" -- "-$pid" 2>/dev/null || kill "-$sig" "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+    for _ in $(seq 1 "$tries"); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+    tries=50
   done
 }
 cleanup() {
@@ -49,6 +51,7 @@ cleanup() {
   trap - EXIT INT TERM
   echo
   echo "== stopping the services the demo started"
+  [ -n "$DAGSTER_PID" ] && echo "   dagster dev (Ctrl-C / SIGINT to its process group)"
   stop_group "$DAGSTER_PID" INT
   stop_group "$EMULATOR_PID" TERM
   bash scripts/azurite.sh stop --location "$WORK/azurite" 2>&1 | sed 's/^/   /' || true
@@ -125,9 +128,14 @@ if [ "$UI" = 1 ]; then
   UI_PORT=3000
   listening "$UI_PORT" && UI_PORT="$(free_port)"
   step "starting dagster dev on http://127.0.0.1:$UI_PORT (Ctrl-C stops it and the services)"
-  setsid "$BIN/dagster" dev -w workspace.yaml -h 127.0.0.1 -p "$UI_PORT" \
+  # Job control (set -m) gives dagster dev its own process group AND leaves SIGINT at its
+  # default: a background job of a non-interactive script (or one started by setsid from it)
+  # inherits SIGINT ignored, so dagster dev would sit out Ctrl-C until killed.
+  set -m
+  "$BIN/dagster" dev -w workspace.yaml -h 127.0.0.1 -p "$UI_PORT" \
     >"$WORK/dagster-dev.log" 2>&1 </dev/null &
   DAGSTER_PID=$!
+  set +m
   for _ in $(seq 1 300); do
     listening "$UI_PORT" && break
     kill -0 "$DAGSTER_PID" 2>/dev/null || { echo "dagster dev exited:" >&2; tail -n 20 "$WORK/dagster-dev.log" >&2; exit 1; }

@@ -377,6 +377,7 @@ def test_lag_sensor_reports_the_check_without_a_run(
         dg.build_sensor_context(instance=dagster_instance, resources=resources)
     )
     assert not data.run_requests
+    assert data.skip_message and "4 of 4 partitions behind" in data.skip_message
     (evaluation,) = data.asset_events
     assert isinstance(evaluation, dg.AssetCheckEvaluation)
     assert evaluation.check_name == LAG_CHECK_NAME and not evaluation.passed
