@@ -1,0 +1,293 @@
+"""Airflow connections -> the project's validated settings (pure: no Airflow import needed).
+
+Three connections, one per service, so each can be shared and rotated on its own:
+
+- Event Hubs (``eventhub_default``): ``password`` = the namespace connection string (a listen
+  policy is enough); ``schema`` or ``extra.eventhub_name`` = the hub; ``extra.consumer_group``
+  (default ``$Default``). Without a password: ``host`` (or ``extra.fully_qualified_namespace``)
+  = ``myns.servicebus.windows.net`` and ``extra.credential = "default_azure_credential"``.
+- Storage (``eventhub_store_default``): ``password`` = the storage connection string;
+  ``extra.container`` (leases and checkpoints), ``extra.create_container`` (default true).
+  Without a password: ``host`` (or ``extra.account_url``) = ``https://acct.blob.core.windows.net``
+  and ``extra.credential = "default_azure_credential"``.
+- Sink (``eventhub_sink_default``): ``extra.format`` (default ``parquet``), ``extra.path`` or
+  ``extra.table``, ``extra.partition_by``; optional ``extra.spark`` = ``{"master": ...,
+  "app_name": ..., "conf": {...}}`` for the SparkSession the task starts.
+
+Secrets live only in the ``password`` field, which Airflow encrypts and masks in task logs; a
+secret written into ``extra`` is rejected with an error saying where it belongs. Every error
+names the connection id and the field, never the secret. The settings objects built here are the
+same ones the ``ehingest`` CLI and the Dagster resources build, with the same validation.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
+
+from ops.run import IngestConfig
+from resources.errors import ConfigurationError, redact
+from resources.settings import EventHubSettings, SinkSettings, StoreSettings
+
+__all__ = [
+    "DEFAULT_EVENTHUB_CONN_ID",
+    "DEFAULT_SINK_CONN_ID",
+    "DEFAULT_STORE_CONN_ID",
+    "ConnectionLike",
+    "SparkSettings",
+    "eventhub_settings",
+    "ingest_config",
+    "sink_settings",
+    "spark_settings",
+    "store_settings",
+]
+
+DEFAULT_EVENTHUB_CONN_ID = "eventhub_default"
+DEFAULT_STORE_CONN_ID = "eventhub_store_default"
+DEFAULT_SINK_CONN_ID = "eventhub_sink_default"
+
+_CREDENTIALS = ("default_azure_credential",)
+_SECRET_RE = re.compile(r"(?i)\b(SharedAccessKey|AccountKey|SharedAccessSignature|sig)=[^;&\s]+")
+_EVENTHUB_EXTRA = {"eventhub_name", "consumer_group", "fully_qualified_namespace", "credential"}
+_STORE_EXTRA = {"container", "create_container", "account_url", "credential"}
+_SINK_EXTRA = {"format", "path", "table", "partition_by", "spark"}
+_SPARK_KEYS = {"master", "app_name", "conf"}
+# Run options a DAG may set on the operator (IngestConfig's fields besides the three services).
+RUN_OPTIONS = tuple(
+    f.name for f in fields(IngestConfig) if f.name not in {"eventhub", "store", "sink"}
+)
+
+
+class ConnectionLike(Protocol):
+    """The fields of an Airflow ``Connection`` read here (``airflow.sdk.Connection`` has them)."""
+
+    conn_id: str
+    host: str | None
+    schema: str | None
+    password: str | None
+
+    @property
+    def extra_dejson(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """How the task starts its SparkSession (``extra.spark`` of the sink connection)."""
+
+    master: str = "local[2]"
+    app_name: str = "ehingest-airflow"
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+    def factory(self) -> Callable[[], Any]:
+        """A function starting this session when the run has something to read."""
+
+        def start() -> Any:
+            from resources.spark_session import local_spark_session
+
+            return local_spark_session(self.app_name, master=self.master, conf=dict(self.conf))
+
+        return start
+
+
+def _extra(conn: ConnectionLike, role: str, valid: set[str]) -> dict[str, Any]:
+    extra = dict(conn.extra_dejson or {})
+    unknown = sorted(set(extra) - valid)
+    if unknown:
+        raise ConfigurationError(
+            f"Airflow connection {conn.conn_id!r} ({role}): extra.{unknown[0]} is not a known "
+            f"key; valid extra keys: {', '.join(sorted(valid))}"
+        )
+    _no_secret_in_extra(conn.conn_id, role, extra, "extra")
+    return extra
+
+
+def _no_secret_in_extra(conn_id: str, role: str, node: Any, key: str) -> None:
+    if isinstance(node, Mapping):
+        for k, v in node.items():
+            _no_secret_in_extra(conn_id, role, v, f"{key}.{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            _no_secret_in_extra(conn_id, role, v, f"{key}[{i}]")
+    elif isinstance(node, str) and _SECRET_RE.search(node):
+        raise ConfigurationError(
+            f"Airflow connection {conn_id!r} ({role}): {key} holds a secret; put the "
+            "connection string in the connection's password field (Airflow encrypts it and "
+            "masks it in logs), never in extra"
+        )
+
+
+def _credential(conn: ConnectionLike, role: str, extra: Mapping[str, Any]) -> str:
+    value = extra.get("credential")
+    if value is None:
+        return "connection_string"
+    if value not in _CREDENTIALS:
+        raise ConfigurationError(
+            f"Airflow connection {conn.conn_id!r} ({role}): extra.credential={redact(repr(value))}"
+            f" is not valid; valid: {', '.join(_CREDENTIALS)} (or put a connection string in "
+            "the password field)"
+        )
+    return str(value)
+
+
+def _wrap(conn: ConnectionLike, role: str, build: Callable[[], Any]) -> Any:
+    try:
+        return build()
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"Airflow connection {conn.conn_id!r} ({role}): {exc}") from None
+
+
+def eventhub_settings(conn: ConnectionLike) -> EventHubSettings:
+    """The Event Hubs settings of an Airflow connection (see the module docstring)."""
+    role = "Event Hubs"
+    extra = _extra(conn, role, _EVENTHUB_EXTRA)
+    credential = _credential(conn, role, extra)
+    conn_str = conn.password or None
+    if conn_str and credential != "connection_string":
+        raise ConfigurationError(
+            f"Airflow connection {conn.conn_id!r} ({role}): give either a connection string "
+            "(password) or extra.credential with a namespace (host), not both"
+        )
+    name = extra.get("eventhub_name") or conn.schema
+    if not name and conn_str:
+        # The SDK accepts a hub named by EntityPath in the connection string: so do we.
+        from resources.settings import parse_connection_string
+
+        name = parse_connection_string(conn_str, "password").get("EntityPath")
+    if not name:
+        raise ConfigurationError(
+            f"Airflow connection {conn.conn_id!r} ({role}): no Event Hub name; set the "
+            "connection's schema field or extra.eventhub_name (e.g. 'telemetry')"
+        )
+    return _wrap(
+        conn,
+        role,
+        lambda: EventHubSettings(
+            eventhub_name=str(name),
+            consumer_group=str(extra.get("consumer_group") or "$Default"),
+            connection_string=conn_str,
+            fully_qualified_namespace=extra.get("fully_qualified_namespace") or conn.host or None,
+            credential_type=credential,  # type: ignore[arg-type]
+        ),
+    )
+
+
+def store_settings(conn: ConnectionLike) -> StoreSettings:
+    """The lease and checkpoint store settings of an Airflow connection."""
+    role = "storage"
+    extra = _extra(conn, role, _STORE_EXTRA)
+    credential = _credential(conn, role, extra)
+    container = extra.get("container")
+    if not container:
+        raise ConfigurationError(
+            f"Airflow connection {conn.conn_id!r} ({role}): extra.container is required (the "
+            "Blob container for leases and checkpoints, e.g. 'eventhub-state')"
+        )
+    create = extra.get("create_container", True)
+    if not isinstance(create, bool):
+        raise ConfigurationError(
+            f"Airflow connection {conn.conn_id!r} ({role}): extra.create_container="
+            f"{redact(repr(create))} must be true or false"
+        )
+    conn_str = conn.password or None
+    if conn_str and credential != "connection_string":
+        raise ConfigurationError(
+            f"Airflow connection {conn.conn_id!r} ({role}): give either a connection string "
+            "(password) or extra.credential with an account URL (host), not both"
+        )
+    return _wrap(
+        conn,
+        role,
+        lambda: StoreSettings(
+            container=str(container),
+            connection_string=conn_str,
+            account_url=extra.get("account_url") or conn.host or None,
+            credential_type=credential,  # type: ignore[arg-type]
+            create_container=create,
+        ),
+    )
+
+
+def sink_settings(conn: ConnectionLike) -> SinkSettings:
+    """Where events land, from the sink connection's extra."""
+    role = "sink"
+    extra = _extra(conn, role, _SINK_EXTRA)
+    partition_by = extra.get("partition_by", [])
+    if isinstance(partition_by, str):
+        partition_by = [partition_by]
+    if not isinstance(partition_by, list) or not all(isinstance(c, str) for c in partition_by):
+        raise ConfigurationError(
+            f"Airflow connection {conn.conn_id!r} ({role}): extra.partition_by="
+            f"{redact(repr(partition_by))} must be a list of column names"
+        )
+    return _wrap(
+        conn,
+        role,
+        lambda: SinkSettings(
+            format=str(extra.get("format") or "parquet"),
+            path=extra.get("path"),
+            table=extra.get("table"),
+            partition_by=tuple(partition_by),
+        ),
+    )
+
+
+def spark_settings(conn: ConnectionLike) -> SparkSettings:
+    """The SparkSession settings in the sink connection's ``extra.spark`` (defaults: local[2])."""
+    role = "sink"
+    spark = _extra(conn, role, _SINK_EXTRA).get("spark") or {}
+    if not isinstance(spark, Mapping) or set(spark) - _SPARK_KEYS:
+        raise ConfigurationError(
+            f"Airflow connection {conn.conn_id!r} ({role}): extra.spark must be a mapping with "
+            f"the keys {', '.join(sorted(_SPARK_KEYS))}"
+        )
+    conf = spark.get("conf") or {}
+    if not isinstance(conf, Mapping):
+        raise ConfigurationError(
+            f"Airflow connection {conn.conn_id!r} ({role}): extra.spark.conf must be a mapping "
+            "of Spark settings"
+        )
+    return SparkSettings(
+        master=str(spark.get("master") or "local[2]"),
+        app_name=str(spark.get("app_name") or "ehingest-airflow"),
+        conf={str(k): str(v) for k, v in conf.items()},
+    )
+
+
+def ingest_config(
+    eventhub: EventHubSettings,
+    store: StoreSettings,
+    sink: SinkSettings,
+    options: Mapping[str, Any] | None = None,
+) -> IngestConfig:
+    """The run's ``IngestConfig``; ``options`` are the operator's run options (validated)."""
+    opts = dict(options or {})
+    unknown = sorted(set(opts) - set(RUN_OPTIONS))
+    if unknown:
+        raise ConfigurationError(
+            f"options.{unknown[0]}: unknown run option; valid: {', '.join(RUN_OPTIONS)}"
+        )
+    if "strategy" in opts:
+        from ops.balancing import STRATEGIES
+
+        if opts["strategy"] not in STRATEGIES:
+            raise ConfigurationError(
+                f"options.strategy: {redact(repr(opts['strategy']))} is not valid; valid: "
+                f"{', '.join(STRATEGIES)}"
+            )
+    try:
+        return IngestConfig(eventhub=eventhub, store=store, sink=sink, **opts)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"options.{exc}") from None
+    except TypeError as exc:  # e.g. a string where a number belongs
+        raise ConfigurationError(f"options: {redact(str(exc))}") from None
+
+
+def partition_list(partition_ids: Sequence[str | int] | str | None) -> list[str] | None:
+    """Partition ids as strings (templated fields and YAML may give ints); None means all."""
+    if partition_ids is None or partition_ids == []:
+        return None
+    if isinstance(partition_ids, str | int):
+        partition_ids = [partition_ids]
+    return [str(p) for p in partition_ids]
