@@ -1,27 +1,85 @@
-"""Run the example DAG once with ``dag.test()`` in this process: the fault test runs it in a
-subprocess (killed mid-run by ``EHINGEST_FAULT``), then again to retry. Prints the TI states.
+"""Run a test DAG in this process, for the lost-worker test (it runs this in subprocesses).
 
-Usage: python -m tests.airflow._run_dag <logical-date-iso>
+``python -m tests.airflow._run_dag test <dag_id> <logical-date>``: ``dag.test()``; with
+``EHINGEST_FAULT`` set, the process is killed (SIGKILL) in the middle of the ingest task, like a
+lost worker: the task instance stays ``running`` try 1 in the metadata DB.
+
+``python -m tests.airflow._run_dag retry <dag_id> <logical-date>``: what the scheduler does next.
+A task instance whose worker is gone (no heartbeat) is failed and, with retries left, set
+``up_for_retry``; then the run continues with the same loop ``dag.test()`` runs (its own
+``_run_task``), so the retry is try 2 of the same task instance in the same DAG run.
+
+Prints ``RESULT {"state": ..., "tis": {"task[map_index]": [state, try_number]}}``.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import sys
+import time
 from datetime import datetime
+from typing import Any
 
 
-def main() -> None:
-    logging.getLogger("azure").setLevel(logging.WARNING)
-    from airflow_provider.example_dags.eventhub_ingest import dag
-
-    dr = dag.test(logical_date=datetime.fromisoformat(sys.argv[1]))
+def _result(dr: Any) -> None:
     states = {
         f"{ti.task_id}[{ti.map_index}]": [str(ti.state), ti.try_number]
         for ti in dr.get_task_instances()
     }
     print("RESULT " + json.dumps({"state": str(dr.state), "tis": states}), flush=True)
+
+
+def _retry(dag: Any, logical_date: datetime) -> Any:
+    from airflow.models.dagrun import DagRun
+    from airflow.sdk import timezone
+    from airflow.sdk.definitions.dag import _run_task
+    from airflow.serialization.serialized_objects import DagSerialization
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState, TaskInstanceState
+
+    with create_session() as session:
+        dr = (
+            session.query(DagRun)
+            .filter_by(dag_id=dag.dag_id, logical_date=timezone.coerce_datetime(logical_date))
+            .one()
+        )
+        # As dag.test() does: the scheduler's view of the DAG decides what is runnable.
+        dr.dag = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag))
+        for ti in dr.get_task_instances(session=session):
+            if ti.state == TaskInstanceState.RUNNING:  # its worker is gone
+                ti.state = TaskInstanceState.UP_FOR_RETRY
+                ti.end_date = timezone.utcnow()
+        session.commit()
+        deadline = time.monotonic() + 300
+        while dr.state == DagRunState.RUNNING and time.monotonic() < deadline:
+            session.expire_all()
+            schedulable, _ = dr.update_state(session=session)
+            for ti in schedulable:
+                ti.try_number += 1
+                ti.state = TaskInstanceState.SCHEDULED
+            session.commit()
+            if not schedulable:
+                time.sleep(0.5)
+            for ti in schedulable:
+                _run_task(ti=ti, task=dag.task_dict[ti.task_id], run_triggerer=True)
+        session.expire_all()
+        dr.update_state(session=session)
+        session.commit()
+        _result(dr)
+    return dr
+
+
+def main() -> None:
+    logging.getLogger("azure").setLevel(logging.WARNING)
+    mode, dag_id, when = sys.argv[1:4]
+    dag = importlib.import_module(f"tests.airflow.dags.{dag_id}").dag
+    logical_date = datetime.fromisoformat(when)
+    if mode == "test":
+        _result(dag.test(logical_date=logical_date))
+    else:
+        _retry(dag, logical_date)
 
 
 if __name__ == "__main__":

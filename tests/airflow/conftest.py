@@ -1,8 +1,8 @@
 """Fixtures of the Airflow tier (``scripts/tiers/airflow.sh``): a real Airflow 3 metadata DB.
 
 Airflow reads its configuration when first imported, so this module points it at a throwaway
-home (SQLite DB, the example DAG folder, no example DAGs) before anything imports it. Without
-the ``airflow`` extra installed (the main test run's venv), nothing here is collected.
+home (SQLite DB, ``tests/airflow/dags`` as DAG folder, no Airflow example DAGs) before anything
+imports it. Without the ``airflow`` extra installed (the main run's venv), nothing is collected.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DAGS = ROOT / "airflow_provider" / "example_dags"
+DAGS = Path(__file__).resolve().parent / "dags"  # the example DAG and a test DAG
 
 if importlib.util.find_spec("airflow") is None:
     collect_ignore_glob = ["test_*.py"]

@@ -1,34 +1,45 @@
-"""The example DAG and the operator under real Airflow 3 (``dag.test()``): Azurite, the Event
-Hubs emulator with the real SDK, a local Spark. Run by ``scripts/tiers/airflow.sh``."""
+"""The example DAG and the operator under real Airflow 3 (``dag.test()``, its in-line triggerer),
+against Azurite, the project's Event Hubs emulator (real azure-eventhub SDK) and a local Spark.
+Run by ``scripts/tiers/airflow.sh`` in the venv with the ``airflow`` extra.
+"""
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from resources.settings import SinkSettings, StoreSettings
-from tests.airflow.conftest import connection_env
+from resources.store import PartitionStore
+from tests.airflow.conftest import ROOT, connection_env
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.spark]
 
+EVENTS = 25
 
-@pytest.fixture
-def connections(
+
+def _set_connections(
     monkeypatch: pytest.MonkeyPatch,
-    make_eventhub: Callable[..., Any],
-    blob_store_settings: StoreSettings,
-    tmp_path: Path,
-) -> dict[str, Any]:
-    hub = make_eventhub(partitions=4)
-    sink = tmp_path / "sink"
+    hub: Any,
+    store: StoreSettings,
+    sink: dict[str, Any],
+    eventhub_password: str | None = None,
+) -> None:
     monkeypatch.setenv(
         *connection_env(
             "eventhub_default",
             conn_type="azure_eventhub_ingest",
-            password=hub.connection_string,
+            password=eventhub_password or hub.connection_string,
             schema=hub.name,
         )
     )
@@ -36,31 +47,202 @@ def connections(
         *connection_env(
             "eventhub_store_default",
             conn_type="azure_eventhub_ingest",
-            password=blob_store_settings.connection_string,
-            extra={"container": blob_store_settings.container},
+            password=store.connection_string,
+            extra={"container": store.container},
         )
     )
     monkeypatch.setenv(
-        *connection_env(
-            "eventhub_sink_default",
-            conn_type="azure_eventhub_ingest",
-            extra={"format": "parquet", "path": str(sink), "spark": {"master": "local[2]"}},
-        )
+        *connection_env("eventhub_sink_default", conn_type="azure_eventhub_ingest", extra=sink)
     )
-    return {"hub": hub, "sink": SinkSettings(path=str(sink)), "store": blob_store_settings}
+
+
+@pytest.fixture
+def env(
+    monkeypatch: pytest.MonkeyPatch,
+    make_eventhub: Callable[..., Any],
+    blob_store_settings: StoreSettings,
+    tmp_path: Path,
+) -> dict[str, Any]:
+    """A fresh 4-partition hub with EVENTS events per partition, connections pointing at it."""
+    hub = make_eventhub(partitions=4)
+    sink_path = tmp_path / "sink"
+    _set_connections(
+        monkeypatch,
+        hub,
+        blob_store_settings,
+        {"format": "parquet", "path": str(sink_path), "spark": {"master": "local[2]"}},
+    )
+    sent: dict[str, list[str]] = {}
+    for pid in hub.partition_ids:
+        sent[pid] = [f"p{pid}-e{i}-{os.urandom(3).hex()}" for i in range(EVENTS)]
+        hub.send(pid, sent[pid])
+    return {
+        "hub": hub,
+        "sent": sent,
+        "sink": SinkSettings(path=str(sink_path)),
+        "store": PartitionStore(blob_store_settings.backend(), hub.settings().hub_ref()),
+    }
+
+
+def _assert_sink_holds_exactly(spark: Any, sink: SinkSettings, sent: dict[str, list[str]]) -> None:
+    """Event by event: every sent (partition, sequence number, body) once, nothing else."""
+    from ops.write import read_sink
+
+    rows = read_sink(spark, sink).select("partition", "sequenceNumber", "body").collect()
+    landed = collections.Counter(
+        (r["partition"], r["sequenceNumber"], bytes(r["body"]).decode()) for r in rows
+    )
+    expected = collections.Counter(
+        (pid, seq, body) for pid, bodies in sent.items() for seq, body in enumerate(bodies)
+    )
+    duplicates = {k: n for k, n in landed.items() if n > 1}
+    assert not duplicates, f"events landed twice: {sorted(duplicates)[:5]}"
+    assert landed == expected, (
+        f"missing {sorted(expected - landed)[:5]}, unexpected {sorted(landed - expected)[:5]}"
+    )
+
+
+def _reports(dr: Any) -> dict[int, dict[str, Any]]:
+    """The ingest tasks' XCom return values (the run reports), by map index."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = (
+            session.query(XComModel)
+            .filter_by(dag_id=dr.dag_id, run_id=dr.run_id, task_id="ingest", key="return_value")
+            .all()
+        )
+        return {row.map_index: XComModel.deserialize_value(row) for row in rows}
+
+
+def _states(dr: Any) -> dict[str, tuple[str, int]]:
+    return {
+        f"{ti.task_id}[{ti.map_index}]": (str(ti.state), ti.try_number)
+        for ti in dr.get_task_instances()
+    }
 
 
 def test_example_dag_lands_every_event_once(
-    airflow_db: str, connections: dict[str, Any], spark: Any
+    airflow_db: str, env: dict[str, Any], spark: Any
+) -> None:
+    from airflow_provider.example_dags.eventhub_ingest import RUNS, dag
+
+    dr = dag.test()
+    states = _states(dr)
+    assert str(dr.state) == "success", states
+    assert states["has_work[-1]"][0] == "success"
+    assert [states[f"ingest[{i}]"][0] for i in range(RUNS)] == ["success"] * RUNS
+
+    _assert_sink_holds_exactly(spark, env["sink"], env["sent"])
+    cps = env["store"].list_checkpoints()
+    assert {p: c.sequence_number for p, c in cps.items()} == {p: EVENTS - 1 for p in env["sent"]}
+
+    reports = _reports(dr)
+    assert set(reports) == set(range(RUNS))
+    assert sum(r["events"] for r in reports.values()) == EVENTS * len(env["sent"])
+    for index, report in reports.items():
+        assert report["complete"] is True
+        assert report["owner_id"].startswith(f"airflow-eventhub_ingest.ingest-{index}-")
+        assert report["owner_id"].endswith("-try1")
+        assert set(report["partitions"]) == set(env["sent"])
+        assert all(p["lag_events"] == 0 for p in report["partitions"].values())
+        text = json.dumps(report)  # what XCom stores: plain JSON, no secret
+        assert "SharedAccessKey" not in text and "AccountKey" not in text
+
+
+def _run_dag_subprocess(
+    mode: str, logical_date: datetime, fault: str | None, log: Path
+) -> tuple[int, str]:
+    run_env = {**os.environ, "EHINGEST_FAULT_MID_READ_MAX_S": "0.5"}
+    run_env.pop("EHINGEST_FAULT", None)
+    if fault:
+        run_env["EHINGEST_FAULT"] = fault
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.airflow._run_dag",
+                mode,
+                "eventhub_ingest_retry",
+                logical_date.isoformat(),
+            ],
+            cwd=ROOT,
+            env=run_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group: its Spark JVM is ended with it
+        )
+        try:
+            code = proc.wait(timeout=420)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return code, log.read_text(errors="replace")
+
+
+@pytest.mark.slow
+def test_task_killed_mid_run_then_retried_lands_every_event_once(
+    airflow_db: str, env: dict[str, Any], spark: Any, tmp_path: Path
+) -> None:
+    """The worker running an ingest try dies (SIGKILL while Spark reads and writes); try 2 of the
+    same task instance takes its leases over at once (they would expire only after 10 minutes)
+    and replays exactly the recorded ranges."""
+    logical_date = datetime.now(UTC).replace(microsecond=0)
+    code, out = _run_dag_subprocess("test", logical_date, "mid_read:1", tmp_path / "try1.log")
+    assert code == -signal.SIGKILL, out[-3000:]
+    pending = {p: o for p, o in env["store"].list_ownership().items() if o.intent is not None}
+    assert pending, "the killed try should leave its write-ahead intents behind"
+    assert all(o.owner_id.endswith("-try1") for o in pending.values())
+
+    code, out = _run_dag_subprocess("retry", logical_date, None, tmp_path / "try2.log")
+    assert code == 0, out[-3000:]
+    result = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
+    assert result == {"state": "success", "tis": {"ingest[-1]": ["success", 2]}}, out[-3000:]
+    assert "left by airflow-eventhub_ingest_retry.ingest-" in out  # replayed try 1's intents
+
+    _assert_sink_holds_exactly(spark, env["sink"], env["sent"])
+    cps = env["store"].list_checkpoints()
+    assert {p: c.sequence_number for p, c in cps.items()} == {p: EVENTS - 1 for p in env["sent"]}
+    owners = env["store"].list_ownership()
+    assert all(o.intent is None for o in owners.values())
+
+
+@pytest.mark.parametrize("broken", ["eventhub", "sink"])
+def test_bad_connection_fails_the_task_clearly(
+    broken: str,
+    airflow_db: str,
+    env: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    blob_store_settings: StoreSettings,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     from airflow_provider.example_dags.eventhub_ingest import dag
 
-    hub = connections["hub"]
-    sent = {}
-    for pid in hub.partition_ids:
-        sent[pid] = [f"p{pid}-e{i}" for i in range(25)]
-        hub.send(pid, sent[pid])
+    hub = env["hub"]
+    if broken == "eventhub":
+        # A secret plus an EntityPath naming another hub: rejected before anything connects.
+        bad = (
+            "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=listen;"
+            "SharedAccessKey=TOPSECRETVALUE;EntityPath=some-other-hub"
+        )
+        _set_connections(monkeypatch, hub, blob_store_settings, {"path": "/x"}, bad)
+        failing, expected = "has_work[-1]", "Airflow connection 'eventhub_default' (Event Hubs)"
+    else:
+        _set_connections(monkeypatch, hub, blob_store_settings, {"path": "/x", "table": "t"})
+        failing, expected = "ingest[0]", "Airflow connection 'eventhub_sink_default' (sink)"
+
     dr = dag.test()
-    states = {(ti.task_id, ti.map_index): ti.state for ti in dr.get_task_instances()}
-    print(states)
-    assert dr.state == "success", states
+    states = _states(dr)
+    assert str(dr.state) == "failed", states
+    assert states[failing] == ("failed", 1), states  # a configuration error is not retried
+    out = capfd.readouterr()
+    logs = out.out + out.err
+    assert expected in logs
+    if broken == "eventhub":
+        assert "EntityPath='some-other-hub' differs from eventhub_name" in logs
+        assert "TOPSECRETVALUE" not in logs
+    else:
+        assert "give exactly one of path or table" in logs

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Airflow tier: the airflow_provider package under real Airflow 3 (dag.test(), its in-line
+# triggerer) against Azurite, the Event Hubs emulator and a local Spark.
+#
+# Airflow resolves in the project's uv.lock (the `airflow` extra), but it is ~70 packages the
+# Dagster side never needs, so it goes into its own venv, .venv-airflow, from the same lock:
+#   UV_PROJECT_ENVIRONMENT=.venv-airflow uv sync --frozen --extra airflow
+# The main pytest run excludes these tests (marker `airflow`); this script runs only them.
+# Exits non-zero on any failure and when no test ran (pytest exit 5).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/_bootstrap.sh  # uv, the main venv, the pinned Azurite (idempotent)
+
+VENV="$PWD/.venv-airflow"
+echo "== airflow: installing the locked airflow extra into $VENV"
+UV_PROJECT_ENVIRONMENT="$VENV" uv sync --frozen --extra airflow --quiet
+export PYSPARK_PYTHON="$VENV/bin/python" PYSPARK_DRIVER_PYTHON="$VENV/bin/python"
+
+echo "== airflow: mypy airflow_provider (against the installed Airflow)"
+"$VENV/bin/python" -m mypy airflow_provider
+
+echo "== airflow: pytest -m airflow tests/airflow"
+rc=0
+"$VENV/bin/python" -m pytest -m airflow tests/airflow -p no:cacheprovider "$@" || rc=$?
+if [ "$rc" -eq 5 ]; then
+  echo "airflow tier: no test collected (is the airflow extra installed in $VENV?)" >&2
+fi
+exit "$rc"

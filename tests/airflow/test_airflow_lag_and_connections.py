@@ -1,0 +1,238 @@
+"""The lag trigger with the async SDK clients (Azurite + the emulator), and connection parsing.
+
+No Spark here: checkpoints are moved through the store's own API, as a run would move them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from resources.errors import ConfigurationError
+from resources.settings import StoreSettings
+from resources.store import PartitionStore
+from tests.airflow.conftest import connection_env
+
+pytestmark = [pytest.mark.airflow]
+
+
+class Conn:
+    """An Airflow-connection-shaped value for the pure parsing functions."""
+
+    def __init__(
+        self,
+        conn_id: str = "c",
+        *,
+        password: str | None = None,
+        schema: str | None = None,
+        host: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.conn_id, self.password, self.schema, self.host = conn_id, password, schema, host
+        self.extra_dejson = extra or {}
+
+
+EH = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=listen;SharedAccessKey=S3CRET"
+
+
+def test_eventhub_connection_fields() -> None:
+    from airflow_provider._connections import eventhub_settings
+
+    s = eventhub_settings(Conn(password=EH, schema="telemetry", extra={"consumer_group": "cg"}))
+    assert (s.eventhub_name, s.consumer_group, s.namespace) == (
+        "telemetry",
+        "cg",
+        "ns.servicebus.windows.net",
+    )
+    # The hub may come from the connection string's EntityPath, as with the Azure SDK.
+    s = eventhub_settings(Conn(password=EH + ";EntityPath=orders"))
+    assert s.eventhub_name == "orders"
+    s = eventhub_settings(
+        Conn(
+            host="ns.servicebus.windows.net",
+            schema="t",
+            extra={"credential": "default_azure_credential"},
+        )
+    )
+    assert s.credential_type == "default_azure_credential"
+
+
+@pytest.mark.parametrize(
+    ("conn", "message"),
+    [
+        (Conn("eh", password=EH), "Airflow connection 'eh' (Event Hubs): no Event Hub name"),
+        (
+            Conn("eh", schema="t", extra={"eventhub_name": "t", "connection_string": EH}),
+            "extra.connection_string is not a known key",
+        ),
+        (
+            Conn("eh", schema="t", extra={"consumer_group": EH}),
+            "extra.consumer_group holds a secret; put the connection string in the connection's "
+            "password field",
+        ),
+        (
+            Conn(
+                "eh",
+                schema="t",
+                password="Endpoint=http://x;SharedAccessKeyName=a;SharedAccessKey=S3CRET",
+            ),
+            "Airflow connection 'eh' (Event Hubs): connection_string: Endpoint=",
+        ),
+        (
+            Conn("eh", schema="t", extra={"credential": "managed"}),
+            "extra.credential='managed' is not valid; valid: default_azure_credential",
+        ),
+    ],
+)
+def test_bad_eventhub_connection_names_the_field_never_the_secret(conn: Conn, message: str) -> None:
+    from airflow_provider._connections import eventhub_settings
+
+    with pytest.raises(ConfigurationError) as err:
+        eventhub_settings(conn)
+    assert message in str(err.value)
+    assert "S3CRET" not in str(err.value)
+
+
+def test_store_sink_and_options() -> None:
+    from airflow_provider._connections import ingest_config, sink_settings, store_settings
+
+    with pytest.raises(ConfigurationError, match=r"'st' \(storage\): extra.container is required"):
+        store_settings(Conn("st", password="AccountName=a;AccountKey=k"))
+    store = store_settings(
+        Conn("st", password="AccountName=a;AccountKey=k", extra={"container": "leases"})
+    )
+    with pytest.raises(ConfigurationError, match="give exactly one of path or table"):
+        sink_settings(Conn("sk", extra={"path": "/p", "table": "t"}))
+    sink = sink_settings(
+        Conn("sk", extra={"format": "deltalake", "path": "/p", "partition_by": "partition"})
+    )
+    assert sink.partition_by == ("partition",)
+    from airflow_provider._connections import eventhub_settings
+
+    hub = eventhub_settings(Conn(password=EH, schema="t"))
+    config = ingest_config(
+        hub, store, sink, {"strategy": "jump_hash", "max_events_per_partition": 7}
+    )
+    assert (config.strategy, config.max_events_per_partition) == ("jump_hash", 7)
+    with pytest.raises(
+        ConfigurationError, match=r"options\.max_events: unknown run option; valid: strategy"
+    ):
+        ingest_config(hub, store, sink, {"max_events": 7})
+    with pytest.raises(ConfigurationError, match=r"options\.strategy: 'fastest' is not valid"):
+        ingest_config(hub, store, sink, {"strategy": "fastest"})
+    with pytest.raises(ConfigurationError, match=r"options\.max_events_per_partition: 0 must be"):
+        ingest_config(hub, store, sink, {"max_events_per_partition": 0})
+
+
+def test_owner_ids_of_tries() -> None:
+    from airflow_provider.operators import earlier_try_is_dead, owner_id_for
+
+    key = ("dag", "scheduled__2026-01-01T00:05:00+00:00", "ingest", 3)
+    try1, try2 = owner_id_for(*key, 1), owner_id_for(*key, 2)
+    assert try1 != try2 and try1.endswith("-try1") and "/" not in try1
+    is_dead = earlier_try_is_dead(*key, 2)
+    assert is_dead(try1) and not is_dead(try2)
+    assert not is_dead(owner_id_for("dag", key[1], "ingest", 4, 1))  # a mapped peer is alive
+    assert not is_dead(owner_id_for("dag", "other-run", "ingest", 3, 1))
+
+
+def _set_connections(monkeypatch: pytest.MonkeyPatch, hub: Any, store: StoreSettings) -> None:
+    monkeypatch.setenv(
+        *connection_env(
+            "eventhub_default",
+            conn_type="azure_eventhub_ingest",
+            password=hub.connection_string,
+            schema=hub.name,
+        )
+    )
+    monkeypatch.setenv(
+        *connection_env(
+            "eventhub_store_default",
+            conn_type="azure_eventhub_ingest",
+            password=store.connection_string,
+            extra={"container": store.container},
+        )
+    )
+
+
+async def _first_event(trigger: Any, timeout: float) -> Any:
+    return await asyncio.wait_for(anext(trigger.run()), timeout)
+
+
+@pytest.mark.integration
+def test_lag_trigger_waits_until_caught_up_with_async_clients(
+    airflow_db: str,
+    monkeypatch: pytest.MonkeyPatch,
+    make_eventhub: Callable[..., Any],
+    blob_store_settings: StoreSettings,
+) -> None:
+    from airflow_provider._lag import alag_per_partition, lag_per_partition
+    from airflow_provider.triggers import EventHubLagTrigger
+
+    hub = make_eventhub(partitions=3)
+    _set_connections(monkeypatch, hub, blob_store_settings)
+    for pid in hub.partition_ids:
+        hub.send(pid, [f"e{i}" for i in range(10)])
+    hub.send("1", ["extra"])
+
+    # There is work: fires at once with the lag of every partition (no container yet).
+    work = EventHubLagTrigger(min_lag_events=11, poll_interval=0.2)
+    event = asyncio.run(_first_event(work, 30))
+    assert event.payload == {"status": "success", "lag": {"0": 10, "1": 11, "2": 10}}
+
+    # Caught up: nothing is checkpointed, so it keeps polling...
+    caught_up = EventHubLagTrigger(max_lag_events=0, poll_interval=0.2, partition_ids=["0", "1"])
+    classpath, kwargs = caught_up.serialize()
+    assert classpath == "airflow_provider.triggers.EventHubLagTrigger"
+    assert "SharedAccessKey" not in json.dumps(kwargs)  # the trigger row holds conn ids only
+
+    store = PartitionStore(blob_store_settings.backend(), hub.settings().hub_ref())
+
+    async def scenario() -> Any:
+        task = asyncio.ensure_future(_first_event(EventHubLagTrigger(**kwargs), 60))
+        await asyncio.sleep(2.0)
+        assert not task.done(), "fired although nothing was checkpointed"
+        # ...until a run checkpoints both partitions (lease, then fenced checkpoint).
+        for pid, last in (("0", 9), ("1", 10)):
+            own = await asyncio.to_thread(store.claim, pid, "owner-a", None)
+            assert own is not None
+            await asyncio.to_thread(store.checkpoint, own, last, None)
+        return await task
+
+    event = asyncio.run(scenario())
+    assert event.payload == {"status": "success", "lag": {"0": 0, "1": 0}}
+    # The async path and the sync path (sensor in poke mode) read the same lag.
+    lag_async = asyncio.run(alag_per_partition(hub.settings(), blob_store_settings))
+    assert (
+        lag_async
+        == lag_per_partition(hub.settings(), blob_store_settings)
+        == {"0": 0, "1": 0, "2": 10}
+    )
+
+
+@pytest.mark.integration
+def test_lag_trigger_reports_a_bad_setup_as_an_error_event(
+    airflow_db: str,
+    monkeypatch: pytest.MonkeyPatch,
+    make_eventhub: Callable[..., Any],
+    blob_store_settings: StoreSettings,
+) -> None:
+    from airflow_provider.triggers import EventHubLagTrigger
+
+    hub = make_eventhub(partitions=2)
+    _set_connections(monkeypatch, hub, blob_store_settings)
+    event = asyncio.run(_first_event(EventHubLagTrigger(min_lag_events=1, partition_ids=["7"]), 30))
+    assert event.payload["status"] == "error" and event.payload["kind"] == "configuration"
+    assert "partition '7' is not a partition of" in event.payload["message"]
+
+    missing = EventHubLagTrigger(min_lag_events=1, eventhub_conn_id="no_such_conn")
+    event = asyncio.run(_first_event(missing, 30))
+    assert event.payload["kind"] == "configuration"
+    assert (
+        "Airflow connection 'no_such_conn' (Event Hubs) is not defined" in event.payload["message"]
+    )
+    assert "AIRFLOW_CONN_NO_SUCH_CONN" in event.payload["message"]
