@@ -11,8 +11,9 @@ Three connections, one per service, so each can be shared and rotated on its own
   Without a password: ``host`` (or ``extra.account_url``) = ``https://acct.blob.core.windows.net``
   and ``extra.credential = "default_azure_credential"``.
 - Sink (``eventhub_sink_default``): ``extra.format`` (default ``parquet``), ``extra.path`` or
-  ``extra.table``, ``extra.partition_by``; optional ``extra.spark`` = ``{"master": ...,
-  "app_name": ..., "conf": {...}}`` for the SparkSession the task starts.
+  ``extra.table``, ``extra.partition_by``, ``extra.shared`` (a local path every node mounts);
+  optional ``extra.spark`` = ``{"master": ... or "remote": "sc://...", "app_name": ...,
+  "conf": {...}, "ship_code": true}`` for the SparkSession the task starts.
 
 Secrets live only in the ``password`` field, which Airflow encrypts and masks in task logs; a
 secret written into ``extra`` is rejected with an error saying where it belongs. Every error
@@ -52,8 +53,8 @@ _CREDENTIALS = ("default_azure_credential",)
 _SECRET_RE = re.compile(r"(?i)\b(SharedAccessKey|AccountKey|SharedAccessSignature|sig)=[^;&\s]+")
 _EVENTHUB_EXTRA = {"eventhub_name", "consumer_group", "fully_qualified_namespace", "credential"}
 _STORE_EXTRA = {"container", "create_container", "account_url", "credential"}
-_SINK_EXTRA = {"format", "path", "table", "partition_by", "spark"}
-_SPARK_KEYS = {"master", "app_name", "conf"}
+_SINK_EXTRA = {"format", "path", "table", "partition_by", "shared", "spark"}
+_SPARK_KEYS = {"master", "remote", "app_name", "conf", "ship_code"}
 # Run options a DAG may set on the operator (IngestConfig's fields besides the three services).
 RUN_OPTIONS = tuple(
     f.name for f in fields(IngestConfig) if f.name not in {"eventhub", "store", "sink"}
@@ -74,19 +75,41 @@ class ConnectionLike(Protocol):
 
 @dataclass(frozen=True)
 class SparkSettings:
-    """How the task starts its SparkSession (``extra.spark`` of the sink connection)."""
+    """How the task starts its SparkSession (``extra.spark`` of the sink connection).
+
+    ``master`` (``local[2]`` by default, or a cluster) or ``remote`` (a Spark Connect
+    ``sc://`` URL); ``ship_code=False`` when the cluster already has this package installed.
+    """
 
     master: str = "local[2]"
+    remote: str | None = None
     app_name: str = "ehingest-airflow"
     conf: Mapping[str, str] = field(default_factory=dict)
+    ship_code: bool = True
+
+    @property
+    def is_local(self) -> bool:
+        """True for a local master (the sink may then be any local path)."""
+        from resources.spark_session import is_local_master
+
+        return self.remote is None and is_local_master(self.master)
 
     def factory(self) -> Callable[[], Any]:
         """A function starting this session when the run has something to read."""
 
         def start() -> Any:
-            from resources.spark_session import local_spark_session
+            from resources.code_shipping import SHIP_CODE_CONF
+            from resources.spark_session import spark_session
 
-            return local_spark_session(self.app_name, master=self.master, conf=dict(self.conf))
+            conf = dict(self.conf)
+            if not self.ship_code:
+                conf[SHIP_CODE_CONF] = "false"
+            return spark_session(
+                self.app_name,
+                master=None if self.remote else self.master,
+                remote=self.remote,
+                conf=conf,
+            )
 
         return start
 
@@ -221,7 +244,13 @@ def sink_settings(conn: ConnectionLike) -> SinkSettings:
             f"Airflow connection {conn.conn_id!r} ({role}): extra.partition_by="
             f"{redact(repr(partition_by))} must be a list of column names"
         )
-    return _wrap(
+    shared = extra.get("shared", False)
+    if not isinstance(shared, bool):
+        raise ConfigurationError(
+            f"Airflow connection {conn.conn_id!r} ({role}): extra.shared={redact(repr(shared))} "
+            "must be true or false"
+        )
+    sink: SinkSettings = _wrap(
         conn,
         role,
         lambda: SinkSettings(
@@ -229,8 +258,25 @@ def sink_settings(conn: ConnectionLike) -> SinkSettings:
             path=extra.get("path"),
             table=extra.get("table"),
             partition_by=tuple(partition_by),
+            shared=shared,
         ),
     )
+    spark = spark_settings(conn)
+    from ops.write import check_sink_reachable
+
+    # Before anything is claimed or a JVM starts: a local path a cluster cannot share.
+    _wrap(
+        conn,
+        role,
+        lambda: check_sink_reachable(
+            sink,
+            local=spark.is_local,
+            engine=f"Spark Connect {spark.remote!r}"
+            if spark.remote
+            else f"master {spark.master!r}",
+        ),
+    )
+    return sink
 
 
 def spark_settings(conn: ConnectionLike) -> SparkSettings:
@@ -248,10 +294,24 @@ def spark_settings(conn: ConnectionLike) -> SparkSettings:
             f"Airflow connection {conn.conn_id!r} ({role}): extra.spark.conf must be a mapping "
             "of Spark settings"
         )
+    remote = spark.get("remote")
+    if remote is not None and ("master" in spark or not str(remote).startswith("sc://")):
+        raise ConfigurationError(
+            f"Airflow connection {conn.conn_id!r} ({role}): extra.spark.remote must be a Spark "
+            "Connect URL ('sc://host:port') and excludes extra.spark.master"
+        )
+    ship_code = spark.get("ship_code", True)
+    if not isinstance(ship_code, bool):
+        raise ConfigurationError(
+            f"Airflow connection {conn.conn_id!r} ({role}): extra.spark.ship_code must be true "
+            "or false"
+        )
     return SparkSettings(
         master=str(spark.get("master") or "local[2]"),
+        remote=str(remote) if remote is not None else None,
         app_name=str(spark.get("app_name") or "ehingest-airflow"),
         conf={str(k): str(v) for k, v in conf.items()},
+        ship_code=ship_code,
     )
 
 
