@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ops.hub import PartitionInfo, _info
+from ops.hub import HubClient, PartitionInfo, _info, _utc
 from ops.status import partition_status
 from resources.errors import (
     ConfigurationError,
@@ -80,13 +80,17 @@ class _SnapshotBackend:
 
 
 class _SnapshotHub:
-    """A ``HubClient`` over partition properties already fetched (by the async client)."""
+    """A ``HubClient`` over hub and partition properties already fetched (by the async client)."""
 
-    def __init__(self, infos: Mapping[str, PartitionInfo]) -> None:
+    def __init__(self, infos: Mapping[str, PartitionInfo], created_ms: int | None) -> None:
         self.infos = dict(infos)
+        self.created_ms = created_ms
 
     def partition_ids(self) -> list[str]:
         return list(self.infos)
+
+    def hub_created_ms(self) -> int | None:
+        return self.created_ms
 
     def partition_info(self, partition_ids: Sequence[str]) -> dict[str, PartitionInfo]:
         return {p: self.infos[p] for p in partition_ids}
@@ -98,7 +102,9 @@ class _SnapshotHub:
         return {}
 
 
-def _lag(store: PartitionStore, hub: Any, partition_ids: Sequence[str] | None) -> dict[str, int]:
+def _lag(
+    store: PartitionStore, hub: HubClient, partition_ids: Sequence[str] | None
+) -> dict[str, int]:
     rows = partition_status(
         store, hub, lease_expiry_seconds=_ANY_EXPIRY, partition_ids=partition_ids, lag_seconds=False
     )
@@ -160,12 +166,11 @@ def _aio_container(store: StoreSettings) -> Any:
     )
 
 
-async def _apartition_infos(
-    eventhub: EventHubSettings, partition_ids: Sequence[str] | None
-) -> dict[str, PartitionInfo]:
+async def _ahub(eventhub: EventHubSettings, partition_ids: Sequence[str] | None) -> _SnapshotHub:
     try:
         async with _aio_consumer(eventhub) as client:
-            known = [str(p) for p in await client.get_partition_ids()]
+            hub_props = await client.get_eventhub_properties()
+            known = [str(p) for p in hub_props["partition_ids"]]
             unknown = sorted(set(partition_ids or ()) - set(known))
             if unknown:
                 raise RangeError(
@@ -181,7 +186,11 @@ async def _apartition_infos(
             f"Event Hub {eventhub.eventhub_name!r} on {eventhub.namespace}: cannot read partition "
             f"properties: {type(exc).__name__}: {redact(str(exc))[:500]}"
         ) from exc
-    return {p: _info(p, pr) for p, pr in zip(targets, props, strict=True)}
+    created = _utc(hub_props.get("created_at"))
+    return _SnapshotHub(
+        {p: _info(p, pr) for p, pr in zip(targets, props, strict=True)},
+        int(created.timestamp() * 1000) if created is not None else None,
+    )
 
 
 async def _ablobs(store: StoreSettings, prefix: str) -> list[BlobRecord]:
@@ -216,8 +225,9 @@ async def alag_per_partition(
     hub_ref = eventhub.hub_ref()
     # Both kinds of blob (ownership carries the fenced checkpoint) share this prefix.
     prefix = hub_ref.prefix("checkpoint").removesuffix("checkpoint/")
-    infos, records = await asyncio.gather(
-        _apartition_infos(eventhub, partition_ids), _ablobs(store, prefix)
-    )
+    # The store before the hub, as the run and ``partition_status`` do: a checkpoint written in
+    # between is then never ahead of the hub's bounds.
+    records = await _ablobs(store, prefix)
+    hub = await _ahub(eventhub, partition_ids)
     store_view = PartitionStore(_SnapshotBackend(records), hub_ref)
-    return _lag(store_view, _SnapshotHub(infos), list(infos))
+    return _lag(store_view, hub, hub.partition_ids())
