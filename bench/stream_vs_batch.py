@@ -97,14 +97,14 @@ def main() -> None:
             spark.stop()
             shutil.rmtree(tmp, ignore_errors=True)
 
-    print(f"\n{'path':<46} {'seconds':>8} {'events/s':>10} {'vs batch':>9}")
+    print(f"\n{'path':<50} {'seconds':>8} {'events/s':>10} {'vs batch':>9}")
     rows = [
         ("batch: spark.read -> Parquet", batch_s),
         (f"stream AvailableNow ({one_n} micro-batch) -> Parquet", one_s),
         (f"stream AvailableNow ({four_n} micro-batches) -> Parquet", four_s),
     ]
     for label, seconds in rows:
-        print(f"{label:<46} {seconds:>8.1f} {events / seconds:>10,.0f} {batch_s / seconds:>8.2f}x")
+        print(f"{label:<50} {seconds:>8.1f} {events / seconds:>10,.0f} {batch_s / seconds:>8.2f}x")
 
 
 if __name__ == "__main__":

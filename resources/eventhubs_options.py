@@ -8,10 +8,8 @@ Everything here is parsing and planning on the driver; nothing runs on executors
 * :func:`parse_source_options` turns the raw reader options (ours, the connector's, Kafka's)
   into :class:`SourceOptions` without any I/O; an option that cannot be honoured is refused
   with a message naming what to use instead (:data:`CONNECTOR_OPTIONS` is the full table).
-* :func:`plan_source_read` resolves per-partition positions (the connector's EventPosition
-  JSON, Kafka offsets) to inclusive sequence-number ranges and returns the batch
-  :class:`~resources.spark_source.ReadPlan`.
-* :func:`resolve_start_sequence_numbers` gives a stream its initial offsets.
+* :mod:`resources.eventhubs_positions` resolves the positions on the driver (batch plan,
+  a stream's initial offsets).
 
 Semantics follow the originals exactly: a connector or Kafka *start* is inclusive, an *end* is
 exclusive (the first sequence number not read). See docs/spark_source.md.
@@ -23,27 +21,21 @@ import base64
 import json
 import logging
 import re
-import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
-from resources.errors import ConfigurationError, EventHubUnavailableError
+from resources.errors import ConfigurationError
 from resources.settings import parse_connection_string
 from resources.spark_source import (
     EventPosition,
-    PartitionInfo,
-    PartitionRange,
     ReadOptions,
-    ReadPlan,
     _canonical_option,
-    fetch_partition_info,
-    plan_read,
 )
 
 if TYPE_CHECKING:
-    from resources.settings import EventHubSettings
+    pass
 
 __all__ = [
     "CONNECTOR_OPTIONS",
@@ -52,10 +44,9 @@ __all__ = [
     "SourceOptions",
     "decrypt_connection_string",
     "encrypt_connection_string",
+    "own_to_bound",
     "parse_iso_duration",
     "parse_source_options",
-    "plan_source_read",
-    "resolve_start_sequence_numbers",
 ]
 
 logger = logging.getLogger(__name__)
@@ -548,11 +539,12 @@ class SourceOptions:
         if self.starts is not None:
             return self.starts
         if self.has_own_start:
-            return PositionSpec(_own_to_bound(self.read.starting_position))
+            return PositionSpec(own_to_bound(self.read.starting_position))
         return PositionSpec(Bound("latest"))
 
 
-def _own_to_bound(pos: EventPosition) -> Bound:
+def own_to_bound(pos: EventPosition) -> Bound:
+    """The project's own starting position as a :class:`Bound` (an enqueued time: at or after)."""
     if pos.kind in ("earliest", "latest"):
         return Bound(pos.kind)
     if pos.kind == "sequence_number":
@@ -709,242 +701,3 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         operation_timeout=operation_timeout,
         batch_only=tuple(batch_only),
     )
-
-
-# --------------------------------------------------------------------------------------------
-# Resolution on the driver
-# --------------------------------------------------------------------------------------------
-
-T = TypeVar("T")
-
-
-def with_deadline(seconds: float | None, what: str, fn: Callable[[], T]) -> T:
-    """Run ``fn``; past ``seconds`` raise :class:`EventHubUnavailableError` (operationTimeout).
-
-    The azure-eventhub SDK has no deadline for management calls; the call is left to finish in
-    a daemon thread.
-    """
-    if seconds is None:
-        return fn()
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # handed to the caller below
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, name="eventhubs-deadline", daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        raise EventHubUnavailableError(
-            f"{what} did not finish within eventhubs.operationTimeout ({seconds:g}s)"
-        )
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
-
-def _first_sequence_number_at(
-    settings: EventHubSettings,
-    partition_id: str,
-    position: str | datetime,
-    inclusive: bool,
-    wait_seconds: float,
-) -> int:
-    """Sequence number of the first event at (or after) ``position``; known to exist."""
-    client = settings.consumer_client()
-    found: list[int] = []
-    errors: list[BaseException] = []
-    done = threading.Event()
-
-    def on_event(_ctx: Any, event: Any) -> None:
-        if event is not None and not found:
-            found.append(int(event.sequence_number))
-            done.set()
-
-    def on_error(_ctx: Any, exc: Exception) -> None:
-        errors.append(exc)
-        done.set()
-
-    def run() -> None:
-        try:
-            client.receive(
-                on_event,
-                partition_id=partition_id,
-                starting_position=position,
-                starting_position_inclusive=inclusive,
-                prefetch=1,
-                on_error=on_error,
-            )
-        except Exception as exc:  # handed to the caller below
-            errors.append(exc)
-            done.set()
-
-    thread = threading.Thread(target=run, name=f"eventhubs-probe-{partition_id}", daemon=True)
-    thread.start()
-    done.wait(wait_seconds)
-    try:
-        client.close()
-    except Exception:  # closing must not mask the result
-        logger.debug("closing the probe client of partition %s failed", partition_id)
-    thread.join(5)
-    if found:
-        return found[0]
-    detail = f": {type(errors[0]).__name__}" if errors else ""
-    raise EventHubUnavailableError(
-        f"Event Hub {settings.eventhub_name!r} partition {partition_id}: no event received at "
-        f"position {position!s} within {wait_seconds:g}s (receive_timeout){detail}"
-    )
-
-
-def resolve_bound(read: ReadOptions, info: PartitionInfo, bound: Bound) -> int:
-    """The sequence number of the first event at ``bound`` (``last + 1`` if there is none).
-
-    The connector's ``EventHubsClient.translate``: start of stream -> the first retained event,
-    end of stream -> ``last + 1``, a sequence number as is, an offset or an enqueued time by
-    receiving one event there (skipped when the partition has no such event).
-    """
-    last = info.last_enqueued_sequence_number
-    if bound.kind == "earliest":
-        return max(0, info.first_available)
-    if bound.kind == "latest":
-        return last + 1
-    if bound.kind == "sequence_number":
-        assert isinstance(bound.value, int)
-        return bound.value
-    if info.is_empty:
-        return last + 1
-    if bound.kind == "enqueued_time":
-        assert isinstance(bound.value, datetime)
-        newest = info.last_enqueued_time
-        if newest is not None and (
-            newest < bound.value or (newest == bound.value and not bound.inclusive)
-        ):
-            return last + 1
-        return _first_sequence_number_at(
-            read.settings, info.partition_id, bound.value, bound.inclusive, read.receive_timeout
-        )
-    assert isinstance(bound.value, str)
-    newest_offset = info.last_enqueued_offset
-    if newest_offset.isdigit() and bound.value.isdigit():
-        after = int(bound.value) > int(newest_offset)
-        at_end = int(bound.value) == int(newest_offset)
-        if after or (at_end and not bound.inclusive):
-            return last + 1
-    return _first_sequence_number_at(
-        read.settings, info.partition_id, bound.value, bound.inclusive, read.receive_timeout
-    )
-
-
-def _infos(source: SourceOptions) -> tuple[list[str], dict[str, PartitionInfo]]:
-    read = source.read
-    return with_deadline(
-        source.operation_timeout,
-        f"reading the partitions of Event Hub {read.settings.eventhub_name!r}",
-        lambda: fetch_partition_info(read.settings),
-    )
-
-
-def _check_partitions(spec: PositionSpec | None, all_ids: list[str], hub: str) -> None:
-    unknown = [p for p in (spec.partitions if spec else ()) if p not in all_ids]
-    if unknown:
-        from resources.errors import RangeError
-
-        raise RangeError(
-            f"positions: unknown partition {', '.join(map(repr, unknown))} of Event Hub "
-            f"{hub!r}; valid partition ids: {', '.join(all_ids)}"
-        )
-
-
-def resolve_start_sequence_numbers(
-    source: SourceOptions, infos: Mapping[str, PartitionInfo] | None = None
-) -> dict[str, int]:
-    """Partition id -> the first sequence number a new stream reads (its initial offset)."""
-    if infos is None:
-        all_ids, infos = _infos(source)
-    else:
-        all_ids = list(infos)
-    spec = source.stream_start()
-    _check_partitions(spec, all_ids, source.read.settings.eventhub_name)
-    return {
-        pid: resolve_bound(source.read, infos[pid], spec.for_partition(pid, Bound("latest")))
-        for pid in all_ids
-    }
-
-
-def plan_source_read(source: SourceOptions) -> ReadPlan:
-    """The batch plan of ``source``: per-partition positions resolved, then checked.
-
-    Without connector or Kafka positions this is :func:`~resources.spark_source.plan_read` of
-    the project's own options. With them, every partition's ``[start, end)`` is resolved as
-    the connector does (start inclusive, end exclusive; defaults: the first retained event and
-    the end of the stream), turned into inclusive ranges (empty ones left out) and planned like
-    explicit ``ranges``, so retention is checked and ``failOnDataLoss`` applies.
-    """
-    read = source.read
-    if source.starts is None and source.ends is None:
-        return with_deadline(
-            source.operation_timeout,
-            f"planning the read of Event Hub {read.settings.eventhub_name!r}",
-            lambda: plan_read(read),
-        )
-
-    def plan() -> ReadPlan:
-        all_ids, infos = fetch_partition_info(read.settings)
-        hub = read.settings.eventhub_name
-        _check_partitions(source.starts, all_ids, hub)
-        _check_partitions(source.ends, all_ids, hub)
-        own_start = _own_to_bound(read.starting_position)
-        ranges: list[PartitionRange] = []
-        for pid in all_ids:
-            info = infos[pid]
-            start_bound = (
-                source.starts.for_partition(pid, Bound("earliest"))
-                if source.starts is not None
-                else own_start
-            )
-            start = resolve_bound(read, info, start_bound)
-            if source.ends is not None:
-                end_excl = resolve_bound(
-                    read, info, source.ends.for_partition(pid, Bound("latest"))
-                )
-            else:
-                end_excl = _own_end_exclusive(read, info)
-            end_excl = min(end_excl, info.last_enqueued_sequence_number + 1)
-            if end_excl > start:
-                ranges.append(PartitionRange(pid, start, end_excl - 1))
-        logger.info(
-            "Event Hub %s consumer group %s: positions resolved to %s",
-            hub,
-            read.settings.consumer_group,
-            ", ".join(str(r) for r in ranges) or "nothing to read",
-        )
-        if not ranges:
-            return ReadPlan(options=replace(read, ranges=(), partition_ids=None), ranges=())
-        return plan_read(replace(read, ranges=tuple(ranges), partition_ids=None))
-
-    return with_deadline(
-        source.operation_timeout,
-        f"planning the read of Event Hub {read.settings.eventhub_name!r}",
-        plan,
-    )
-
-
-def _own_end_exclusive(read: ReadOptions, info: PartitionInfo) -> int:
-    """Our own ``ending_position`` (inclusive forms) as an exclusive sequence number."""
-    pos = read.ending_position
-    last = info.last_enqueued_sequence_number
-    if pos.kind == "latest":
-        return last + 1
-    if pos.kind == "earliest":
-        return info.first_available
-    if pos.kind == "sequence_number":
-        assert isinstance(pos.value, int)
-        return pos.value + 1
-    if pos.kind == "enqueued_time":
-        # Ours is exclusive: the first event at or after the time is not read.
-        return resolve_bound(read, info, Bound("enqueued_time", pos.value, True))
-    # An offset end is inclusive: the first event after it is the first one not read.
-    return resolve_bound(read, info, Bound("offset", pos.value, False))

@@ -30,9 +30,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from resources.errors import ConfigurationError, DataLossError
-from resources.eventhubs_options import (
-    Bound,
-    SourceOptions,
+from resources.eventhubs_options import Bound, SourceOptions
+from resources.eventhubs_positions import (
     resolve_bound,
     resolve_start_sequence_numbers,
     with_deadline,

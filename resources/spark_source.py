@@ -1273,7 +1273,8 @@ class EventHubsDataSource(DataSource):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         # The connector's and Kafka's options are mapped (or refused) there; see the module.
-        from resources.eventhubs_options import parse_source_options, plan_source_read
+        from resources.eventhubs_options import parse_source_options
+        from resources.eventhubs_positions import plan_source_read
 
         self.source = parse_source_options(options)
         parsed = self.source.read
