@@ -1,15 +1,16 @@
-"""Run a test DAG in this process, for the lost-worker test (it runs this in subprocesses).
+"""Run a test DAG in this process, for the lost-worker test.
 
 ``python -m tests.airflow._run_dag test <dag_id> <logical-date>``: ``dag.test()``; with
 ``EHINGEST_FAULT`` set, the process is killed (SIGKILL) in the middle of the ingest task, like a
 lost worker: the task instance stays ``running`` try 1 in the metadata DB.
 
-``python -m tests.airflow._run_dag retry <dag_id> <logical-date>``: what the scheduler does next.
+``_retry(dag, logical_date)`` (or ``... retry <dag_id> <logical-date>``): what the scheduler
+does next.
 A task instance whose worker is gone (no heartbeat) is failed and, with retries left, set
 ``up_for_retry``; then the run continues with the same loop ``dag.test()`` runs (its own
 ``_run_task``), so the retry is try 2 of the same task instance in the same DAG run.
 
-Prints ``RESULT {"state": ..., "tis": {"task[map_index]": [state, try_number]}}``.
+Prints ``RESULT {"state": ..., "run_id": ..., "tis": {"task[map_index]": [state, try]}}``.
 """
 
 from __future__ import annotations
@@ -23,15 +24,17 @@ from datetime import datetime
 from typing import Any
 
 
-def _result(dr: Any) -> None:
+def _result(dr: Any) -> dict[str, Any]:
     states = {
         f"{ti.task_id}[{ti.map_index}]": [str(ti.state), ti.try_number]
         for ti in dr.get_task_instances()
     }
-    print("RESULT " + json.dumps({"state": str(dr.state), "tis": states}), flush=True)
+    result = {"state": str(dr.state), "run_id": dr.run_id, "tis": states}
+    print("RESULT " + json.dumps(result), flush=True)
+    return result
 
 
-def _retry(dag: Any, logical_date: datetime) -> Any:
+def _retry(dag: Any, logical_date: datetime) -> dict[str, Any]:
     from airflow.models.dagrun import DagRun
     from airflow.sdk import timezone
     from airflow.sdk.definitions.dag import _run_task
@@ -67,8 +70,7 @@ def _retry(dag: Any, logical_date: datetime) -> Any:
         session.expire_all()
         dr.update_state(session=session)
         session.commit()
-        _result(dr)
-    return dr
+        return _result(dr)
 
 
 def main() -> None:

@@ -102,15 +102,15 @@ def _assert_sink_holds_exactly(spark: Any, sink: SinkSettings, sent: dict[str, l
     )
 
 
-def _reports(dr: Any) -> dict[int, dict[str, Any]]:
-    """The ingest tasks' XCom return values (the run reports), by map index."""
+def _reports(dag_id: str, run_id: str) -> dict[int, dict[str, Any]]:
+    """The ingest tasks' XCom return values (the run reports), by map index (-1: unmapped)."""
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
     with create_session() as session:
         rows = (
             session.query(XComModel)
-            .filter_by(dag_id=dr.dag_id, run_id=dr.run_id, task_id="ingest", key="return_value")
+            .filter_by(dag_id=dag_id, run_id=run_id, task_id="ingest", key="return_value")
             .all()
         )
         return {row.map_index: XComModel.deserialize_value(row) for row in rows}
@@ -138,7 +138,7 @@ def test_example_dag_lands_every_event_once(
     cps = env["store"].list_checkpoints()
     assert {p: c.sequence_number for p, c in cps.items()} == {p: EVENTS - 1 for p in env["sent"]}
 
-    reports = _reports(dr)
+    reports = _reports(dr.dag_id, dr.run_id)
     assert set(reports) == set(range(RUNS))
     assert sum(r["events"] for r in reports.values()) == EVENTS * len(env["sent"])
     for index, report in reports.items():
@@ -151,20 +151,16 @@ def test_example_dag_lands_every_event_once(
         assert "SharedAccessKey" not in text and "AccountKey" not in text
 
 
-def _run_dag_subprocess(
-    mode: str, logical_date: datetime, fault: str | None, log: Path
-) -> tuple[int, str]:
+def _run_dag_subprocess(logical_date: datetime, fault: str, log: Path) -> tuple[int, str]:
     run_env = {**os.environ, "EHINGEST_FAULT_MID_READ_MAX_S": "0.5"}
-    run_env.pop("EHINGEST_FAULT", None)
-    if fault:
-        run_env["EHINGEST_FAULT"] = fault
+    run_env["EHINGEST_FAULT"] = fault
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
                 "tests.airflow._run_dag",
-                mode,
+                "test",
                 "eventhub_ingest_retry",
                 logical_date.isoformat(),
             ],
@@ -185,23 +181,34 @@ def _run_dag_subprocess(
 
 @pytest.mark.slow
 def test_task_killed_mid_run_then_retried_lands_every_event_once(
-    airflow_db: str, env: dict[str, Any], spark: Any, tmp_path: Path
+    airflow_db: str,
+    env: dict[str, Any],
+    spark: Any,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
 ) -> None:
     """The worker running an ingest try dies (SIGKILL while Spark reads and writes); try 2 of the
     same task instance takes its leases over at once (they would expire only after 10 minutes)
     and replays exactly the recorded ranges."""
     logical_date = datetime.now(UTC).replace(microsecond=0)
-    code, out = _run_dag_subprocess("test", logical_date, "mid_read:1", tmp_path / "try1.log")
+    code, out = _run_dag_subprocess(logical_date, "mid_read:1", tmp_path / "try1.log")
     assert code == -signal.SIGKILL, out[-3000:]
     pending = {p: o for p, o in env["store"].list_ownership().items() if o.intent is not None}
     assert pending, "the killed try should leave its write-ahead intents behind"
     assert all(o.owner_id.endswith("-try1") for o in pending.values())
 
-    code, out = _run_dag_subprocess("retry", logical_date, None, tmp_path / "try2.log")
-    assert code == 0, out[-3000:]
-    result = json.loads(out.split("RESULT ", 1)[1].splitlines()[0])
-    assert result == {"state": "success", "tis": {"ingest[-1]": ["success", 2]}}, out[-3000:]
+    # The scheduler's next step, in this process (its Spark session is already up): try 2.
+    from tests.airflow._run_dag import _retry
+    from tests.airflow.dags.eventhub_ingest_retry import dag
+
+    capfd.readouterr()
+    result = _retry(dag, logical_date)
+    out = capfd.readouterr().out
+    assert result["state"] == "success", out[-3000:]
+    assert result["tis"] == {"ingest[-1]": ["success", 2]}  # try 2 of the same task instance
     assert "left by airflow-eventhub_ingest_retry.ingest-" in out  # replayed try 1's intents
+    [report] = _reports(dag.dag_id, result["run_id"]).values()
+    assert report["owner_id"].endswith("-try2") and report["events"] == EVENTS * len(env["sent"])
 
     _assert_sink_holds_exactly(spark, env["sink"], env["sent"])
     cps = env["store"].list_checkpoints()
