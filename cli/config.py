@@ -259,7 +259,8 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> CliConfig:
             ),
         )
     except ConfigurationError as exc:
-        raise ConfigurationError(f"store.{str(exc).removeprefix('store ')}") from None
+        text = str(exc).removeprefix("store.").removeprefix("store ")
+        raise ConfigurationError(f"store.{text}") from None
 
     sk = _section(doc, "sink", _SINK_KEYS, required=True)
     partition_by = sk.get("partition_by", [])

@@ -147,6 +147,7 @@ class SparkIngestor:
         only the expired head is missing); the batches keep the keys of the whole ranges.
         """
         from ops.write import write_batch
+        from resources.errors import SinkError
         from resources.spark_source import PartitionRange, ReadOptions, read_eventhubs
 
         options = ReadOptions(
@@ -165,7 +166,17 @@ class SparkIngestor:
             _ = df.columns
         except Exception as exc:
             raise _unwrap(exc) from exc
-        result = write_batch(df, self.sink, dict(ranges))
+        try:
+            result = write_batch(df, self.sink, dict(ranges))
+        except SinkError as exc:
+            # The job reads and writes in one pass: a reader's failure (the hub killed
+            # mid-read, events expired) surfaces from the write. Say what really failed.
+            cause = exc.__cause__
+            if isinstance(cause, Exception):
+                read_error = _unwrap(cause)
+                if read_error is not cause:
+                    raise read_error from cause
+            raise
         self._location = result.output_location
         return {
             pid: RangeResult(

@@ -524,7 +524,26 @@ def _cause(exc: BaseException) -> str:
     # the cause. Otherwise the JVM error's first lines say what went wrong.
     raised = [ln for ln in lines if _RAISED.match(ln)]
     head = raised[-1] if raised else " | ".join(lines[:3])
-    return redact(head[:600])
+    # A JVM write error (TASK_WRITE_FAILED, a failed job commit) names the operating system's
+    # cause only deep in its stack: bring it forward, it is what the user must fix.
+    for ln in lines:
+        low = ln.lower()
+        root = next((c for c in _OS_CAUSES if c in low), None)
+        if root is not None:
+            rest = head.replace(ln, "").strip(" |")
+            head = f"{_OS_CAUSES[root]}: {ln[:300]}" + (f" ({rest[:300]})" if rest else "")
+            break
+    return redact(head[:900])
+
+
+#: Operating-system causes hidden in JVM write errors, and what they mean to the user.
+_OS_CAUSES = {
+    "no space left on device": "the disk is full",
+    "disk quota exceeded": "the disk quota is exceeded",
+    "permission denied": "permission denied",
+    "accessdeniedexception": "permission denied",
+    "read-only file system": "the file system is read-only",
+}
 
 
 _RAISED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")

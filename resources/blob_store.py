@@ -381,7 +381,9 @@ class AzureBlobBackend:
     def _translate(self, exc: AzureError, action: str, name: str) -> EventHubIngestError:
         """One of our error types for an Azure error; the message names no secret."""
         target = "" if name == self.container else f" {name!r} in"
-        what = f"{action}{target} container {self.container!r} at {self.endpoint}"
+        # "create container" + " container 'x'" would say it twice.
+        verb = action.removesuffix(" container") if not target else action
+        what = f"{verb}{target} container {self.container!r} at {self.endpoint}"
         status = getattr(exc, "status_code", None)
         code = getattr(exc, "error_code", None)
         code = str(getattr(code, "value", code) or type(exc).__name__)

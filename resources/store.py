@@ -342,11 +342,12 @@ class PartitionStore:
             metadata = {k: v for k, v in current.items() if k in _OUR_KEYS}
         metadata[OWNER_KEY] = owner_id
         metadata[EPOCH_KEY] = str((previous.epoch if previous else 0) + 1)
+        name = self._ownership_name(partition_id)
         written = self.backend.put(
-            self._ownership_name(partition_id),
-            metadata,
-            etag=previous.etag if previous is not None else None,
+            name, metadata, etag=previous.etag if previous is not None else None
         )
+        if written is None:
+            written = self._confirm(name, metadata)
         if written is None:
             self._log_lost(partition_id, owner_id, "claim")
             return None
@@ -376,10 +377,27 @@ class PartitionStore:
                 metadata.pop(key, None)
             else:
                 metadata[key] = value
-        written = self.backend.put(self._ownership_name(own.partition_id), metadata, etag=own.etag)
+        name = self._ownership_name(own.partition_id)
+        written = self.backend.put(name, metadata, etag=own.etag)
+        if written is None:
+            written = self._confirm(name, metadata)
         if written is None:
             raise self._lost(own, action)
         return self._parse_ownership(written)
+
+    def _confirm(self, name: str, metadata: Mapping[str, str]) -> BlobRecord | None:
+        """After a failed condition, tell a lost race from a lost response by reading again.
+
+        The client retries a write whose response was lost (a dropped connection); the retry
+        then fails its condition because the first attempt changed the ETag. If the blob holds
+        exactly what this write put (every claim bumps the epoch, so another owner's write
+        never looks the same), the write succeeded: return the blob as it is now.
+        """
+        record = self.backend.get(name)
+        if record is not None and dict(record.metadata) == dict(metadata):
+            logger.info("write to %s succeeded; its response was lost (confirmed by reading)", name)
+            return record
+        return None
 
     def renew(self, own: Ownership) -> Ownership:
         """Extend the lease (new Last-Modified); raises OwnershipLostError if it was taken."""

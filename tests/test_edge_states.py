@@ -293,3 +293,49 @@ def test_skip_keeps_a_partly_expired_intent_the_crashed_attempt_already_wrote() 
     assert len(sink.calls) == 1  # nothing re-read: the batch was kept whole
     assert sink.rows() == sink.expected()  # 0..39 stay landed, once
     assert store.list_checkpoints()["0"].sequence_number == 99
+
+
+def test_write_errors_bring_the_operating_system_cause_forward() -> None:
+    pytest.importorskip("pyspark")
+    from ops.write import _cause
+
+    jvm = RuntimeError(
+        "[TASK_WRITE_FAILED] Task failed while writing rows to file:/data/out.\n"
+        "  at org.apache.spark.sql.errors...\n"
+        "Caused by: java.io.IOException: No space left on device\n  at java.io..."
+    )
+    assert _cause(jvm).startswith("the disk is full: Caused by: java.io.IOException: No space")
+    assert "TASK_WRITE_FAILED" in _cause(jvm)
+    denied = RuntimeError(
+        "[TASK_WRITE_FAILED] x\nCaused by: java.nio.file.AccessDeniedException: /o"
+    )
+    assert _cause(denied).startswith("permission denied: ")
+
+
+def test_messages_do_not_repeat_words() -> None:
+    from azure.core.exceptions import ServiceRequestError
+
+    from cli.config import parse_config
+    from resources.blob_store import AzureBlobBackend
+
+    raw = {
+        "eventhub": {"connection_string": "${EH}", "eventhub_name": "h"},
+        "store": {"connection_string": "${ST}", "container": "ccc", "create_container": "maybe"},
+        "sink": {"path": "/tmp/x"},
+    }
+    with pytest.raises(ConfigurationError) as err:
+        parse_config(raw, env={"EH": EH_CONN_LOCAL, "ST": ST_CONN_LOCAL})
+    assert str(err.value).startswith("store.create_container: 'maybe'")
+    from azure.storage.blob import ContainerClient
+
+    backend = AzureBlobBackend(ContainerClient.from_connection_string(ST_CONN_LOCAL, "ccc"))
+    msg = str(backend._translate(ServiceRequestError("refused"), "create container", "ccc"))
+    assert "container container" not in msg and "create container 'ccc'" in msg
+    backend.close()
+
+
+EH_CONN_LOCAL = "Endpoint=sb://127.0.0.1:1/;SharedAccessKeyName=k;SharedAccessKey=s"
+ST_CONN_LOCAL = (
+    "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;"
+    "BlobEndpoint=http://127.0.0.1:1/devstoreaccount1;"
+)

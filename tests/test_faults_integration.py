@@ -1,0 +1,99 @@
+"""Faults on the wire (tests/faultproxy.py): the hub dying mid-read, a store response lost.
+
+Each case asserts which part the error names, that nothing moved that should not have, and,
+after a clean rerun, the exactly-once claim of ``tests/landed.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.faultproxy import FaultProxy
+from tests.landed import assert_exactly_once, landed_events, sent_events
+
+pytestmark = [pytest.mark.integration]
+
+
+def _port(conn: str, key: str) -> int:
+    match = re.search(key + r"=[a-z]+://127\.0\.0\.1:(\d+)", conn)
+    assert match is not None, conn
+    return int(match.group(1))
+
+
+def test_a_checkpoint_whose_response_was_lost_is_reported_as_written(
+    azurite_connection_string: str, container_name: str
+) -> None:
+    from resources.blob_store import AzureBlobBackend
+    from resources.settings import StoreSettings
+    from resources.store import HubRef, PartitionStore
+
+    upstream = _port(azurite_connection_string, "BlobEndpoint")
+    with FaultProxy(("127.0.0.1", upstream)) as proxy:
+        conn = azurite_connection_string.replace(f":{upstream}/", f":{proxy.port}/")
+        settings = StoreSettings(container=container_name, connection_string=conn)
+        backend = AzureBlobBackend.from_settings(settings)
+        backend.ensure_container(create=True)
+        store = PartitionStore(backend, HubRef("ns.example", "hub", "$Default"))
+        own = store.claim("0", "me", None)
+        assert own is not None
+        own = store.record_intent(own, 0, 9)
+        proxy.drop_response_after(b"x-ms-meta-ehisequencenumber")
+        # Written, answer lost, the client's retry refused (ETag moved): still a success.
+        after = store.checkpoint(own, 9, "900")
+        assert proxy.dropped, "the fault was not injected"
+        assert after.progress is not None and after.progress.sequence_number == 9
+        assert after.intent is None
+        assert store.list_checkpoints()["0"].sequence_number == 9
+        assert store.release(after)  # the lease is still ours: its ETag is the current one
+        # A claim whose response is lost is also ours, not a lost race.
+        proxy.drop_response_after(b"x-ms-meta-ownerid: again")
+        again = store.claim("0", "again", store.get_ownership("0"))
+        assert proxy.dropped[-1] == b"x-ms-meta-ownerid: again"
+        assert again is not None and again.owner_id == "again"
+        backend.close()
+
+
+@pytest.mark.spark
+def test_hub_dying_mid_read_is_a_hub_error_and_a_rerun_lands_every_event_once(
+    spark, eventhub_emulator, azurite_connection_string: str, container_name: str, tmp_path: Path
+) -> None:
+    from ops.run import IngestConfig, run_ingestion
+    from resources.errors import EventHubUnavailableError, SinkError
+    from resources.settings import EventHubSettings, SinkSettings, StoreSettings
+    from resources.store import PartitionStore
+
+    hub = eventhub_emulator.create_hub(partitions=1)
+    sent = {"0": [f"event-{i}-".encode() * 20 for i in range(2000)]}  # ~400 KB
+    for i in range(0, 2000, 500):
+        hub.send("0", sent["0"][i : i + 500])
+    out = tmp_path / "out"
+    with FaultProxy(("127.0.0.1", eventhub_emulator.port)) as proxy:
+        conn = hub.connection_string.replace(f":{eventhub_emulator.port}", f":{proxy.port}")
+        cfg = IngestConfig(
+            eventhub=EventHubSettings(eventhub_name=hub.name, connection_string=conn),
+            store=StoreSettings(
+                container=container_name, connection_string=azurite_connection_string
+            ),
+            sink=SinkSettings(format="parquet", path=str(out)),
+            lease_expiry_seconds=15.0,
+            receive_timeout_seconds=5.0,
+            join_grace_seconds=0.0,
+            report_lag_seconds=False,
+        )
+        # Management calls are a few KB: only the read's stream passes 64 KB, then the hub dies.
+        proxy.cut_after_bytes = 64 * 1024
+        with pytest.raises(EventHubUnavailableError) as err:
+            run_ingestion(cfg, spark, owner_id="first")
+        assert proxy.cuts == 1
+        assert not isinstance(err.value, SinkError) and err.value.retryable
+        assert "writable" not in str(err.value)
+        store = PartitionStore(cfg.store.backend(), cfg.eventhub.hub_ref())
+        own = store.get_ownership("0")
+        assert store.list_checkpoints() == {} and own is not None and own.intent is not None
+        proxy.dead, proxy.cut_after_bytes = False, None  # the hub is back
+        report = run_ingestion(cfg, spark, owner_id="second")
+    assert report.complete
+    assert_exactly_once(landed_events(out), sent_events(sent))
