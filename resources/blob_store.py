@@ -151,6 +151,7 @@ class AzureBlobBackend:
         self.endpoint = redact(container_client.url.split("?", 1)[0])
         self._clock_refresh = clock_refresh_seconds
         self._lock = threading.Lock()
+        self._tls = threading.local()  # per thread: did the last put's condition fail on a retry
         self._offset: float | None = None  # service epoch seconds minus time.monotonic()
         self._synced_at = 0.0
         self.operations = 0
@@ -317,29 +318,39 @@ class AzureBlobBackend:
     def put(self, name: str, metadata: Mapping[str, str], *, etag: str | None) -> BlobRecord | None:
         """Create-only (``etag=None``) or If-Match metadata write; None when the race was lost."""
         blob = self._client.get_blob_client(name)
+        attempts = [1]
+
+        def count(**_kwargs: Any) -> None:
+            attempts[0] += 1  # the storage retry policy calls it before each retry
+
+        self._tls.retried = False
         try:
             if etag is None:
                 result = blob.upload_blob(
                     b"",
                     metadata=dict(metadata),
                     if_none_match="*",
+                    retry_hook=count,
                     raw_response_hook=self._on_response,
                 )
             else:
                 result = blob.set_blob_metadata(
-                    dict(metadata), if_match=etag, raw_response_hook=self._on_response
+                    dict(metadata),
+                    if_match=etag,
+                    retry_hook=count,
+                    raw_response_hook=self._on_response,
                 )
         except (ResourceExistsError, ResourceModifiedError):
-            self._conflict()
+            self._conflict(attempts[0])
             return None
         except ResourceNotFoundError as exc:
             if self._container_missing(exc):
                 raise self._translate(exc, "write", name) from exc
-            self._conflict()  # deleted meanwhile: the ETag we hold is gone, a lost race
+            self._conflict(attempts[0])  # deleted meanwhile: the ETag we hold is gone
             return None
         except HttpResponseError as exc:
             if exc.status_code == 412:  # some service versions raise it as a plain error
-                self._conflict()
+                self._conflict(attempts[0])
                 return None
             raise self._translate(exc, "write", name) from exc
         except AzureError as exc:
@@ -366,9 +377,16 @@ class AzureBlobBackend:
         return True
 
     # -- helpers -------------------------------------------------------------------------------
-    def _conflict(self) -> None:
+    def _conflict(self, attempts: int = 1) -> None:
+        # A condition that failed on a retry may have failed because the first attempt was
+        # applied and only its response was lost: the store then reads the blob to tell.
+        self._tls.retried = attempts > 1
         with self._lock:
             self.conflicts += 1
+
+    def last_put_retried(self) -> bool:
+        """True when this thread's last ``put`` lost its condition on a retried attempt."""
+        return bool(getattr(self._tls, "retried", False))
 
     @staticmethod
     def _container_missing(exc: ResourceNotFoundError) -> bool:

@@ -389,10 +389,14 @@ class PartitionStore:
         """After a failed condition, tell a lost race from a lost response by reading again.
 
         The client retries a write whose response was lost (a dropped connection); the retry
-        then fails its condition because the first attempt changed the ETag. If the blob holds
+        then fails its condition because the first attempt changed the ETag. Only then (the
+        backend says the condition failed on a retried attempt) is the blob read: if it holds
         exactly what this write put (every claim bumps the epoch, so another owner's write
         never looks the same), the write succeeded: return the blob as it is now.
         """
+        retried = getattr(self.backend, "last_put_retried", None)
+        if retried is None or not retried():
+            return None  # a single attempt lost its condition: a real lost race
         record = self.backend.get(name)
         if record is not None and dict(record.metadata) == dict(metadata):
             logger.info("write to %s succeeded; its response was lost (confirmed by reading)", name)
