@@ -1279,15 +1279,18 @@ class EventHubsDataSource(DataSource):
         self.source = parse_source_options(options)
         parsed = self.source.read
         # Spark builds the source the same way for spark.read and spark.readStream. A stream
-        # starts from its checkpoint, not from these positions, so what the batch plan finds
-        # (an expired start, an end past the last event, an unreachable hub) is raised when a
-        # batch reader is asked for (the first action), never by readStream...load().
+        # starts from its checkpoint, not from these positions, so unless the options are
+        # batch-only (ranges, an end), what the batch plan finds (an expired start, an
+        # unreachable hub) is raised when a batch reader is asked for (the first action),
+        # never by readStream...load().
         self.plan_error: EventHubIngestError | None = None
         self.plan = ReadPlan(options=parsed, ranges=())
         if parsed.ranges is None or parsed.ranges:
             try:
                 self.plan = plan_source_read(self.source)
             except (RangeError, DataLossError, EventHubUnavailableError) as exc:
+                if self.source.batch_only:
+                    raise
                 self.plan_error = exc
         # Drop the raw options: the plan holds everything, and they hold the secret twice.
         self.options = {}

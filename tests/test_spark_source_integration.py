@@ -169,10 +169,9 @@ def test_unknown_partition_is_a_range_error_naming_valid_ids(
     assert "unknown partition '7'" in str(err.value) and "valid partition ids: 0, 1" in str(
         err.value
     )
-    # Through spark.read the same message reaches the user (wrapped by Spark) at the first
-    # action: load() also serves readStream, which starts from its checkpoint instead.
+    # Through spark.read the same message reaches the user (wrapped by Spark).
     with pytest.raises(Exception) as spark_err:
-        spark_read(spark, hub, ranges='{"7": [0, 0]}').collect()
+        spark_read(spark, hub, ranges='{"7": [0, 0]}')
     assert "unknown partition '7'" in str(spark_err.value)
     assert "SharedAccessKey=" not in str(spark_err.value).replace("SharedAccessKey=***", "")
 
@@ -230,7 +229,7 @@ def test_retention_loss_fails_naming_partition_and_range(
     )
     assert "first retained sequence number is 10" in str(err.value)
     with pytest.raises(Exception, match=r"DataLossError"):
-        spark_read(spark, hub, ranges='{"0": [0, 19]}').collect()
+        spark_read(spark, hub, ranges='{"0": [0, 19]}')
 
 
 def test_retention_loss_skipped_is_reported(
