@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
-from resources.errors import EventHubIngestError, OwnershipLostError, redact
+from resources.errors import EventHubIngestError, OwnershipLostError, StoreUnavailableError, redact
 from resources.store import Ownership, PartitionStore
 
 __all__ = ["LeaseKeeper"]
@@ -114,7 +114,8 @@ class LeaseKeeper:
         )
 
     def _warning(self, msg: str, exc_info: bool = False) -> None:
-        logger.warning(msg, exc_info=exc_info)
+        # One line by default; the traceback only with -v (INFO) or more.
+        logger.warning(msg, exc_info=exc_info and logger.isEnabledFor(logging.INFO))
         if self._warn is not None:
             try:
                 self._warn(msg)
@@ -128,25 +129,60 @@ class LeaseKeeper:
             if own is not None:
                 try:
                     self.store.release(own)
-                except EventHubIngestError:
+                except StoreUnavailableError:
+                    raise
+                except EventHubIngestError as exc:
                     self._warning(
                         f"release failed hub={self.store.hub.describe()} "
-                        f"partition={partition_id} owner={self.owner_id}; it will expire",
+                        f"partition={partition_id} owner={self.owner_id}; it will expire: {exc}",
                         exc_info=True,
                     )
 
-    def release_all(self) -> None:
-        """Give every held lease up."""
-        for pid in list(self.held):
-            self.release(pid)
+    def release_all(self, *, leaving: bool = False) -> None:
+        """Give every held lease up; when the store is down, stop at the first failure.
+
+        Each store call already retries for a few seconds: trying every partition would cost
+        that many times over (minutes at 16 partitions) for leases that expire anyway, so the
+        time is bounded by one call's retries whatever the partition count. ``leaving``: the
+        run is ending, so the renewer stops first and never holds the lock meanwhile.
+        """
+        if leaving:
+            self._stop.set()
+        held = list(self.held)
+        for i, pid in enumerate(held):
+            try:
+                self.release(pid)
+            except StoreUnavailableError as exc:
+                with self._lock:
+                    for rest in held[i + 1 :]:
+                        self._held.pop(rest, None)
+                self._warning(
+                    f"store unavailable hub={self.store.hub.describe()} owner={self.owner_id}: "
+                    f"{len(held) - i} lease(s) not released, they expire after "
+                    f"lease_expiry_seconds: {exc}",
+                    exc_info=True,
+                )
+                return
 
     def renew_all(self) -> None:
-        """Renew every held lease once (the renewer thread calls this)."""
+        """Renew every held lease once (the renewer thread calls this).
+
+        Stops early when the keeper is stopping, or at the first store outage (next tick).
+        """
         for pid in list(self.held):
+            if self._stop.is_set():
+                return
             try:
                 self.apply(pid, self.store.renew)
             except OwnershipLostError:
                 pass  # already logged and forgotten; the run drops the partition
+            except StoreUnavailableError as exc:
+                self._warning(
+                    f"renew failed hub={self.store.hub.describe()} owner={self.owner_id}: {exc}; "
+                    "retrying at the next tick",
+                    exc_info=True,
+                )
+                return
             except Exception as exc:
                 # A transient store error: keep the lease and retry next tick; it only expires
                 # if renewals keep failing for the whole expiry.

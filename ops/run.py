@@ -441,7 +441,7 @@ class Processor:
                     keeper.release_all()
             finally:
                 # Pending intents stay on the blobs: whoever claims next replays them.
-                keeper.release_all()
+                keeper.release_all(leaving=True)
         self._emit("finished")
         return self._final_report(targets, bounds, infos, reports, cycles, started, replay=False)
 
@@ -1068,4 +1068,8 @@ def run_ingestion(
         try:
             delete_heartbeat(store, owner_id)
         except Exception:  # a leftover heartbeat only ages out
-            logger.warning("could not delete heartbeat owner=%s", owner_id, exc_info=True)
+            logger.warning(
+                "could not delete heartbeat owner=%s (it ages out)",
+                owner_id,
+                exc_info=logger.isEnabledFor(logging.INFO),
+            )

@@ -339,3 +339,42 @@ ST_CONN_LOCAL = (
     "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey=a2V5;"
     "BlobEndpoint=http://127.0.0.1:1/devstoreaccount1;"
 )
+
+
+def test_leaving_with_the_store_down_takes_one_call_whatever_the_partition_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import logging
+    import time
+
+    from ops.lease import LeaseKeeper
+    from resources.errors import StoreUnavailableError
+
+    class DownBackend(InMemoryBackend):
+        down = False
+        calls = 0
+
+        def put(self, name, metadata, *, etag):
+            if self.down:
+                self.calls += 1
+                time.sleep(0.2)  # what the client's bounded retries cost
+                raise StoreUnavailableError("Blob Storage did not answer (test)")
+            return super().put(name, metadata, etag=etag)
+
+    backend = DownBackend()
+    store = PartitionStore(backend, HUB)
+    keeper = LeaseKeeper(store, "me", interval=0.05)
+    owns = [store.claim(str(p), "me", None) for p in range(16)]
+    caplog.set_level(logging.WARNING, logger="ops.lease")
+    with keeper:
+        keeper.hold([o for o in owns if o is not None])
+        time.sleep(0.1)
+        backend.down = True
+        started = time.monotonic()
+        keeper.release_all(leaving=True)
+        took = time.monotonic() - started
+    assert took < 1.5, took  # not 16 x the retries
+    assert keeper.held == {}
+    lines = [r for r in caplog.records if "not released" in r.getMessage()]
+    assert len(lines) == 1 and "16 lease(s) not released" in lines[0].getMessage()
+    assert [r.getMessage() for r in caplog.records if r.exc_info] == []  # no traceback
