@@ -54,7 +54,7 @@ _EVENTHUB_KEYS = {
     "consumer_group",
 }
 _STORE_KEYS = {"connection_string", "account_url", "credential", "container", "create_container"}
-_SINK_KEYS = {"format", "path", "table", "partition_by", "shared"}
+_SINK_KEYS = {"format", "path", "table", "partition_by", "shared", "storage_options"}
 _SPARK_KEYS = {"master", "remote", "app_name", "conf", "ship_code"}
 _RUN_KEYS = {
     "strategy": str,
@@ -127,6 +127,28 @@ def _check_no_literal_secret(node: Any, key: str) -> None:
                 f"come only from environment variables: set e.g. "
                 f"{key.replace('.', '_').upper()}=... in the environment and write "
                 f"'{key.rsplit('.', 1)[-1]}: ${{{key.replace('.', '_').upper()}}}' in the file."
+            )
+
+
+def _check_storage_options_from_env(raw: Mapping[str, Any]) -> None:
+    from resources.sink_storage import SECRET_OPTION_KEYS
+
+    sink = raw.get("sink")
+    options = sink.get("storage_options") if isinstance(sink, Mapping) else None
+    if options is None:
+        return
+    if not isinstance(options, Mapping):
+        raise ConfigurationError(
+            f"sink.storage_options: must be a mapping of option names to strings, got "
+            f"{_show(options)}"
+        )
+    for key, value in options.items():
+        name = str(key).lower().removeprefix("azure_storage_").removeprefix("azure_")
+        if name in SECRET_OPTION_KEYS and not _ENV_RE.search(str(value)):
+            env = f"SINK_{name.upper()}"
+            raise ConfigurationError(
+                f"sink.storage_options.{key}: a secret must come from the environment; set "
+                f"{env}=... and write '{key}: ${{{env}}}' in the file"
             )
 
 
@@ -212,6 +234,7 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> CliConfig:
             f"{unknown[0]}: unknown key; valid top-level keys: {', '.join(sorted(_TOP_KEYS))}"
         )
     _check_no_literal_secret(raw, "")
+    _check_storage_options_from_env(raw)
     doc = _interpolate(raw, "", os.environ if env is None else env)
 
     eh = _section(doc, "eventhub", _EVENTHUB_KEYS, required=True)
@@ -277,6 +300,12 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> CliConfig:
             table=sk.get("table"),
             partition_by=tuple(partition_by),
             shared=_typed("sink.shared", sk.get("shared", False), bool),
+            storage_options={
+                str(k): str(v)
+                for k, v in _typed(
+                    "sink.storage_options", sk.get("storage_options", {}), dict
+                ).items()
+            },
         )
     except ConfigurationError as exc:
         raise ConfigurationError(f"sink.{exc}".replace("sink.sink", "sink")) from None

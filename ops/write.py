@@ -504,7 +504,8 @@ def _delta_batch_rows(sink: SinkSettings, keys: list[str]) -> int:
     from deltalake import DeltaTable
 
     assert sink.path is not None
-    table = pa.table(DeltaTable(_delta_uri(sink.path)).get_add_actions(flatten=True))
+    delta = DeltaTable(_delta_uri(sink.path), storage_options=dict(sink.storage_options) or None)
+    table = pa.table(delta.get_add_actions(flatten=True))
     column = f"partition.{BATCH_COLUMN}"
     if table.num_rows == 0:
         return 0
@@ -711,13 +712,28 @@ class _DeltaBatchWriter(DataSourceArrowWriter):
     transaction replacing the batch's partitions. Holds plain values only (pickled to tasks)."""
 
     def __init__(
-        self, table_uri: str, partition_cols: list[str], schema_json: str, keys: list[str]
+        self,
+        table_uri: str,
+        partition_cols: list[str],
+        schema_json: str,
+        keys: list[str],
+        storage_options: dict[str, str] | None = None,
     ) -> None:
         self.table_uri = table_uri
         self.partition_cols = partition_cols
         self.schema_json = schema_json
         self.keys = keys
+        self.storage_options = dict(storage_options or {})
         self.attempt = uuid.uuid4().hex[:12]
+
+    def __repr__(self) -> str:
+        # storage_options may hold an account key or SAS: never in a repr (logs, tracebacks).
+        return f"_DeltaBatchWriter({self.table_uri!r}, keys={self.keys})"
+
+    def _filesystem(self) -> tuple[Any, str]:
+        from resources.sink_storage import arrow_filesystem
+
+        return arrow_filesystem(self.table_uri, self.storage_options)
 
     def _schema(self) -> pa.Schema:
         from pyspark.sql.types import StructType
@@ -732,11 +748,10 @@ class _DeltaBatchWriter(DataSourceArrowWriter):
         import pyarrow as pa
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
-        from pyarrow import fs as pafs
 
         schema = self._schema()
         cols = self.partition_cols
-        filesystem, root = pafs.FileSystem.from_uri(self.table_uri)
+        filesystem, root = self._filesystem()
         writers: dict[tuple[str | None, ...], Any] = {}
         paths: dict[tuple[str | None, ...], tuple[str, str]] = {}
         counts: dict[tuple[str | None, ...], int] = {}
@@ -839,7 +854,9 @@ class _DeltaBatchWriter(DataSourceArrowWriter):
                 f"{problem}. The executors wrote where this driver cannot read (a local path on "
                 "a cluster?): use a location every node shares (abfss://..., a mounted volume)"
             )
-        DeltaTable(self.table_uri).create_write_transaction(
+        DeltaTable(
+            self.table_uri, storage_options=self.storage_options or None
+        ).create_write_transaction(
             actions,
             mode="overwrite",
             schema=self._schema(),
@@ -853,7 +870,7 @@ class _DeltaBatchWriter(DataSourceArrowWriter):
         import pyarrow.parquet as pq
         from pyarrow import fs as pafs
 
-        filesystem, root = pafs.FileSystem.from_uri(self.table_uri)
+        filesystem, root = self._filesystem()
         for m in msgs:
             for p in m.parts:
                 full = f"{root.rstrip('/')}/{p.path}"
@@ -870,9 +887,7 @@ class _DeltaBatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Delete the files of this attempt (best effort: they are not in the log anyway)."""
-        from pyarrow import fs as pafs
-
-        filesystem, root = pafs.FileSystem.from_uri(self.table_uri)
+        filesystem, root = self._filesystem()
         for m in messages:
             if isinstance(m, _DeltaTaskMessage):
                 for p in m.parts:
@@ -897,6 +912,7 @@ class _DeltaBatchSource(DataSource):
             partition_cols=json.loads(self.options["partition_by"]),
             schema_json=schema.json(),
             keys=json.loads(self.options["keys"]),
+            storage_options=json.loads(self.options.get("storage_secret_options", "{}")),
         )
 
 
@@ -942,6 +958,7 @@ def _write_deltalake(
             schema=_delta_arrow_schema(keyed.schema),
             mode="ignore",
             partition_by=partition_cols,
+            storage_options=dict(sink.storage_options) or None,
         )
     except Exception as exc:
         raise SinkError(
@@ -962,6 +979,8 @@ def _write_deltalake(
         .option("table_uri", table_uri)
         .option("partition_by", json.dumps(partition_cols))
         .option("keys", json.dumps([batch_key(p, *r) for p, r in ranges.items()]))
+        # The key holds "secret" so Spark redacts the value in plans and logs.
+        .option("storage_secret_options", json.dumps(dict(sink.storage_options)))
         .save()
     )
 
@@ -986,9 +1005,11 @@ def read_sink(spark: SparkSession, sink: SinkSettings) -> DataFrame:
         from deltalake import DeltaTable
 
         assert sink.path is not None
-        uri = sink.path if "://" in sink.path else os.path.abspath(sink.path)
+        uri = _delta_uri(sink.path)
         try:
-            table = DeltaTable(uri).to_pyarrow_table()
+            table = DeltaTable(
+                uri, storage_options=dict(sink.storage_options) or None
+            ).to_pyarrow_table()
         except Exception as exc:
             raise SinkError(f"sink deltalake path {uri!r}: cannot read: {_cause(exc)}") from exc
         if table.num_rows == 0:

@@ -7,6 +7,7 @@ never pickled. Secrets are kept out of ``repr`` and every error message is redac
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -248,6 +249,9 @@ class SinkSettings:
     #: The local ``path`` is a volume every executor and the driver see at the same place (an
     #: NFS or DBFS-style mount). Without it a local path is refused on a non-local Spark.
     shared: bool = False
+    #: ``deltalake`` on ``abfss://`` / ``az://``: delta-rs storage options (account, key or SAS
+    #: or service principal, endpoint); see resources/sink_storage.py. Hidden from repr.
+    storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if (self.path is None) == (self.table is None):
@@ -257,3 +261,8 @@ class SinkSettings:
             )
         if not self.format:
             raise ConfigurationError("sink format: must not be empty (e.g. 'parquet')")
+        if self.storage_options and self.format != "deltalake":
+            raise ConfigurationError(
+                f"sink storage_options: only for format 'deltalake' (got {self.format!r}); Spark "
+                "formats reach abfss:// through the cluster's hadoop-azure settings (fs.azure.*)"
+            )

@@ -1,0 +1,216 @@
+"""Ingestion where users run Spark: a standalone cluster and Spark Connect on it.
+
+The executors' Python has the dependencies and not this project, so each test also proves the
+code is shipped. Every Spark driver runs in a subprocess (the CLI, or a Dagster run): one Python
+process holds one kind of session, and a crash test kills its process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+import yaml
+from azure.storage.blob import ContainerClient
+
+from resources.settings import StoreSettings
+from resources.store import PartitionStore
+from tests.cluster.conftest import Cluster
+from tests.cluster.services import APP_CONF, spark_env
+from tests.services import ROOT
+
+pytestmark = [pytest.mark.cluster, pytest.mark.integration]
+
+ENGINES = ["standalone", "connect"]
+EVENTS = 25
+
+
+def _spark_section(cluster: Cluster, engine: str) -> dict[str, Any]:
+    if engine == "connect":
+        return {"remote": cluster.connect.url()}
+    return {"master": cluster.master_url, "conf": dict(APP_CONF)}
+
+
+def _ehingest(
+    cluster: Cluster, config: Path, env: dict[str, str], *args: str
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", "run", "--config", str(config), *args],
+        cwd=ROOT,
+        env={**spark_env(cluster.executor_python), **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def _fill(hub: Any, tag: str, events: int = EVENTS) -> set[tuple[str, int, bytes]]:
+    """Send distinct bodies; the expected (partition, sequence number, body) of each event."""
+    sent = set()
+    for pid in hub.partition_ids:
+        bodies = [f"{tag}-{pid}-{i}".encode() for i in range(events)]
+        assert hub.send(pid, bodies) == events
+        sent |= {(pid, i, body) for i, body in enumerate(bodies)}
+    return sent
+
+
+def _rows(table: Any) -> list[tuple[str, int, bytes]]:
+    cols = table.select(["partition", "sequenceNumber", "body"]).to_pydict()
+    return list(zip(cols["partition"], cols["sequenceNumber"], cols["body"], strict=True))
+
+
+def _config(
+    tmp_path: Path, hub: Any, container: str, sink: dict[str, Any], spark: dict[str, Any]
+) -> Path:
+    path = tmp_path / "ehingest.yaml"
+    config = {
+        "eventhub": {"connection_string": "${EH_CONN}", "eventhub_name": hub.name},
+        "store": {"connection_string": "${ST_CONN}", "container": container},
+        "sink": sink,
+        "lease_expiry_seconds": 30,
+        "receive_timeout_seconds": 20,
+        "spark": spark,
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _checkpoints(conn: str, container: str, hub: Any) -> dict[str, int]:
+    store = PartitionStore(
+        StoreSettings(container=container, connection_string=conn).backend(),
+        hub.settings().hub_ref(),
+    )
+    return {pid: c.sequence_number for pid, c in store.list_checkpoints().items()}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_local_sink_path_is_refused_before_any_claim(
+    cluster: Cluster,
+    engine: str,
+    make_eventhub: Any,
+    azurite_connection_string: str,
+    container_name: str,
+    tmp_path: Path,
+) -> None:
+    hub = make_eventhub(partitions=1)
+    sink = {"format": "deltalake", "path": str(tmp_path / "out")}
+    config = _config(tmp_path, hub, container_name, sink, _spark_section(cluster, engine))
+    env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
+    done = _ehingest(cluster, config, env)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "is a local path, but Spark runs on" in done.stderr
+    assert "shared: true" in done.stderr
+    # Nothing was claimed: the store's container was never even created.
+    container = ContainerClient.from_connection_string(azurite_connection_string, container_name)
+    assert not container.exists()
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_exactly_once_with_a_crash_after_write_then_rerun(
+    cluster: Cluster,
+    engine: str,
+    make_eventhub: Any,
+    azurite_connection_string: str,
+    container_name: str,
+    tmp_path: Path,
+) -> None:
+    """The run dies after the sink holds the batch and before any checkpoint moves; the
+    rerun replays the recorded intent: every event lands once, checkpoints at the last one."""
+    from deltalake import DeltaTable
+
+    hub = make_eventhub(partitions=2)
+    sent = _fill(hub, engine)
+    out = tmp_path / "out"
+    sink = {"format": "deltalake", "path": str(out), "shared": True}
+    config = _config(tmp_path, hub, container_name, sink, _spark_section(cluster, engine))
+    env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
+
+    crashed = _ehingest(
+        cluster, config, {**env, "EHINGEST_FAULT": "after_write:1"}, "--owner", "o1"
+    )
+    assert crashed.returncode == -9, crashed.stderr[-3000:]
+    written = _rows(DeltaTable(str(out)).to_pyarrow_table())
+    assert set(written) == sent  # the sink holds the batch ...
+    assert _checkpoints(azurite_connection_string, container_name, hub) == {}  # ... no checkpoint
+
+    rerun = _ehingest(cluster, config, env, "--owner", "o1")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "complete" in rerun.stdout
+    rows = _rows(DeltaTable(str(out)).to_pyarrow_table())
+    assert len(rows) == len(set(rows)) == len(sent)
+    assert sorted(rows) == sorted(sent)  # event by event: partition, sequence number, body
+    last = {pid: EVENTS - 1 for pid in hub.partition_ids}
+    assert _checkpoints(azurite_connection_string, container_name, hub) == last
+
+
+def test_code_not_shipped_is_named_as_a_missing_module(
+    cluster: Cluster,
+    make_eventhub: Any,
+    azurite_connection_string: str,
+    container_name: str,
+    tmp_path: Path,
+) -> None:
+    """On Spark Connect (a client: no JVM to start), whose server's Python lacks the project."""
+    hub = make_eventhub(partitions=1)
+    _fill(hub, "noship", events=3)
+    sink = {"format": "deltalake", "path": str(tmp_path / "out"), "shared": True}
+    spark = {**_spark_section(cluster, "connect"), "ship_code": False}
+    config = _config(tmp_path, hub, container_name, sink, spark)
+    env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
+    done = _ehingest(cluster, config, env)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "cannot import 'resources' (ModuleNotFoundError)" in done.stderr
+    assert "check that the location" not in done.stderr
+    assert _checkpoints(azurite_connection_string, container_name, hub) == {}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_dagster_materialization_through_the_remote_session(
+    cluster: Cluster,
+    engine: str,
+    make_eventhub: Any,
+    azurite_connection_string: str,
+    container_name: str,
+    tmp_path: Path,
+) -> None:
+    hub = make_eventhub(partitions=2)
+    sent = _fill(hub, f"dagster-{engine}")
+    sink = tmp_path / "parquet"
+    url = cluster.connect.url() if engine == "connect" else cluster.master_url
+    args = {
+        "engine": engine,
+        "url": url,
+        "hub": hub.connection_string,
+        "eventhub_name": hub.name,
+        "store": azurite_connection_string,
+        "container": container_name,
+        "sink": str(sink),
+        "partitions": list(hub.partition_ids),
+    }
+    env = {**spark_env(cluster.executor_python), "DAGSTER_DISABLE_TELEMETRY": "1"}
+    env.pop("DAGSTER_HOME", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.cluster.materialize", json.dumps(args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["success"], result["errors"]
+    assert result["partitions"] == sorted(hub.partition_ids)
+    table = ds.dataset(str(sink), format="parquet", partitioning="hive").to_table()
+    rows = [(str(p), s, b) for p, s, b in _rows(table)]
+    assert sorted(rows) == sorted(sent) and len(rows) == len(set(rows))
+    last = {pid: EVENTS - 1 for pid in hub.partition_ids}
+    assert _checkpoints(azurite_connection_string, container_name, hub) == last
+    assert os.path.isdir(sink)
