@@ -192,3 +192,27 @@ def test_local_masters_take_local_paths_and_ship_code_is_a_bool() -> None:
         parse_config(doc(spark={"ship_code": "no"}), ENV)
     with pytest.raises(ConfigurationError, match=r"sink.shared: 'yes' must be true or false"):
         parse_config(doc(sink={"path": "/x", "shared": "yes"}), ENV)
+
+
+def test_sink_storage_options_take_secrets_from_the_environment_only() -> None:
+    sink = {
+        "format": "deltalake",
+        "path": "abfss://events@acct.dfs.core.windows.net/telemetry",
+        "storage_options": {"account_name": "acct", "account_key": "${SINK_KEY}"},
+    }
+    cfg = parse_config(doc(sink=sink), {**ENV, "SINK_KEY": "c2VjcmV0a2V5"})
+    assert cfg.ingest.sink.storage_options == {
+        "account_name": "acct",
+        "account_key": "c2VjcmV0a2V5",
+    }
+    assert "c2VjcmV0a2V5" not in repr(cfg)
+    for key in ("account_key", "sas_token", "client_secret", "azure_storage_account_key"):
+        literal = {**sink, "storage_options": {key: "c2VjcmV0a2V5"}}
+        with pytest.raises(ConfigurationError) as err:
+            parse_config(doc(sink=literal), ENV)
+        assert f"sink.storage_options.{key}: a secret must come from the environment" in str(
+            err.value
+        )
+        assert "c2VjcmV0a2V5" not in str(err.value)
+    with pytest.raises(ConfigurationError, match=r"storage_options: only for format 'deltalake'"):
+        parse_config(doc(sink={**sink, "format": "parquet"}), {**ENV, "SINK_KEY": "k"})

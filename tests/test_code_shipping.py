@@ -133,3 +133,39 @@ def test_write_is_verified_by_reading_back_the_row_count(
     text = str(err.value)
     assert "16 event(s) were written but 15 are readable" in text
     assert "no checkpoint moved" in text and batch_key("1", 0, 4) in text
+
+
+def test_dagster_spark_resource_for_a_cluster_or_spark_connect() -> None:
+    from dagster_project.resources import local_pyspark_resource
+
+    local = local_pyspark_resource().spark_config
+    assert local["spark.driver.host"] == "127.0.0.1" and local["spark.master"] == "local[*]"
+    cluster = local_pyspark_resource({"spark.master": "spark://10.0.0.5:7077"}).spark_config
+    assert "spark.driver.host" not in cluster and "spark.driver.bindAddress" not in cluster
+    remote = local_pyspark_resource(remote="sc://spark.example:15002").spark_config
+    assert remote["spark.remote"] == "sc://spark.example:15002"
+    assert not [k for k in remote if k != "spark.remote" and not k.startswith("spark.sql.")]
+    same = local_pyspark_resource({"spark.remote": "sc://spark.example:15002"}).spark_config
+    assert same == remote
+    with pytest.raises(ConfigurationError, match=r"give spark.master .* or remote .*not both"):
+        local_pyspark_resource({"spark.master": "local[2]"}, remote="sc://h:15002")
+    with pytest.raises(ConfigurationError, match=r"'http://h:15002' is not a Spark Connect URL"):
+        local_pyspark_resource(remote="http://h:15002")
+
+
+def test_azure_sink_filesystem_from_options() -> None:
+    from pyarrow import fs as pafs
+
+    from resources.sink_storage import arrow_filesystem
+
+    fs, root = arrow_filesystem(
+        "abfss://bronze@acct.dfs.core.windows.net/telemetry/",
+        {"account_key": "a2V5", "endpoint": "http://127.0.0.1:10000/acct"},
+    )
+    assert isinstance(fs, pafs.AzureFileSystem) and root == "bronze/telemetry"
+    fs, root = arrow_filesystem("az://bronze/t", {"azure_storage_account_name": "acct"})
+    assert root == "bronze/t"
+    with pytest.raises(ConfigurationError, match=r"no storage account; give storage_options"):
+        arrow_filesystem("az://bronze/t", {})
+    local, path = arrow_filesystem("/tmp/x")
+    assert isinstance(local, pafs.LocalFileSystem) and path == "/tmp/x"
