@@ -285,7 +285,11 @@ def check_sink_layout(sink: SinkSettings) -> None:
             from deltalake import DeltaTable
 
             found: list[str] | None = list(
-                DeltaTable(_delta_uri(sink.path)).metadata().partition_columns
+                DeltaTable(
+                    _delta_uri(sink.path), storage_options=dict(sink.storage_options) or None
+                )
+                .metadata()
+                .partition_columns
             )
         except Exception:  # no table there yet (or not readable: the write will say why)
             return
