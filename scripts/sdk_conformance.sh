@@ -108,6 +108,7 @@ RUN_PID=$!
 wait "$RUN_PID" || rc=$?
 RUN_PID=""
 SECS=$(( $(date +%s) - START ))
+EMU_CPU=$(awk -v hz="$(getconf CLK_TCK)" '{printf "%.0f", ($14 + $15) / hz}' "/proc/$EMU_PID/stat" 2>/dev/null || echo "?")
 
 status=0
 echo "== pytest exit $rc"
@@ -118,6 +119,6 @@ else
   uv run --frozen python scripts/sdk_conformance/summary.py "$WORK/report.xml" || status=1
 fi
 [ "$rc" -eq 0 ] || status=1
-echo "== SDK conformance (azure-eventhub $VERSION live tests vs the emulator): pytest ${SECS}s, $( [ $status -eq 0 ] && echo PASSED || echo FAILED )"
+echo "== SDK conformance (azure-eventhub $VERSION live tests vs the emulator): pytest ${SECS}s (emulator CPU ${EMU_CPU}s, load $(cut -d' ' -f1-3 /proc/loadavg)), $( [ $status -eq 0 ] && echo PASSED || echo FAILED )"
 if [ $status -ne 0 ]; then echo "   emulator log tail:"; grep -v '^hub ' "$WORK/emulator.log" | tail -n 20 | sed 's/^/   | /'; fi
 exit $status
