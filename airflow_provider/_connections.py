@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ops.run import IngestConfig
@@ -57,7 +57,7 @@ _SINK_EXTRA = {"format", "path", "table", "partition_by", "shared", "spark"}
 _SPARK_KEYS = {"master", "remote", "app_name", "conf", "ship_code"}
 # Run options a DAG may set on the operator (IngestConfig's fields besides the three services).
 RUN_OPTIONS = tuple(
-    f.name for f in fields(IngestConfig) if f.name not in {"eventhub", "store", "sink"}
+    name for name in IngestConfig.model_fields if name not in {"eventhub", "store", "sink"}
 )
 
 

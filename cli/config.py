@@ -1,44 +1,57 @@
 """The ``--config`` YAML file of ``ehingest run`` / ``ehingest status``.
 
-Secrets only come from the environment: a value may be (or contain) ``${ENV_VAR}``, which is
-replaced by that variable; a literal secret (``AccountKey=``, ``SharedAccessKey=``,
-``SharedAccessSignature=``, ``sig=``) written in the file is rejected, so config files can be
-committed. Every error names the key, the (redacted) value and what is valid.
+The file is :class:`resources.config.IngestSpec` (the same keys as a Component's defs.yaml)
+plus a ``spark`` section; it is validated completely before any Azure call. Secrets come only
+from the environment: credentials name their environment variable (``connection_string_env``),
+and any other value may contain ``${ENV_VAR}``. A literal secret (``AccountKey=``,
+``SharedAccessKey=``, ``SharedAccessSignature=``, ``sig=``) written in the file is rejected, so
+config files can be committed. Every error names the key, the (redacted) value and what is valid.
 
 Example (docs/example-config.yaml has every key)::
 
     eventhub:
-      connection_string: ${EVENTHUB_CONNECTION_STRING}
       eventhub_name: telemetry
       consumer_group: $Default
+      credential: {connection_string_env: EVENTHUB_CONNECTION_STRING}
     store:
-      connection_string: ${STORAGE_CONNECTION_STRING}
       container: ehingest-state
+      credential: {connection_string_env: STORAGE_CONNECTION_STRING}
     sink:
       format: parquet
       path: /data/telemetry
-      partition_by: [partition_id]
+      partition_by: [partition]
     strategy: balanced
     max_events_per_partition: 100000
     lease_expiry_seconds: 60
+
+Deprecated (accepted for one release, with a warning): ``connection_string: ${VAR}`` in the
+eventhub and store sections, and ``credential: default_azure_credential`` beside
+``fully_qualified_namespace`` / ``account_url``.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import Field
 
 from ops.run import IngestConfig
+from resources.config import (
+    DEFAULT_SPARK_MASTER,
+    ConfigDeprecationWarning,
+    IngestSpec,
+    SparkConfig,
+)
 from resources.errors import ConfigurationError, redact
-from resources.settings import EventHubSettings, SinkSettings, StoreSettings
 
-__all__ = ["CliConfig", "load_config", "parse_config"]
+__all__ = ["CliConfig", "CliSpec", "load_config", "parse_config"]
 
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # Secret-bearing keys of Azure connection strings and SAS query strings (as resources.errors).
@@ -46,32 +59,13 @@ _SECRET_RE = re.compile(
     r"(?i)\b(SharedAccessKey|AccountKey|SharedAccessSignature|sig)=([^;&\s'\"]*)"
 )
 
-_EVENTHUB_KEYS = {
-    "connection_string",
-    "fully_qualified_namespace",
-    "credential",
-    "eventhub_name",
-    "consumer_group",
-}
-_STORE_KEYS = {"connection_string", "account_url", "credential", "container", "create_container"}
-_SINK_KEYS = {"format", "path", "table", "partition_by", "shared", "storage_options"}
-_SPARK_KEYS = {"master", "remote", "app_name", "conf", "ship_code"}
-_RUN_KEYS = {
-    "strategy": str,
-    "strategy_options": dict,
-    "max_events_per_partition": int,
-    "lease_expiry_seconds": float,
-    "on_data_loss": str,
-    "on_checkpoint_ahead": str,
-    "receive_timeout_seconds": float,
-    "prefetch": int,
-    "max_readers_per_partition": int,
-    "run_timeout_seconds": float,
-    "join_grace_seconds": float,
-    "report_lag_seconds": bool,
-}
-_TOP_KEYS = {"eventhub", "store", "sink", "spark", *_RUN_KEYS}
-_CREDENTIALS = ("default_azure_credential",)
+_SECTIONS = ("eventhub", "store")
+
+
+class CliSpec(IngestSpec):
+    """The config file: the pipeline's :class:`IngestSpec` plus how the CLI starts Spark."""
+
+    spark: SparkConfig = Field(default_factory=SparkConfig, description="How to start Spark.")
 
 
 @dataclass(frozen=True)
@@ -79,7 +73,7 @@ class CliConfig:
     """A parsed config file: the run settings plus how to start Spark."""
 
     ingest: IngestConfig
-    spark_master: str | None = "local[2]"
+    spark_master: str | None = DEFAULT_SPARK_MASTER
     spark_app_name: str = "ehingest"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     #: A Spark Connect URL (``sc://host:port``); exclusive with ``spark_master``.
@@ -123,7 +117,8 @@ def _check_no_literal_secret(node: Any, key: str) -> None:
         match = _SECRET_RE.search(literal)
         if match and match.group(2):
             raise ConfigurationError(
-                f"{key}: the config file holds a literal secret ({match.group(1)}=***). Secrets "
+                f"{key}: the config file holds a literal secret (the {match.group(1)} value). "
+                "Secrets "
                 f"come only from environment variables: set e.g. "
                 f"{key.replace('.', '_').upper()}=... in the environment and write "
                 f"'{key.rsplit('.', 1)[-1]}: ${{{key.replace('.', '_').upper()}}}' in the file."
@@ -172,53 +167,29 @@ def _interpolate(node: Any, key: str, env: Mapping[str, str]) -> Any:
     return node
 
 
-def _section(raw: Mapping[str, Any], name: str, valid: set[str], required: bool) -> dict:
-    value = raw.get(name)
-    if value is None:
-        if required:
-            raise ConfigurationError(
-                f"{name}: missing section; it needs the keys {', '.join(sorted(valid))}"
-            )
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigurationError(f"{name}: must be a mapping of keys, got {_show(value)}")
-    unknown = sorted(set(value) - valid)
-    if unknown:
+def _old_connection_string(doc: dict[str, Any], section: str) -> str | None:
+    """The pre-1-shape ``connection_string: ${VAR}`` key: still read, with a warning."""
+    value = doc.get(section)
+    if not isinstance(value, Mapping) or "connection_string" not in value:
+        return None
+    value = dict(value)
+    raw = value.pop("connection_string")
+    if value.get("credential") is not None:
         raise ConfigurationError(
-            f"{name}.{unknown[0]}: unknown key; valid keys in {name}: {', '.join(sorted(valid))}"
+            f"{section}: give either connection_string or credential, not both"
         )
-    return dict(value)
-
-
-def _credential(section: str, value: Any) -> str:
-    if value not in _CREDENTIALS:
-        raise ConfigurationError(
-            f"{section}.credential: {_show(value)} is not valid; valid: "
-            f"{', '.join(_CREDENTIALS)} (or give connection_string instead)"
-        )
-    return str(value)
-
-
-def _typed(key: str, value: Any, kind: type) -> Any:
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigurationError(f"{key}: {_show(value)} must be true or false")
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigurationError(f"{key}: {_show(value)} must be an integer")
-        return value
-    if kind is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigurationError(f"{key}: {_show(value)} must be a number (seconds)")
-        return float(value)
-    if kind is dict:
-        if not isinstance(value, Mapping):
-            raise ConfigurationError(f"{key}: {_show(value)} must be a mapping")
-        return dict(value)
-    if not isinstance(value, str):
-        raise ConfigurationError(f"{key}: {_show(value)} must be a string")
-    return value
+    match = _ENV_RE.fullmatch(raw) if isinstance(raw, str) else None
+    new = f"connection_string_env: {match.group(1)}" if match else "connection_string_env: VAR"
+    warnings.warn(
+        f"{section}.connection_string is deprecated; write {section}.credential: {{{new}}} "
+        "(the old key stops working in the next release)",
+        ConfigDeprecationWarning,
+        stacklevel=3,
+    )
+    doc[section] = value
+    if not isinstance(raw, str):
+        raise ConfigurationError(f"{section}.connection_string: {_show(raw)} must be a string")
+    return raw
 
 
 def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> CliConfig:
@@ -228,132 +199,45 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> CliConfig:
             f"config: the file must hold a mapping with the sections eventhub, store, sink; got "
             f"{type(raw).__name__}"
         )
-    unknown = sorted(set(raw) - _TOP_KEYS)
-    if unknown:
-        raise ConfigurationError(
-            f"{unknown[0]}: unknown key; valid top-level keys: {', '.join(sorted(_TOP_KEYS))}"
-        )
     _check_no_literal_secret(raw, "")
     _check_storage_options_from_env(raw)
-    doc = _interpolate(raw, "", os.environ if env is None else env)
-
-    eh = _section(doc, "eventhub", _EVENTHUB_KEYS, required=True)
-    if "eventhub_name" not in eh:
-        raise ConfigurationError("eventhub.eventhub_name: required (the Event Hub to read)")
-    if eh.get("connection_string") and eh.get("credential"):
-        raise ConfigurationError(
-            "eventhub: give either connection_string or fully_qualified_namespace + credential, "
-            "not both"
-        )
-    try:
-        eventhub = EventHubSettings(
-            eventhub_name=str(eh["eventhub_name"]),
-            consumer_group=str(eh.get("consumer_group", "$Default")),
-            connection_string=eh.get("connection_string"),
-            fully_qualified_namespace=eh.get("fully_qualified_namespace"),
-            credential_type=(
-                _credential("eventhub", eh["credential"])  # type: ignore[arg-type]
-                if eh.get("credential")
-                else "connection_string"
-            ),
-        )
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"eventhub.{exc}") from None
-
-    st = _section(doc, "store", _STORE_KEYS, required=True)
-    if "container" not in st:
-        raise ConfigurationError("store.container: required (the Blob container for leases)")
-    if st.get("connection_string") and st.get("credential"):
-        raise ConfigurationError(
-            "store: give either connection_string or account_url + credential, not both"
-        )
-    try:
-        store = StoreSettings(
-            container=str(st["container"]),
-            connection_string=st.get("connection_string"),
-            account_url=st.get("account_url"),
-            credential_type=(
-                _credential("store", st["credential"])  # type: ignore[arg-type]
-                if st.get("credential")
-                else "connection_string"
-            ),
-            create_container=_typed(
-                "store.create_container", st.get("create_container", True), bool
-            ),
-        )
-    except ConfigurationError as exc:
-        text = str(exc).removeprefix("store.").removeprefix("store ")
-        raise ConfigurationError(f"store.{text}") from None
-
-    sk = _section(doc, "sink", _SINK_KEYS, required=True)
-    partition_by = sk.get("partition_by", [])
-    if isinstance(partition_by, str):
-        partition_by = [partition_by]
-    if not isinstance(partition_by, list) or not all(isinstance(c, str) for c in partition_by):
-        raise ConfigurationError(
-            f"sink.partition_by: {_show(partition_by)} must be a list of column names"
-        )
-    try:
-        sink = SinkSettings(
-            format=str(sk.get("format", "parquet")),
-            path=sk.get("path"),
-            table=sk.get("table"),
-            partition_by=tuple(partition_by),
-            shared=_typed("sink.shared", sk.get("shared", False), bool),
-            storage_options={
-                str(k): str(v)
-                for k, v in _typed(
-                    "sink.storage_options", sk.get("storage_options", {}), dict
-                ).items()
-            },
-        )
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"sink.{exc}".replace("sink.sink", "sink")) from None
-
-    run_kwargs = {k: _typed(k, doc[k], kind) for k, kind in _RUN_KEYS.items() if k in doc}
-    if "strategy" in run_kwargs:
-        from ops.balancing import STRATEGIES
-
-        if run_kwargs["strategy"] not in STRATEGIES:
-            raise ConfigurationError(
-                f"strategy: {_show(run_kwargs['strategy'])} is not valid; valid: "
-                f"{', '.join(STRATEGIES)}"
-            )
-    ingest = IngestConfig(eventhub=eventhub, store=store, sink=sink, **run_kwargs)
-
-    sp = _section(doc, "spark", _SPARK_KEYS, required=False)
-    conf = _typed("spark.conf", sp.get("conf", {}), dict)
-    remote = _typed("spark.remote", sp["remote"], str) if "remote" in sp else None
-    if remote is not None and "master" in sp:
-        raise ConfigurationError(
-            f"spark: give master ({_show(sp['master'])}) or remote ({_show(remote)}), not both; "
-            "remote is a Spark Connect URL (sc://host:port), master a cluster or local[n]"
-        )
-    if remote is not None and not remote.startswith("sc://"):
-        raise ConfigurationError(
-            f"spark.remote: {_show(remote)} is not a Spark Connect URL; expected "
-            "'sc://host:port' (e.g. 'sc://localhost:15002')"
-        )
-    master = _typed("spark.master", sp.get("master", "local[2]"), str)
+    env_map = os.environ if env is None else env
+    doc = dict(raw)
+    old = {section: _old_connection_string(doc, section) for section in _SECTIONS}
+    conns = {
+        section: _interpolate(value, f"{section}.connection_string", env_map)
+        for section, value in old.items()
+        if value is not None
+    }
+    doc = _interpolate(doc, "", env_map)
+    spec = CliSpec.from_dict(doc)
+    ingest = IngestConfig(
+        eventhub=spec.eventhub.settings(env_map, connection_string=conns.get("eventhub")),
+        store=spec.store.settings(env_map, connection_string=conns.get("store")),
+        sink=spec.sink.settings(),
+        **spec.run_options().model_dump(),
+    )
+    spark = spec.spark
+    master = spark.effective_master
     from ops.write import check_sink_reachable
     from resources.spark_session import is_local_master
 
     # Before anything is claimed or a JVM starts: a local sink path a cluster cannot share.
     try:
         check_sink_reachable(
-            sink,
-            local=remote is None and is_local_master(master),
-            engine=f"Spark Connect {remote!r}" if remote else f"master {master!r}",
+            ingest.sink,
+            local=spark.remote is None and is_local_master(master),
+            engine=f"Spark Connect {spark.remote!r}" if spark.remote else f"master {master!r}",
         )
     except ConfigurationError as exc:
         raise ConfigurationError(f"sink.path: {exc}") from None
     return CliConfig(
         ingest=ingest,
-        spark_master=None if remote else master,
-        spark_app_name=_typed("spark.app_name", sp.get("app_name", "ehingest"), str),
-        spark_conf={str(k): str(v) for k, v in conf.items()},
-        spark_remote=remote,
-        spark_ship_code=_typed("spark.ship_code", sp.get("ship_code", True), bool),
+        spark_master=master,
+        spark_app_name=spark.app_name,
+        spark_conf=dict(spark.conf),
+        spark_remote=spark.remote,
+        spark_ship_code=spark.ship_code,
     )
 
 

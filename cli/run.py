@@ -228,7 +228,7 @@ def run(
         if on_checkpoint_ahead is not None:
             cfg = dataclasses.replace(
                 cfg,
-                ingest=dataclasses.replace(cfg.ingest, on_checkpoint_ahead=on_checkpoint_ahead),
+                ingest=cfg.ingest.replace(on_checkpoint_ahead=on_checkpoint_ahead),
             )
     except ConfigurationError as exc:
         click.echo(f"error: {exc}", err=True)

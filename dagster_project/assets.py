@@ -19,10 +19,10 @@ Leases held by a run that Dagster knows to be failed or canceled are taken over 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, ValidationError, field_validator
 
 from dagster_project.checks import lag_check_spec, measure_lag
 from dagster_project.metadata import (
@@ -31,6 +31,7 @@ from dagster_project.metadata import (
     partition_metadata,
 )
 from ops.run import IngestConfig, ReplaySpec, RunReport, run_ingestion
+from resources.config import RunOptions, format_validation_error
 from resources.errors import ConfigurationError, EventHubIngestError
 
 __all__ = [
@@ -82,53 +83,47 @@ class ResourceKeys:
         return {self.eventhub, self.partition_store, self.sink, self.pyspark}
 
 
-@dataclass(frozen=True)
-class IngestOptions:
-    """How runs ingest (passed to :class:`ops.run.IngestConfig`) and judge lag.
+class IngestOptions(RunOptions):
+    """How runs ingest (:class:`resources.config.RunOptions`) plus the lag check's thresholds.
 
     ``max_lag_events`` / ``max_lag_seconds``: thresholds of the lag check; the check exists only
-    when at least one is set. ``run_timeout_seconds``: stop waiting for live peers after this
-    long (the run then fails naming the partitions not up to date; None waits as long as peers
-    renew their leases). ``pool``: Dagster concurrency pool of the ingestion step (limit it on
-    the instance to at least the schedule's K). ``freshness_fail_minutes``: the asset's
-    freshness policy (fail when no partition landed a batch for this long; None: none).
+    when at least one is set. ``pool``: Dagster concurrency pool of the ingestion step (limit
+    it on the instance to at least the schedule's K). ``freshness_fail_minutes``: the asset's
+    freshness policy (fail when no partition landed a batch for this long; None: none). Bad
+    values raise ConfigurationError naming the key.
     """
 
-    strategy: str = "balanced"
-    max_events_per_partition: int = 100_000
-    lease_expiry_seconds: float = 60.0
-    on_data_loss: Literal["fail", "skip"] = "fail"
-    receive_timeout_seconds: float = 30.0
-    prefetch: int = 300
-    max_readers_per_partition: int = 1
-    max_lag_events: int | None = None
-    max_lag_seconds: float | None = None
-    lag_check_severity: Literal["WARN", "ERROR"] = "WARN"
-    run_timeout_seconds: float | None = None
-    pool: str | None = "eventhub_ingest"
-    freshness_fail_minutes: float | None = None
+    max_lag_events: int | None = Field(default=None, description="Max events behind the hub.")
+    max_lag_seconds: float | None = Field(default=None, description="Max age of unread events.")
+    lag_check_severity: Literal["WARN", "ERROR"] = Field(
+        default="WARN", description="Severity of a failed lag check."
+    )
+    pool: str | None = Field(
+        default="eventhub_ingest", description="Dagster concurrency pool of the ingestion step."
+    )
+    freshness_fail_minutes: float | None = Field(
+        default=None, description="Fail freshness when no batch landed for this long."
+    )
 
-    def __post_init__(self) -> None:
-        if self.max_events_per_partition < 1:
-            raise ConfigurationError(
-                f"max_events_per_partition: {self.max_events_per_partition} must be >= 1"
-            )
-        if self.lease_expiry_seconds <= 0:
-            raise ConfigurationError(
-                f"lease_expiry_seconds: {self.lease_expiry_seconds} must be > 0 (e.g. 60)"
-            )
-        if self.on_data_loss not in ("fail", "skip"):
-            raise ConfigurationError(
-                f"on_data_loss: {self.on_data_loss!r} is not valid; valid: 'fail', 'skip'"
-            )
-        if self.freshness_fail_minutes is not None and self.freshness_fail_minutes <= 0:
-            raise ConfigurationError(
-                f"freshness_fail_minutes: {self.freshness_fail_minutes} must be > 0 (or unset)"
-            )
-        for name in ("max_lag_events", "max_lag_seconds"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ConfigurationError(f"{name}: {value} must be >= 0 (or unset for no check)")
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ConfigurationError(format_validation_error(exc)) from None
+
+    @field_validator("max_lag_events", "max_lag_seconds")
+    @classmethod
+    def _lag(cls, value: float | None) -> float | None:
+        if value is not None and value < 0:
+            raise ValueError(f"{value} must be >= 0 (or unset for no check)")
+        return value
+
+    @field_validator("freshness_fail_minutes")
+    @classmethod
+    def _freshness(cls, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise ValueError(f"{value} must be > 0 (or unset)")
+        return value
 
     @property
     def has_lag_check(self) -> bool:
@@ -162,7 +157,8 @@ class IngestRunConfig(dg.Config):
     )
     max_events_per_partition: int | None = Field(
         default=None,
-        description="Override the asset's bound on events read per partition in this run.",
+        description="Override the asset's bound on events read per partition in this run "
+        "(>= 1; unset keeps the asset's).",
     )
 
     def replay_spec(self, partition_keys: Sequence[str]) -> ReplaySpec | None:
@@ -320,19 +316,15 @@ def build_eventhub_ingest_asset(
             sink = getattr(resources, keys.sink)
             replay = config.replay_spec(targets)
             sink_settings = sink.settings()
+            # An override of 0 is an error, not "use the default" (is not None, not `or`).
+            run_options = opts.run_options().with_overrides(
+                max_events_per_partition=config.max_events_per_partition
+            )
             ingest_config = IngestConfig(
                 eventhub=eventhub.settings(),
                 store=store.settings(),
                 sink=sink_settings,
-                strategy=opts.strategy,
-                max_events_per_partition=config.max_events_per_partition
-                or opts.max_events_per_partition,
-                lease_expiry_seconds=opts.lease_expiry_seconds,
-                on_data_loss=opts.on_data_loss,
-                receive_timeout_seconds=opts.receive_timeout_seconds,
-                prefetch=opts.prefetch,
-                max_readers_per_partition=opts.max_readers_per_partition,
-                run_timeout_seconds=opts.run_timeout_seconds,
+                **run_options.model_dump(),
             )
             spark = getattr(resources, keys.pyspark).spark_session
             context.log.info(

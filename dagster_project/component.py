@@ -8,44 +8,50 @@ pyproject.toml), so ``dg list components`` shows it and ``dg scaffold defs`` can
       asset_key: telemetry
       eventhub:
         eventhub_name: telemetry
-        connection_string_env: EVENTHUB_CONNECTION_STRING
+        credential: {connection_string_env: EVENTHUB_CONNECTION_STRING}
       store:
         container: eventhub-state
-        connection_string_env: AZURE_STORAGE_CONNECTION_STRING
+        credential: {connection_string_env: AZURE_STORAGE_CONNECTION_STRING}
       sink:
         path: /data/telemetry
+        partition_by: [partition]
       partitions: [0, 1, 2, 3]      # omit for dynamic partitions synced from the hub
       schedule: {every_minutes: 5, runs: 2}
       lag_check: {max_lag_events: 10000}
 
-Secrets are named by environment variable (``*_env``) and reach Dagster as ``dg.EnvVar``: the UI
-shows the variable's name, never its value.
+The keys are those of ``resources/config.py`` (the ``ehingest`` config file takes the same).
+Secrets are named by environment variable (``connection_string_env``) and reach Dagster as
+``dg.EnvVar``: the UI shows the variable's name, never its value. Everything checkable without
+the network is checked when the definitions load (``dg check defs``).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 import dagster as dg
-from pydantic import Field, field_validator
+from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 
 from dagster_project.assets import IngestOptions, ResourceKeys, build_eventhub_ingest_asset
 from dagster_project.checks import build_lag_sensor
 from dagster_project.metadata import definition_metadata
 from dagster_project.resources import (
-    EventHubConnectionString,
-    EventHubIdentity,
     EventHubResource,
     PartitionStoreResource,
     SinkResource,
-    StoreConnectionString,
-    StoreIdentity,
     local_pyspark_resource,
 )
 from dagster_project.schedules import build_ingest_job, build_ingest_schedule
 from dagster_project.sensors import build_partition_sync_sensor
+from resources.config import (
+    EventHubConfig,
+    RunOptions,
+    SinkConfig,
+    StoreConfig,
+    spark_conf_strings,
+    unknown_key_message,
+)
 from resources.errors import ConfigurationError
 
 __all__ = [
@@ -77,95 +83,76 @@ def coerce_partition_ids(value: Any) -> Any:
     return value
 
 
-class EventHubModel(dg.Resolvable, dg.Model):
-    """The Event Hub to read: by connection string (in an env var) or namespace + identity."""
+_KEY_CHECKED: dict[type, type[BaseModel]] = {}
 
-    eventhub_name: str = Field(description="Name of the Event Hub.")
-    consumer_group: str = Field(default="$Default", description="Consumer group to read as.")
-    credential_type: Literal["connection_string", "default_azure_credential"] = Field(
-        default="connection_string",
-        description="'connection_string' (from connection_string_env) or "
-        "'default_azure_credential' (with fully_qualified_namespace).",
+
+class _KeyChecked:
+    """Unknown keys in defs.yaml get a did-you-mean (Dagster's own message has none).
+
+    Dagster validates the YAML against a model derived from the class before anything of ours
+    runs; this adds our key check in front of that derived model.
+    """
+
+    @classmethod
+    def model(cls) -> type[BaseModel]:
+        if cls not in _KEY_CHECKED:
+            base: type[BaseModel] = super().model()  # type: ignore[misc]
+            valid = list(base.model_fields)
+
+            def check(data: Any) -> Any:
+                if isinstance(data, Mapping):
+                    for key in data:
+                        if key not in valid:
+                            raise ValueError(unknown_key_message(str(key), valid))
+                return data
+
+            _KEY_CHECKED[cls] = create_model(
+                base.__name__,
+                __base__=base,
+                __validators__={"_did_you_mean": model_validator(mode="before")(check)},
+            )
+        return _KEY_CHECKED[cls]
+
+
+class EventHubModel(_KeyChecked, dg.Resolvable, dg.Model, EventHubConfig):
+    """The Event Hub to read (:class:`resources.config.EventHubConfig`, templates resolved)."""
+
+    # Old spellings (one release): moved into ``credential`` with a deprecation warning.
+    credential_type: Literal["connection_string", "default_azure_credential"] | None = Field(
+        default=None, description="Deprecated: write credential.credential_type."
     )
-    connection_string_env: str = Field(
-        default="EVENTHUB_CONNECTION_STRING",
-        description="Name of the environment variable holding the connection string.",
+    connection_string_env: str | None = Field(
+        default=None, description="Deprecated: write credential.connection_string_env."
     )
     fully_qualified_namespace: str | None = Field(
-        default=None, description="e.g. 'myns.servicebus.windows.net' (identity auth only)."
+        default=None, description="Deprecated: write credential.fully_qualified_namespace."
     )
 
     def resource(self) -> EventHubResource:
         """The :class:`EventHubResource` this describes (secret through ``dg.EnvVar``)."""
-        credential: EventHubConnectionString | EventHubIdentity
-        if self.credential_type == "connection_string":
-            credential = EventHubConnectionString(
-                connection_string=dg.EnvVar(self.connection_string_env)
-            )
-        else:
-            if not self.fully_qualified_namespace:
-                raise ConfigurationError(
-                    "eventhub.fully_qualified_namespace: required with credential_type="
-                    "'default_azure_credential', e.g. 'myns.servicebus.windows.net'"
-                )
-            credential = EventHubIdentity(fully_qualified_namespace=self.fully_qualified_namespace)
-        return EventHubResource(
-            eventhub_name=self.eventhub_name,
-            consumer_group=self.consumer_group,
-            credential=credential,
-        )
+        return EventHubResource.from_config(self)
 
 
-class StoreModel(dg.Resolvable, dg.Model):
-    """The Blob container for leases and checkpoints."""
+class StoreModel(_KeyChecked, dg.Resolvable, dg.Model, StoreConfig):
+    """The Blob container for leases and checkpoints (:class:`resources.config.StoreConfig`)."""
 
-    container: str = Field(description="Blob container name, e.g. 'eventhub-state'.")
-    credential_type: Literal["connection_string", "default_azure_credential"] = Field(
-        default="connection_string",
-        description="'connection_string' (from connection_string_env) or "
-        "'default_azure_credential' (with account_url).",
+    credential_type: Literal["connection_string", "default_azure_credential"] | None = Field(
+        default=None, description="Deprecated: write credential.credential_type."
     )
-    connection_string_env: str = Field(
-        default="AZURE_STORAGE_CONNECTION_STRING",
-        description="Name of the environment variable holding the connection string.",
+    connection_string_env: str | None = Field(
+        default=None, description="Deprecated: write credential.connection_string_env."
     )
     account_url: str | None = Field(
-        default=None,
-        description="e.g. 'https://myaccount.blob.core.windows.net' (identity auth only).",
+        default=None, description="Deprecated: write credential.account_url."
     )
-    create_container: bool = Field(default=True, description="Create the container if missing.")
 
     def resource(self) -> PartitionStoreResource:
         """The :class:`PartitionStoreResource` this describes (secret through ``dg.EnvVar``)."""
-        credential: StoreConnectionString | StoreIdentity
-        if self.credential_type == "connection_string":
-            credential = StoreConnectionString(
-                connection_string=dg.EnvVar(self.connection_string_env)
-            )
-        else:
-            if not self.account_url:
-                raise ConfigurationError(
-                    "store.account_url: required with credential_type='default_azure_credential'"
-                    ", e.g. 'https://myaccount.blob.core.windows.net'"
-                )
-            credential = StoreIdentity(account_url=self.account_url)
-        return PartitionStoreResource(
-            container=self.container, create_container=self.create_container, credential=credential
-        )
+        return PartitionStoreResource.from_config(self)
 
 
-class SinkModel(dg.Resolvable, dg.Model):
-    """Where events land."""
-
-    format: str = Field(default="parquet", description="'parquet', 'delta', 'deltalake', ...")
-    path: str | None = Field(default=None, description="Output folder or URI.")
-    table: str | None = Field(default=None, description="Spark table (instead of path).")
-    partition_by: list[str] = Field(default_factory=list, description="Extra partition columns.")
-    shared: bool = Field(
-        default=False,
-        description="The local path is a volume every Spark node mounts at the same place "
-        "(otherwise a local path is refused on a non-local Spark).",
-    )
+class SinkModel(_KeyChecked, dg.Resolvable, dg.Model, SinkConfig):
+    """Where events land (:class:`resources.config.SinkConfig`)."""
 
     def resource(self) -> SinkResource:
         """The :class:`SinkResource` this describes."""
@@ -178,7 +165,7 @@ class SinkModel(dg.Resolvable, dg.Model):
         )
 
 
-class ScheduleModel(dg.Resolvable, dg.Model):
+class ScheduleModel(_KeyChecked, dg.Resolvable, dg.Model):
     """Every N minutes, K runs over every partition."""
 
     every_minutes: int = Field(default=5, description="Period in minutes (divides an hour/day).")
@@ -187,7 +174,7 @@ class ScheduleModel(dg.Resolvable, dg.Model):
     running: bool = Field(default=False, description="Start the schedule switched on.")
 
 
-class LagCheckModel(dg.Resolvable, dg.Model):
+class LagCheckModel(_KeyChecked, dg.Resolvable, dg.Model):
     """Thresholds of the lag check (set at least one)."""
 
     max_lag_events: int | None = Field(default=None, description="Max events behind the hub.")
@@ -215,12 +202,14 @@ ResolvedPartitionIds = Annotated[
 ]
 
 
-class EventHubIngestComponent(dg.Component, dg.Model, dg.Resolvable):
+class EventHubIngestComponent(_KeyChecked, dg.Component, dg.Model, RunOptions, dg.Resolvable):
     """Land an Azure Event Hub into a Spark sink, exactly once, in scheduled Dagster batches.
 
     Builds a partitioned asset (one partition per hub partition, with a lag check), its job, a
     schedule launching K parallel runs, a sensor syncing dynamic partitions with the hub, and the
-    resources (Event Hub, partition store, sink, local PySpark).
+    resources (Event Hub, partition store, sink, local PySpark). The run options (strategy,
+    max_events_per_partition, ...) are :class:`resources.config.RunOptions`, the same keys as
+    the ``ehingest`` config file; everything is validated when the definitions load.
     """
 
     asset_key: str = Field(default="eventhub_events", description="Asset key ('a/b' for a path).")
@@ -232,29 +221,6 @@ class EventHubIngestComponent(dg.Component, dg.Model, dg.Resolvable):
     partitions: ResolvedPartitionIds = None
     partition_sync_interval_seconds: int = Field(
         default=300, description="How often the sensor asks the hub for new partitions."
-    )
-    strategy: str = Field(
-        default="balanced",
-        description="Balancing strategy: greedy, balanced, eph, equal, jump_hash, delay_race.",
-    )
-    max_events_per_partition: int = Field(
-        default=100_000, description="Upper bound of events read per partition in one run."
-    )
-    lease_expiry_seconds: float = Field(
-        default=60.0, description="A lease not renewed for this long may be taken over."
-    )
-    on_data_loss: Literal["fail", "skip"] = Field(
-        default="fail", description="When events expired before being read: fail, or skip."
-    )
-    receive_timeout_seconds: float = Field(default=30.0, description="Event Hubs receive timeout.")
-    prefetch: int = Field(default=300, description="Events prefetched per receiver.")
-    max_readers_per_partition: int = Field(
-        default=1, description="Spark input partitions per Event Hub partition range."
-    )
-    run_timeout_seconds: float | None = Field(
-        default=None,
-        description="Stop waiting for live peers after this long (the run then fails naming the "
-        "partitions not up to date); unset waits while peers renew their leases.",
     )
     backfill_max_partitions_per_run: int | None = Field(
         default=None,
@@ -272,8 +238,10 @@ class EventHubIngestComponent(dg.Component, dg.Model, dg.Resolvable):
     )
     schedule: ScheduleModel | None = Field(default=None, description="Scheduled runs (optional).")
     lag_check: LagCheckModel | None = Field(default=None, description="Lag check (optional).")
-    spark_config: dict[str, str] = Field(
-        default_factory=dict, description="Spark settings over the local loopback defaults."
+    spark_config: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="Spark settings over the local loopback defaults (numbers and booleans are "
+        "passed to Spark as strings).",
     )
     spark_remote: str | None = Field(
         default=None,
@@ -286,21 +254,19 @@ class EventHubIngestComponent(dg.Component, dg.Model, dg.Resolvable):
     def _coerce_partitions(cls, value: Any) -> Any:
         return coerce_partition_ids(value)
 
+    @field_validator("spark_config", mode="before")
+    @classmethod
+    def _spark_strings(cls, value: Any) -> Any:
+        return spark_conf_strings(value)
+
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         """The asset, job, schedule, sensor and resources this component declares."""
         lag = self.lag_check or LagCheckModel()
         options = IngestOptions(
-            strategy=self.strategy,
-            max_events_per_partition=self.max_events_per_partition,
-            lease_expiry_seconds=self.lease_expiry_seconds,
-            on_data_loss=self.on_data_loss,
-            receive_timeout_seconds=self.receive_timeout_seconds,
-            prefetch=self.prefetch,
-            max_readers_per_partition=self.max_readers_per_partition,
+            **self.run_options().model_dump(),
             max_lag_events=lag.max_lag_events,
             max_lag_seconds=lag.max_lag_seconds,
             lag_check_severity=lag.severity,
-            run_timeout_seconds=self.run_timeout_seconds,
             pool=self.pool,
             freshness_fail_minutes=self.freshness_fail_minutes,
         )
@@ -309,7 +275,7 @@ class EventHubIngestComponent(dg.Component, dg.Model, dg.Resolvable):
             eventhub=self.eventhub.resource(),
             partition_store=self.store.resource(),
             sink=self.sink.resource(),
-            pyspark=local_pyspark_resource(self.spark_config, remote=self.spark_remote),
+            pyspark=local_pyspark_resource(dict(self.spark_config), remote=self.spark_remote),
             partition_ids=self.partitions,
             options=options,
             group_name=self.group_name,
@@ -359,7 +325,7 @@ def build_eventhub_ingest_defs(
     opts = options or IngestOptions()
     if schedule is not None and opts.freshness_fail_minutes is None:
         # Fresh means a batch landed within three schedule periods.
-        opts = dataclasses.replace(opts, freshness_fail_minutes=3.0 * schedule.every_minutes)
+        opts = opts.replace(freshness_fail_minutes=3.0 * schedule.every_minutes)
     asset = build_eventhub_ingest_asset(
         key=asset_key,
         partition_ids=partition_ids,

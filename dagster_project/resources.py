@@ -42,6 +42,12 @@ import dagster as dg
 from dagster_pyspark import PySparkResource
 from pydantic import Field
 
+from resources.config import (
+    EventHubConfig,
+    EventHubIdentityCredential,
+    StoreConfig,
+    StoreIdentityCredential,
+)
 from resources.errors import ConfigurationError
 from resources.settings import EventHubSettings, SinkSettings, StoreSettings
 from resources.spark_session import SPARK_CONF_DIR
@@ -77,16 +83,12 @@ class EventHubConnectionString(dg.Config):
     )
 
 
-class EventHubIdentity(dg.Config):
-    """Authenticate to Event Hubs with azure-identity's DefaultAzureCredential (Entra ID)."""
+class EventHubIdentity(dg.Config, EventHubIdentityCredential):
+    """Authenticate to Event Hubs with azure-identity's DefaultAzureCredential (Entra ID).
 
-    credential_type: Literal["default_azure_credential"] = Field(
-        default="default_azure_credential",
-        description="Selects DefaultAzureCredential (managed identity, workload identity, CLI).",
-    )
-    fully_qualified_namespace: str = Field(
-        description="The namespace host, e.g. 'myns.servicebus.windows.net'."
-    )
+    Fields (namespace, managed identity client id, tenant, ``exclude_*``) are those of
+    :class:`resources.config.EventHubIdentityCredential`, the same as in YAML.
+    """
 
 
 class StoreConnectionString(dg.Config):
@@ -103,16 +105,11 @@ class StoreConnectionString(dg.Config):
     )
 
 
-class StoreIdentity(dg.Config):
-    """Authenticate to Blob Storage with azure-identity's DefaultAzureCredential (Entra ID)."""
+class StoreIdentity(dg.Config, StoreIdentityCredential):
+    """Authenticate to Blob Storage with azure-identity's DefaultAzureCredential (Entra ID).
 
-    credential_type: Literal["default_azure_credential"] = Field(
-        default="default_azure_credential",
-        description="Selects DefaultAzureCredential (managed identity, workload identity, CLI).",
-    )
-    account_url: str = Field(
-        description="The Blob service URL, e.g. 'https://myaccount.blob.core.windows.net'."
-    )
+    Fields are those of :class:`resources.config.StoreIdentityCredential`, as in YAML.
+    """
 
 
 class EventHubResource(dg.ConfigurableResource):
@@ -128,7 +125,11 @@ class EventHubResource(dg.ConfigurableResource):
         )
     """
 
-    eventhub_name: str = Field(description="Name of the Event Hub (the entity, not the namespace).")
+    eventhub_name: str | None = Field(
+        default=None,
+        description="Name of the Event Hub (the entity, not the namespace); may be omitted when "
+        "the connection string has EntityPath.",
+    )
     consumer_group: str = Field(
         default="$Default",
         description=(
@@ -141,20 +142,41 @@ class EventHubResource(dg.ConfigurableResource):
         description="How to authenticate: a connection string, or DefaultAzureCredential.",
     )
 
+    @classmethod
+    def from_config(cls, config: EventHubConfig) -> EventHubResource:
+        """The resource for a YAML-shaped :class:`resources.config.EventHubConfig`.
+
+        A connection string is referenced as ``dg.EnvVar``: the UI shows the variable's name.
+        """
+        cred = config.credential
+        credential: EventHubConnectionString | EventHubIdentity
+        if isinstance(cred, EventHubIdentityCredential):
+            credential = EventHubIdentity(**_credential_fields(cred))
+        else:
+            credential = EventHubConnectionString(
+                connection_string=dg.EnvVar(cred.connection_string_env)
+            )
+        return cls(
+            eventhub_name=config.eventhub_name,
+            consumer_group=config.consumer_group,
+            credential=credential,
+        )
+
     def settings(self) -> EventHubSettings:
         """The frozen, picklable settings the run and Spark executors use (validated here)."""
         cred = self.credential
         if isinstance(cred, EventHubConnectionString):
             return EventHubSettings(
-                eventhub_name=self.eventhub_name,
+                eventhub_name=self.eventhub_name or "",
                 consumer_group=self.consumer_group,
                 connection_string=cred.connection_string,
             )
         return EventHubSettings(
-            eventhub_name=self.eventhub_name,
+            eventhub_name=self.eventhub_name or "",
             consumer_group=self.consumer_group,
             fully_qualified_namespace=cred.fully_qualified_namespace,
             credential_type="default_azure_credential",
+            credential_options=cred.credential_options(),
         )
 
     def partition_ids(self) -> list[str]:
@@ -186,6 +208,23 @@ class PartitionStoreResource(dg.ConfigurableResource):
         description="How to authenticate: a connection string, or DefaultAzureCredential.",
     )
 
+    @classmethod
+    def from_config(cls, config: StoreConfig) -> PartitionStoreResource:
+        """The resource for a YAML-shaped :class:`resources.config.StoreConfig`."""
+        cred = config.credential
+        credential: StoreConnectionString | StoreIdentity
+        if isinstance(cred, StoreIdentityCredential):
+            credential = StoreIdentity(**_credential_fields(cred))
+        else:
+            credential = StoreConnectionString(
+                connection_string=dg.EnvVar(cred.connection_string_env)
+            )
+        return cls(
+            container=config.container,
+            create_container=config.create_container,
+            credential=credential,
+        )
+
     def settings(self) -> StoreSettings:
         """The frozen, picklable store settings (validated here)."""
         cred = self.credential
@@ -199,6 +238,7 @@ class PartitionStoreResource(dg.ConfigurableResource):
             container=self.container,
             account_url=cred.account_url,
             credential_type="default_azure_credential",
+            credential_options=cred.credential_options(),
             create_container=self.create_container,
         )
 
@@ -337,6 +377,11 @@ def local_pyspark_resource(
             if key not in user:
                 config.pop(key, None)
     return LocalPySparkResource(spark_config=config)
+
+
+def _credential_fields(cred: Any) -> dict[str, Any]:
+    """The fields a credential model was given (so defaults stay defaults)."""
+    return {name: getattr(cred, name) for name in cred.model_fields_set | {"credential_type"}}
 
 
 def sort_partition_ids(ids: list[str]) -> list[str]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ops.hub import PartitionInfo
+from resources.config import OnDataLoss
 from resources.errors import DataLossError, RangeError
 from resources.store import Checkpoint, Intent
 
@@ -23,9 +24,6 @@ __all__ = [
     "sink_layout",
     "snapshot_bound",
 ]
-
-OnDataLoss = Literal["fail", "skip"]
-OnCheckpointAhead = Literal["fail", "reset_to_earliest"]
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ConfigDict, InstanceOf, ValidationError, model_validator
 
 from ops.fault import fault_point, fault_timer
 from ops.hub import HubClient, PartitionInfo
@@ -29,7 +31,6 @@ from ops.ingest import Ingestor, RangeResult
 from ops.lease import LeaseKeeper
 from ops.plan import (
     Bound,
-    OnCheckpointAhead,
     Step,
     checkpoint_problem,
     next_step,
@@ -38,6 +39,7 @@ from ops.plan import (
     snapshot_bound,
 )
 from ops.progress import ProgressFn, ReadTicker, RunProgress, progress_targets
+from resources.config import IngestSpec, RunOptions, format_validation_error
 from resources.errors import (
     CheckpointAheadError,
     CheckpointRegressionError,
@@ -66,88 +68,59 @@ logger = logging.getLogger(__name__)
 ClaimFn = Callable[[Sequence[str]], Mapping[str, Ownership]]
 
 
-@dataclass(frozen=True)
-class IngestConfig:
-    """Everything one run needs; the CLI builds it from YAML, Dagster from resources.
+class IngestConfig(RunOptions):
+    """Everything one run needs: the three places plus :class:`~resources.config.RunOptions`.
+
+    The run options (strategy, bounds, timeouts, ...) are declared, described and validated
+    once, in ``resources.config.RunOptions``; this adds the resolved settings and two internal
+    knobs. The CLI builds it from YAML (:meth:`from_spec`), Dagster from its resources, tests
+    and benchmarks directly::
+
+        IngestConfig(eventhub=hub, store=store, sink=sink, strategy="greedy")
+
+    Bad values raise :class:`~resources.errors.ConfigurationError` naming the key.
 
     Attributes:
-        strategy: balancing strategy name (``ops.balancing.get_strategy``).
-        strategy_options: options of that strategy (only ``delay_race`` has some).
-        max_events_per_partition: at most this many new events per partition per run.
-        lease_expiry_seconds: a lease not renewed for this long (store clock) may be taken.
-        on_data_loss: ``fail`` (default) raises DataLossError when the checkpoint is older than
-            retention; ``skip`` continues from the earliest retained event and reports the gap.
-        on_checkpoint_ahead: what to do with a checkpoint the hub cannot have produced (past its
-            last event, negative, or written for a hub since deleted and re-created, which
-            restarts sequence numbers at 0). ``fail`` (default) raises CheckpointAheadError
-            before anything is claimed; ``reset_to_earliest`` moves such a checkpoint back to
-            just before the earliest retained event, drops its pending intent, and records the
-            reset in the report (``PartitionReport.checkpoint_reset``) and in the blobs'
-            ``ehireset`` metadata. Opt in once, for the run that should reset.
-        run_timeout_seconds: stop waiting for live peers after this long (None: no limit);
-            the report then says ``complete=False``.
         poll_initial_seconds / poll_max_seconds: backoff while live peers hold partitions.
-        report_lag_seconds: report how old the oldest unprocessed event of a lagging
-            partition is (``PartitionReport.lag_seconds``): from the partition properties and
-            the last event this run wrote when they tell it, else by receiving that one event.
-        join_grace_seconds: on its first claim cycle the run writes its heartbeat and waits this
-            long before looking at the store, so runs started by the same schedule tick see
-            each other and split the partitions at once. 0 skips the wait: right for a single
-            owner (nothing else runs on the hub and consumer group); with concurrent runs they
-            still never read a partition twice, but may first claim unevenly.
     """
 
-    eventhub: EventHubSettings
-    store: StoreSettings
-    sink: SinkSettings
-    strategy: str = "balanced"
-    strategy_options: Mapping[str, Any] = field(default_factory=dict)
-    max_events_per_partition: int = 100_000
-    lease_expiry_seconds: float = 60.0
-    on_data_loss: Literal["fail", "skip"] = "fail"
-    on_checkpoint_ahead: OnCheckpointAhead = "fail"
-    receive_timeout_seconds: float = 30.0
-    prefetch: int = 300
-    max_readers_per_partition: int = 1
-    run_timeout_seconds: float | None = None
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    eventhub: InstanceOf[EventHubSettings]
+    store: InstanceOf[StoreSettings]
+    sink: InstanceOf[SinkSettings]
     poll_initial_seconds: float = 0.2
     poll_max_seconds: float = 5.0
-    report_lag_seconds: bool = True
-    join_grace_seconds: float = 1.0
 
-    def __post_init__(self) -> None:
-        if self.max_events_per_partition < 1:
-            raise ConfigurationError(
-                f"max_events_per_partition: {self.max_events_per_partition!r} must be an "
-                "integer >= 1"
-            )
-        if not self.lease_expiry_seconds > 0:
-            raise ConfigurationError(
-                f"lease_expiry_seconds: {self.lease_expiry_seconds!r} must be > 0 (60 is typical)"
-            )
-        if self.on_data_loss not in ("fail", "skip"):
-            raise ConfigurationError(
-                f"on_data_loss: {self.on_data_loss!r} is not valid; valid: 'fail', 'skip'"
-            )
-        if self.on_checkpoint_ahead not in ("fail", "reset_to_earliest"):
-            raise ConfigurationError(
-                f"on_checkpoint_ahead: {self.on_checkpoint_ahead!r} is not valid; valid: 'fail', "
-                "'reset_to_earliest'"
-            )
-        if self.run_timeout_seconds is not None and not self.run_timeout_seconds >= 0:
-            raise ConfigurationError(
-                f"run_timeout_seconds: {self.run_timeout_seconds!r} must be >= 0 (seconds to "
-                "wait for live peers), or left out for no limit"
-            )
-        if not self.join_grace_seconds >= 0:
-            raise ConfigurationError(
-                f"join_grace_seconds: {self.join_grace_seconds!r} must be >= 0 (1 is the "
-                "default; 0 for a single owner)"
-            )
-        if self.max_readers_per_partition < 1:
-            raise ConfigurationError(
-                f"max_readers_per_partition: {self.max_readers_per_partition!r} must be >= 1"
-            )
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ConfigurationError(format_validation_error(exc)) from None
+
+    @model_validator(mode="after")
+    def _strategy_options(self) -> IngestConfig:
+        if self.strategy_options:
+            from ops.balancing import get_strategy
+
+            get_strategy(self.strategy, **self.strategy_options)  # ConfigurationError if bad
+        return self
+
+    @classmethod
+    def from_spec(
+        cls, spec: IngestSpec, env: Mapping[str, str] | None = None, **internals: Any
+    ) -> IngestConfig:
+        """The config for a loaded :class:`~resources.config.IngestSpec`.
+
+        Reads the credentials' environment variables now (``env``: default ``os.environ``).
+        """
+        return cls(
+            eventhub=spec.eventhub.settings(env),
+            store=spec.store.settings(env),
+            sink=spec.sink.settings(),
+            **spec.run_options().model_dump(),
+            **internals,
+        )
 
 
 @dataclass(frozen=True)

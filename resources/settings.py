@@ -11,26 +11,59 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from resources.errors import ConfigurationError
+from resources.errors import ConfigurationError, redact
 from resources.store import HubRef
 
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
-    from azure.eventhub import EventHubConsumerClient, EventHubProducerClient
+    from azure.eventhub import (
+        EventHubConnectionStringProperties,
+        EventHubConsumerClient,
+        EventHubProducerClient,
+    )
 
     from resources.store import BlobBackend
 
-__all__ = ["CredentialType", "EventHubSettings", "SinkSettings", "StoreSettings", "make_credential"]
+__all__ = [
+    "CredentialOptions",
+    "CredentialType",
+    "EventHubSettings",
+    "SinkSettings",
+    "StoreSettings",
+    "check_container_name",
+    "make_credential",
+]
 
 CredentialType = Literal["connection_string", "default_azure_credential"]
+#: ``DefaultAzureCredential`` options as plain pairs (``resources.config.IdentityOptions``).
+CredentialOptions = tuple[tuple[str, Any], ...]
+
+# DefaultAzureCredential has no single tenant option; these are the credentials that take one.
+_TENANT_KWARGS = (
+    "workload_identity_tenant_id",
+    "interactive_browser_tenant_id",
+    "visual_studio_code_tenant_id",
+    "shared_cache_tenant_id",
+)
 
 
-def make_credential(credential_type: CredentialType) -> TokenCredential:
-    """Build an azure-identity credential for ``credential_type`` (inside the process using it)."""
+def make_credential(
+    credential_type: CredentialType, options: CredentialOptions = ()
+) -> TokenCredential:
+    """Build an azure-identity credential for ``credential_type`` (inside the process using it).
+
+    ``options``: ``DefaultAzureCredential`` keyword arguments (``managed_identity_client_id``,
+    ``exclude_*_credential``); ``tenant_id`` sets the tenant of every credential that takes one.
+    """
     if credential_type == "default_azure_credential":
         from azure.identity import DefaultAzureCredential
 
-        return DefaultAzureCredential()
+        kwargs = dict(options)
+        tenant = kwargs.pop("tenant_id", None)
+        if tenant:
+            for name in _TENANT_KWARGS:
+                kwargs.setdefault(name, tenant)
+        return DefaultAzureCredential(**kwargs)
     raise ConfigurationError(
         f"credential_type={credential_type!r} has no token credential; valid: "
         "'default_azure_credential' (or give a connection string)"
@@ -56,6 +89,42 @@ def parse_connection_string(conn_str: str, field_name: str) -> dict[str, str]:
     return parts
 
 
+def check_container_name(name: str) -> None:
+    """Raise ConfigurationError unless ``name`` is a valid Blob container name."""
+    valid = (
+        3 <= len(name) <= 63
+        and name.replace("-", "").isalnum()
+        and name == name.lower()
+        and name[0].isalnum()
+        and "--" not in name
+    )
+    if not valid:
+        raise ConfigurationError(
+            f"container: {name!r} is not a valid Blob container name (3-63 lower-case "
+            "letters, digits and single hyphens, starting with a letter or digit)"
+        )
+
+
+def parse_eventhub_connection_string(conn_str: str) -> EventHubConnectionStringProperties:
+    """Parse with the SDK's own parser; the error says what is wrong, never the value."""
+    from azure.eventhub import parse_connection_string as sdk_parse
+
+    try:
+        return sdk_parse(conn_str)
+    except (ValueError, TypeError) as exc:
+        raise ConfigurationError(
+            f"connection_string: {redact(str(exc)).rstrip('.')} (the value is not shown, it may "
+            "hold a secret); copy it from the Azure portal (Event Hubs namespace or hub > "
+            "Shared access policies > Connection string-primary key)"
+        ) from None
+
+
+def _entity_path(conn_str: str | None) -> str | None:
+    if not conn_str:
+        return None
+    return parse_eventhub_connection_string(conn_str).eventhub_name or None
+
+
 @dataclass(frozen=True)
 class EventHubSettings:
     """Where to read events: a connection string, or a namespace plus an Entra ID credential.
@@ -73,8 +142,14 @@ class EventHubSettings:
     connection_string: str | None = field(default=None, repr=False)
     fully_qualified_namespace: str | None = None
     credential_type: CredentialType = "connection_string"
+    credential_options: CredentialOptions = ()
 
     def __post_init__(self) -> None:
+        if not self.eventhub_name and self.credential_type == "connection_string":
+            # The connection string may name the hub (EntityPath), as the portal copies it.
+            entity = _entity_path(self.connection_string)
+            if entity:
+                object.__setattr__(self, "eventhub_name", entity)
         if not self.eventhub_name:
             raise ConfigurationError("eventhub_name: must not be empty")
         if not self.consumer_group:
@@ -88,22 +163,8 @@ class EventHubSettings:
                     "(or set credential_type='default_azure_credential' and "
                     "fully_qualified_namespace)"
                 )
-            parts = parse_connection_string(self.connection_string, "connection_string")
-            endpoint = parts.get("Endpoint", "")
-            if not endpoint.startswith("sb://"):
-                raise ConfigurationError(
-                    f"connection_string: Endpoint={endpoint!r} must look like "
-                    "'sb://<namespace>.servicebus.windows.net/'"
-                )
-            if not (
-                ("SharedAccessKeyName" in parts and "SharedAccessKey" in parts)
-                or "SharedAccessSignature" in parts
-            ):
-                raise ConfigurationError(
-                    "connection_string: needs SharedAccessKeyName and SharedAccessKey, or "
-                    "SharedAccessSignature"
-                )
-            entity = parts.get("EntityPath")
+            parts = parse_eventhub_connection_string(self.connection_string)
+            entity = parts.eventhub_name
             if entity and entity != self.eventhub_name:
                 raise ConfigurationError(
                     f"connection_string: EntityPath={entity!r} differs from "
@@ -128,10 +189,9 @@ class EventHubSettings:
         if self.fully_qualified_namespace:
             return self.fully_qualified_namespace
         assert self.connection_string is not None
-        endpoint = parse_connection_string(self.connection_string, "connection_string")["Endpoint"]
         # The SDK's EventProcessor names blobs by the endpoint host as given (port included, as
         # with the emulator's "127.0.0.1:5673"), without scheme or path.
-        return endpoint[len("sb://") :].split("/")[0]
+        return parse_eventhub_connection_string(self.connection_string).fully_qualified_namespace
 
     @property
     def is_emulator(self) -> bool:
@@ -162,7 +222,7 @@ class EventHubSettings:
             self.fully_qualified_namespace,
             self.eventhub_name,
             self.consumer_group,
-            make_credential(self.credential_type),
+            make_credential(self.credential_type, self.credential_options),
             **kwargs,
         )
 
@@ -179,7 +239,7 @@ class EventHubSettings:
         return EventHubProducerClient(
             self.fully_qualified_namespace,
             self.eventhub_name,
-            make_credential(self.credential_type),
+            make_credential(self.credential_type, self.credential_options),
             **kwargs,
         )
 
@@ -196,21 +256,10 @@ class StoreSettings:
     account_url: str | None = None
     credential_type: CredentialType = "connection_string"
     create_container: bool = True
+    credential_options: CredentialOptions = ()
 
     def __post_init__(self) -> None:
-        name = self.container
-        valid = (
-            3 <= len(name) <= 63
-            and name.replace("-", "").isalnum()
-            and name == name.lower()
-            and name[0].isalnum()
-            and "--" not in name
-        )
-        if not valid:
-            raise ConfigurationError(
-                f"container: {name!r} is not a valid Blob container name (3-63 lower-case "
-                "letters, digits and single hyphens, starting with a letter or digit)"
-            )
+        check_container_name(self.container)
         if self.credential_type == "connection_string":
             if not self.connection_string:
                 raise ConfigurationError(

@@ -17,9 +17,15 @@ ENV = {"EH_CONN": EH, "ST_CONN": ST}
 
 def doc(**over) -> dict:
     base = {
-        "eventhub": {"connection_string": "${EH_CONN}", "eventhub_name": "telemetry"},
-        "store": {"connection_string": "${ST_CONN}", "container": "ehingest-state"},
-        "sink": {"format": "parquet", "path": "/data/out", "partition_by": ["partition_id"]},
+        "eventhub": {
+            "eventhub_name": "telemetry",
+            "credential": {"connection_string_env": "EH_CONN"},
+        },
+        "store": {
+            "container": "ehingest-state",
+            "credential": {"connection_string_env": "ST_CONN"},
+        },
+        "sink": {"format": "parquet", "path": "/data/out", "partition_by": ["partition"]},
         "strategy": "jump_hash",
         "max_events_per_partition": 500,
         "lease_expiry_seconds": 30,
@@ -41,7 +47,7 @@ def test_full_config_builds_the_run_settings() -> None:
     cfg = parse_config(doc(), ENV)
     ing = cfg.ingest
     assert ing.eventhub.connection_string == EH and ing.eventhub.consumer_group == "$Default"
-    assert ing.store.connection_string == ST and ing.sink.partition_by == ("partition_id",)
+    assert ing.store.connection_string == ST and ing.sink.partition_by == ("partition",)
     assert (ing.strategy, ing.max_events_per_partition, ing.on_data_loss) == (
         "jump_hash",
         500,
@@ -73,9 +79,32 @@ def test_literal_secret_in_file_is_rejected_with_the_fix() -> None:
 
 def test_missing_env_var_names_key_and_variable() -> None:
     with pytest.raises(
-        ConfigurationError, match=r"eventhub.connection_string: environment variable EH_CONN"
+        ConfigurationError,
+        match=r"eventhub.credential.connection_string_env: environment variable EH_CONN is not",
     ):
         parse_config(doc(), {"ST_CONN": ST})
+
+
+def test_old_keys_still_work_for_one_release_with_a_warning() -> None:
+    raw = doc(
+        eventhub={"connection_string": "${EH_CONN}", "eventhub_name": "telemetry"},
+        store={"connection_string": "${ST_CONN}", "container": "ehingest-state"},
+    )
+    with pytest.warns(
+        FutureWarning,
+        match=r"eventhub.connection_string is deprecated; write "
+        r"eventhub.credential: \{connection_string_env: EH_CONN\}",
+    ):
+        cfg = parse_config(raw, ENV)
+    assert cfg.ingest.eventhub.connection_string == EH
+    assert cfg.ingest.store.connection_string == ST
+    with (
+        pytest.raises(
+            ConfigurationError, match=r"eventhub.connection_string: environment variable EH_CONN"
+        ),
+        pytest.warns(FutureWarning),
+    ):
+        parse_config(raw, {"ST_CONN": ST})
 
 
 @pytest.mark.parametrize(
@@ -88,9 +117,16 @@ def test_missing_env_var_names_key_and_variable() -> None:
         ),
         ({"max_events_per_partition": 0}, "max_events_per_partition: 0 must be an integer >= 1"),
         ({"on_data_loss": "ignore"}, "on_data_loss: 'ignore' is not valid; valid: 'fail', 'skip'"),
-        ({"lease_expiry": 5}, "lease_expiry: unknown key; valid top-level keys:"),
+        (
+            {"lease_expiry": 5},
+            "lease_expiry: unknown key; did you mean 'lease_expiry_seconds'? valid keys:",
+        ),
         ({"sink": {"path": "/a", "table": "t"}}, "sink: give exactly one of path or table"),
-        ({"sink": {"path": "/a", "mode": "x"}}, "sink.mode: unknown key; valid keys in sink:"),
+        (
+            {"sink": {"path": "/a", "mode": "x"}},
+            "sink.mode: unknown key; valid keys: format, path, table, partition_by, shared, "
+            "storage_options",
+        ),
         ({"store": {"connection_string": "${ST_CONN}"}}, "store.container: required"),
         (
             {"store": {"connection_string": "${ST_CONN}", "container": "Bad_Name"}},
@@ -98,7 +134,8 @@ def test_missing_env_var_names_key_and_variable() -> None:
         ),
         (
             {"eventhub": {"eventhub_name": "h", "credential": "password"}},
-            "eventhub.credential: 'password' is not valid; valid: default_azure_credential",
+            "eventhub.credential: credential_type 'password' is not valid; valid: "
+            "connection_string, default_azure_credential",
         ),
         (
             {
@@ -108,7 +145,7 @@ def test_missing_env_var_names_key_and_variable() -> None:
                     "credential": "default_azure_credential",
                 }
             },
-            "eventhub: give either connection_string or",
+            "eventhub: give either connection_string or credential, not both",
         ),
     ],
 )
@@ -122,6 +159,36 @@ def test_bad_values_name_the_key_value_and_what_is_valid(over: dict, message: st
 def test_managed_identity_config_needs_no_secret() -> None:
     raw = doc(
         eventhub={
+            "eventhub_name": "h",
+            "credential": {
+                "credential_type": "default_azure_credential",
+                "fully_qualified_namespace": "ns.servicebus.windows.net",
+                "managed_identity_client_id": "cid",
+                "tenant_id": "tid",
+                "exclude_cli_credential": True,
+            },
+        },
+        store={
+            "container": "state",
+            "credential": {
+                "credential_type": "default_azure_credential",
+                "account_url": "https://acct.blob.core.windows.net",
+            },
+        },
+    )
+    cfg = parse_config(raw, {})
+    assert cfg.ingest.eventhub.credential_type == "default_azure_credential"
+    assert dict(cfg.ingest.eventhub.credential_options) == {
+        "managed_identity_client_id": "cid",
+        "tenant_id": "tid",
+        "exclude_cli_credential": True,
+    }
+    assert cfg.ingest.store.account_url == "https://acct.blob.core.windows.net"
+
+
+def test_old_managed_identity_keys_still_work() -> None:
+    raw = doc(
+        eventhub={
             "fully_qualified_namespace": "ns.servicebus.windows.net",
             "credential": "default_azure_credential",
             "eventhub_name": "h",
@@ -132,7 +199,13 @@ def test_managed_identity_config_needs_no_secret() -> None:
             "container": "state",
         },
     )
-    cfg = parse_config(raw, {})
+    with pytest.warns(
+        FutureWarning,
+        match=r"eventhub: the old credential keys \(credential, fully_qualified_namespace\) are "
+        r"deprecated; write eventhub.credential: \{credential_type: default_azure_credential, "
+        r"fully_qualified_namespace: ns.servicebus.windows.net\}",
+    ):
+        cfg = parse_config(raw, {})
     assert cfg.ingest.eventhub.credential_type == "default_azure_credential"
     assert cfg.ingest.store.account_url == "https://acct.blob.core.windows.net"
 

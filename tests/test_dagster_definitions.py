@@ -50,10 +50,10 @@ attributes:
   asset_key: raw/telemetry
   eventhub:
     eventhub_name: telemetry
-    connection_string_env: TEST_EH_CONN
+    credential: {connection_string_env: TEST_EH_CONN}
   store:
     container: "{{ env('TEST_EHI_CONTAINER', 'eventhub-state') }}"
-    connection_string_env: TEST_ST_CONN
+    credential: {connection_string_env: TEST_ST_CONN}
   sink:
     path: /tmp/out
   partitions: [0, 1, 2, 10]
@@ -119,7 +119,10 @@ def test_component_without_partitions_is_dynamic_with_a_sync_sensor() -> None:
         ("  partitions: []\n", "the list is empty"),
         ("  partitions: [0, [1]]\n", "partitions.list"),
         ("  backfill_max_partitions_per_run: 0\n", "backfill_max_partitions_per_run: 0"),
-        ("  max_events_per_partition: 0\n", "max_events_per_partition: 0 must be >= 1"),
+        (
+            "  max_events_per_partition: 0\n",
+            "max_events_per_partition\n  Value error, 0 must be an integer >= 1",
+        ),
     ],
 )
 def test_component_bad_input_names_the_field(snippet: str, message: str) -> None:
@@ -127,6 +130,19 @@ def test_component_bad_input_names_the_field(snippet: str, message: str) -> None
     with pytest.raises(Exception) as info:
         component_defs(component=_component(text))
     assert message in str(info.value)
+
+
+def test_component_old_credential_keys_still_load_with_a_warning() -> None:
+    old = YAML.replace(
+        "    credential: {connection_string_env: TEST_EH_CONN}",
+        "    connection_string_env: TEST_EH_CONN",
+    )
+    with pytest.warns(
+        FutureWarning,
+        match=r"eventhub: the old credential keys \(connection_string_env\) are deprecated",
+    ):
+        component = _component(old)
+    assert component.eventhub.credential.connection_string_env == "TEST_EH_CONN"  # type: ignore[union-attr]
 
 
 def test_bad_schedule_period_is_explained() -> None:

@@ -60,13 +60,11 @@ def write_config(tmp_path: Path, hub, container: str, **extra) -> Path:
 
 def run_in_process(spark, config: Path, env: dict[str, str], owner: str, **overrides):
     """``ehingest run`` without a new JVM: the same config, this session's Spark."""
-    import dataclasses
-
     from cli.config import load_config
     from ops.run import run_ingestion
 
     ingest = load_config(config, env={**os.environ, **env}).ingest
-    return run_ingestion(dataclasses.replace(ingest, **overrides), spark, owner_id=owner)
+    return run_ingestion(ingest.replace(**overrides), spark, owner_id=owner)
 
 
 @pytest.mark.spark
@@ -257,9 +255,7 @@ def test_partition_by_changed_while_a_written_batch_is_pending_is_refused_and_la
     pending = store.list_ownership()
     assert all(o.intent is not None for o in pending.values()) and len(pending) == 2
 
-    moved = dataclasses.replace(
-        cfg, sink=dataclasses.replace(cfg.sink, partition_by=("partition",))
-    )
+    moved = cfg.replace(sink=dataclasses.replace(cfg.sink, partition_by=("partition",)))
     with pytest.raises(ConfigurationError) as err:
         run_ingestion(moved, spark, owner_id="changed")
     msg = str(err.value)

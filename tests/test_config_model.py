@@ -1,0 +1,174 @@
+"""The one configuration model (resources/config.py): declared once, read by every surface."""
+
+from __future__ import annotations
+
+import pytest
+
+from resources.config import (
+    OUTPUT_COLUMNS,
+    PARTITION_COLUMNS,
+    STRATEGY_NAMES,
+    EventHubConfig,
+    IngestSpec,
+    RunOptions,
+    SparkConfig,
+    StoreConfig,
+)
+from resources.errors import ConfigurationError
+from resources.settings import EventHubSettings, make_credential
+
+SECRET = "c2VjcmV0LWtleQ=="
+EH = f"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=listen;SharedAccessKey={SECRET}"
+ST = (
+    f"DefaultEndpointsProtocol=https;AccountName=a;AccountKey={SECRET};"
+    "EndpointSuffix=core.windows.net"
+)
+ENV = {"EVENTHUB_CONNECTION_STRING": EH, "AZURE_STORAGE_CONNECTION_STRING": ST}
+
+
+def spec(**over: object) -> dict:
+    base: dict = {
+        "eventhub": {"eventhub_name": "telemetry"},
+        "store": {"container": "state"},
+        "sink": {"path": "/data/out"},
+    }
+    base.update(over)
+    return base
+
+
+def test_strategy_names_are_the_registered_strategies() -> None:
+    from ops.balancing import STRATEGIES
+
+    assert set(STRATEGY_NAMES) == set(STRATEGIES)
+
+
+def test_output_columns_are_the_source_schema() -> None:
+    from resources.spark_source import eventhubs_schema
+
+    assert list(OUTPUT_COLUMNS) == eventhubs_schema().fieldNames()
+    assert set(PARTITION_COLUMNS) <= set(OUTPUT_COLUMNS)
+
+
+def test_a_plain_dict_builds_the_run_config_with_default_env_vars() -> None:
+    from ops.run import IngestConfig
+
+    config = IngestConfig.from_spec(IngestSpec.from_dict(spec(strategy="greedy", prefetch=50)), ENV)
+    assert (config.strategy, config.prefetch, config.max_events_per_partition) == (
+        "greedy",
+        50,
+        100_000,
+    )
+    assert config.eventhub.connection_string == EH and config.store.connection_string == ST
+    assert SECRET not in repr(config)
+
+
+def test_entity_path_names_the_hub() -> None:
+    hub = EventHubConfig.from_dict({"credential": {"connection_string_env": "C"}})
+    settings = hub.settings({"C": EH + ";EntityPath=telemetry"})
+    assert settings.eventhub_name == "telemetry"
+    assert settings.namespace == "ns.servicebus.windows.net"
+    with pytest.raises(ConfigurationError, match="EntityPath='telemetry' differs from"):
+        EventHubSettings(eventhub_name="other", connection_string=EH + ";EntityPath=telemetry")
+    with pytest.raises(ConfigurationError, match="eventhub_name: must not be empty"):
+        hub.settings({"C": EH})
+
+
+def test_malformed_eventhub_connection_string_is_reported_by_the_sdk_parser() -> None:
+    hub = EventHubConfig.from_dict({"eventhub_name": "h", "credential": {}})
+    with pytest.raises(ConfigurationError) as err:
+        hub.settings({"EVENTHUB_CONNECTION_STRING": f"Endpoint=ns;SharedAccessKey={SECRET}"})
+    assert str(err.value).startswith("eventhub.connection_string: ")
+    assert "the value is not shown" in str(err.value) and SECRET not in str(err.value)
+
+
+def test_missing_env_var_is_named() -> None:
+    hub = EventHubConfig.from_dict({"eventhub_name": "h"}, where="eventhub")
+    with pytest.raises(ConfigurationError) as err:
+        hub.settings({})
+    assert str(err.value) == (
+        "eventhub.credential.connection_string_env: environment variable "
+        "EVENTHUB_CONNECTION_STRING is not set (or empty); export the connection string in it "
+        "before running"
+    )
+
+
+def test_identity_options_reach_default_azure_credential() -> None:
+    store = StoreConfig.from_dict(
+        {
+            "container": "state",
+            "credential": {
+                "credential_type": "default_azure_credential",
+                "account_url": "https://a.blob.core.windows.net",
+                "managed_identity_client_id": "11111111-2222-3333-4444-555555555555",
+                "tenant_id": "tenant-1",
+                "exclude_environment_credential": True,
+                "exclude_workload_identity_credential": True,
+                "exclude_shared_token_cache_credential": True,
+                "exclude_cli_credential": True,
+                "exclude_developer_cli_credential": True,
+                "exclude_powershell_credential": True,
+                "exclude_visual_studio_code_credential": True,
+                "exclude_broker_credential": True,
+            },
+        }
+    )
+    settings = store.settings({})
+    options = dict(settings.credential_options)
+    assert options["managed_identity_client_id"] == "11111111-2222-3333-4444-555555555555"
+    credential = make_credential(settings.credential_type, settings.credential_options)
+    # Only managed identity is left in the chain (no network call is made by building it).
+    chain = [type(c).__name__ for c in credential.credentials]  # type: ignore[attr-defined]
+    assert chain == ["ManagedIdentityCredential"]
+
+
+def test_spark_settings_accept_numbers_and_booleans() -> None:
+    conf = SparkConfig.from_dict({"conf": {"spark.sql.shuffle.partitions": 4, "x.y": True}}).conf
+    assert conf == {"spark.sql.shuffle.partitions": "4", "x.y": "true"}
+
+
+def test_run_override_of_zero_is_an_error_not_the_default() -> None:
+    options = RunOptions(max_events_per_partition=500)
+    assert options.with_overrides(max_events_per_partition=None) is options
+    assert options.with_overrides(max_events_per_partition=7).max_events_per_partition == 7
+    with pytest.raises(
+        ConfigurationError, match=r"^max_events_per_partition: 0 must be an integer >= 1$"
+    ):
+        options.with_overrides(max_events_per_partition=0)
+
+
+def test_the_asset_run_config_override_of_zero_is_rejected() -> None:
+    import dagster as dg
+
+    from dagster_project.assets import IngestOptions, build_eventhub_ingest_asset
+    from dagster_project.resources import (
+        EventHubConnectionString,
+        EventHubResource,
+        PartitionStoreResource,
+        SinkResource,
+        StoreConnectionString,
+    )
+
+    asset = build_eventhub_ingest_asset(
+        key="events", partition_ids=["0"], options=IngestOptions(max_events_per_partition=9)
+    )
+    result = dg.materialize(
+        [asset],
+        partition_key="0",
+        resources={
+            "eventhub": EventHubResource(
+                eventhub_name="h", credential=EventHubConnectionString(connection_string=EH)
+            ),
+            "partition_store": PartitionStoreResource(
+                container="state", credential=StoreConnectionString(connection_string=ST)
+            ),
+            "sink": SinkResource(path="/nonexistent/never-written"),
+            "pyspark": object(),
+        },
+        run_config={"ops": {"events": {"config": {"max_events_per_partition": 0}}}},
+        raise_on_error=False,
+    )
+    assert not result.success
+    failure = result.get_step_failure_events()[0]
+    assert "max_events_per_partition: 0 must be an integer >= 1" in str(
+        failure.event_specific_data.error  # type: ignore[union-attr]
+    )
