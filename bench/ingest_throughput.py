@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -156,16 +156,16 @@ def mode_raw(conn: str, partitions: int, events: int, parallelism: int, **_: Any
     procs = [
         ctx.Process(target=_raw_worker, args=(conn, s, per, ready, go, out)) for s in shares if s
     ]
-    for p in procs:
-        p.start()
-    for _ in procs:
+    for proc in procs:
+        proc.start()
+    for _worker in procs:
         ready.get(timeout=120)
     t0 = time.perf_counter()
     go.set()
     results = [out.get(timeout=1800) for _ in procs]
     elapsed = time.perf_counter() - t0
-    for p in procs:
-        p.join(30)
+    for proc in procs:
+        proc.join(30)
     return {
         "seconds": elapsed,
         "events": per * partitions,
@@ -345,7 +345,12 @@ def mode_pipeline_warm(**kwargs: Any) -> dict:
     return mode_pipeline(**kwargs, warm=True)
 
 
-MODES = {"a": mode_raw, "b": mode_driver_loop, "c": mode_pipeline, "w": mode_pipeline_warm}
+MODES: dict[str, Callable[..., dict]] = {
+    "a": mode_raw,
+    "b": mode_driver_loop,
+    "c": mode_pipeline,
+    "w": mode_pipeline_warm,
+}
 LABELS = {
     "a": "(a) raw SDK receive loop",
     "b": "(b) driver loop -> createDataFrame",

@@ -27,6 +27,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from azure.core.pipeline.policies import SansIOHTTPPolicy
 from azure.storage.blob import ContainerClient
@@ -46,7 +47,7 @@ class CountingPolicy(SansIOHTTPPolicy):
         self.calls = 0
         self._lock = threading.Lock()
 
-    def on_request(self, request) -> None:  # type: ignore[no-untyped-def]
+    def on_request(self, request: Any) -> None:
         with self._lock:
             self.calls += 1
 
@@ -87,7 +88,9 @@ def _measure(
         watcher.close()
 
 
-def run_sdk(conn: str, hub, strategy: str, owners: int, interval: float, timeout: float):  # type: ignore[no-untyped-def]
+def run_sdk(
+    conn: str, hub: Any, strategy: str, owners: int, interval: float, timeout: float
+) -> Any:
     """K EventProcessorClients with the official blob checkpoint store."""
     from azure.eventhub import EventHubConsumerClient
     from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore
@@ -133,7 +136,9 @@ def run_sdk(conn: str, hub, strategy: str, owners: int, interval: float, timeout
     return _measure(conn, container, len(hub.partition_ids), owners, policy, start, stop, timeout)
 
 
-def run_ours(conn: str, hub, strategy: str, owners: int, interval: float, timeout: float):  # type: ignore[no-untyped-def]
+def run_ours(
+    conn: str, hub: Any, strategy: str, owners: int, interval: float, timeout: float
+) -> Any:
     """K owners running our claim cycle every ``interval`` against Azurite."""
     container = f"ours-{uuid.uuid4().hex[:12]}"
     policy = CountingPolicy()

@@ -195,7 +195,7 @@ def main() -> None:
                             read_eventhubs(spark, plan),
                             sink,
                             plan.ranges_dict(),
-                            stats_method=method,  # type: ignore[arg-type]
+                            stats_method=method,
                         )
                         assert result.events == n, result.events
                         secs = time.perf_counter() - t0

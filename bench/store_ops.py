@@ -130,7 +130,7 @@ def run(samples: int, partitions: int) -> None:
             ]
         )
         sdk_ms = (time.perf_counter() - started) * 1000
-        assert len(claimed) == partitions
+        assert len(list(claimed)) == partitions
         print(
             f"claim {partitions} partitions, one owner, fresh hub: {ours} storage calls "
             f"({ours_ms:.0f} ms) vs official BlobCheckpointStore {sdk_calls[0]} calls "
@@ -143,8 +143,8 @@ def run(samples: int, partitions: int) -> None:
         listed_sdk = list(sdk.list_ownership(*args))
         sdk.claim_ownership([{**o, "owner_id": "owner-b"} for o in listed_sdk])
         before = fresh_backend.operations
-        for pid, o in fresh.list_ownership().items():
-            fresh.claim(pid, "owner-b", o)
+        for owned_pid, o in fresh.list_ownership().items():
+            fresh.claim(owned_pid, "owner-b", o)
         print(
             f"take over {partitions} expired partitions: {fresh_backend.operations - before} "
             f"storage calls vs official {sdk_calls[0]}"

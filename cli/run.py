@@ -73,7 +73,7 @@ def report_json(report: object) -> dict[str, Any]:
     data["incomplete_partitions"] = report.incomplete_partitions
     if data.get("output_location"):
         data["output_location"] = redact(data["output_location"])
-    return data  # type: ignore[no-any-return]
+    return data
 
 
 class ProgressPrinter:

@@ -47,8 +47,11 @@ class LagThresholds(Protocol):
 
 
 class _Lag(Protocol):
-    lag_events: int | None
-    lag_seconds: float | None
+    @property
+    def lag_events(self) -> int | None: ...
+
+    @property
+    def lag_seconds(self) -> float | None: ...
 
 
 def lag_check_result(

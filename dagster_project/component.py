@@ -109,7 +109,9 @@ class _KeyChecked:
             _KEY_CHECKED[cls] = create_model(
                 base.__name__,
                 __base__=base,
-                __validators__={"_did_you_mean": model_validator(mode="before")(check)},
+                __validators__={
+                    "_did_you_mean": model_validator(mode="before")(check)  # type: ignore[dict-item]
+                },
             )
         return _KEY_CHECKED[cls]
 

@@ -6,6 +6,8 @@ partitions the asset learns new ones here instead of needing a redeploy.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import dagster as dg
 
 from dagster_project.resources import EventHubResource, sort_partition_ids
@@ -13,10 +15,10 @@ from dagster_project.resources import EventHubResource, sort_partition_ids
 __all__ = ["build_partition_sync_sensor", "partitions_to_add"]
 
 
-def partitions_to_add(hub_ids: list[str], known: list[str]) -> list[str]:
+def partitions_to_add(hub_ids: Sequence[str], known: Sequence[str]) -> list[str]:
     """Hub partition ids Dagster does not know yet, in numeric order."""
     have = set(known)
-    return [pid for pid in sort_partition_ids(hub_ids) if pid not in have]
+    return [pid for pid in sort_partition_ids(list(hub_ids)) if pid not in have]
 
 
 def build_partition_sync_sensor(
@@ -50,6 +52,7 @@ def build_partition_sync_sensor(
     def _sync(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
         eventhub: EventHubResource = getattr(context.resources, eventhub_resource_key)
         hub_ids = eventhub.partition_ids()
+        assert partitions_def.name is not None  # the component always names it
         known = context.instance.get_dynamic_partitions(partitions_def.name)
         new = partitions_to_add(hub_ids, known)
         if not new:

@@ -49,8 +49,8 @@ def _set(doc: dict[str, Any], dotted: str, value: Any) -> None:
 _DELETE = object()
 RUN_KEYS = (
     "strategy, strategy_options, max_events_per_partition, lease_expiry_seconds, on_data_loss, "
-    "on_checkpoint_ahead, receive_timeout_seconds, prefetch, max_readers_per_partition, run_timeout_seconds, "
-    "join_grace_seconds, report_lag_seconds"
+    "on_checkpoint_ahead, receive_timeout_seconds, prefetch, max_readers_per_partition, "
+    "run_timeout_seconds, join_grace_seconds, report_lag_seconds"
 )
 TOP_KEYS = f"{RUN_KEYS}, eventhub, store, sink, spark"
 COLUMNS = "partition, offset, sequenceNumber, enqueuedTime, publisher, partitionKey"
