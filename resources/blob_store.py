@@ -45,13 +45,13 @@ from azure.core.exceptions import (
 )
 from azure.storage.blob import ContainerClient, LinearRetry
 
+from resources.credentials import make_credential, parse_connection_string
 from resources.errors import (
     ConfigurationError,
     EventHubIngestError,
     StoreUnavailableError,
     redact,
 )
-from resources.settings import make_credential, parse_connection_string
 from resources.store import BlobRecord
 
 if TYPE_CHECKING:
@@ -195,7 +195,7 @@ class AzureBlobBackend:
             client = ContainerClient(
                 settings.account_url,
                 settings.container,
-                credential=make_credential(settings.credential_type),
+                credential=make_credential(settings.credential_type, settings.credential_options),
                 **kwargs,
             )
         backend = cls(client)
