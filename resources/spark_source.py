@@ -279,6 +279,7 @@ _OPTION_NAMES = (
     "consumer_group",
     "fully_qualified_namespace",
     "credential_type",
+    "credential_options",
     "ranges",
     "starting_position",
     "ending_position",
@@ -300,6 +301,7 @@ _OPTION_ALIASES = {
     "fullyqualifiednamespace": "fully_qualified_namespace",
     "namespace": "fully_qualified_namespace",
     "credentialtype": "credential_type",
+    "credentialoptions": "credential_options",
     "startingposition": "starting_position",
     "endingposition": "ending_position",
     "partitionids": "partition_ids",
@@ -395,6 +397,19 @@ class ReadOptions:
             settings_kwargs["credential_type"] = opts["credential_type"]
         elif "connection_string" not in opts and "fully_qualified_namespace" in opts:
             settings_kwargs["credential_type"] = "default_azure_credential"
+        if "credential_options" in opts:
+            # DefaultAzureCredential options (resources.config.IdentityOptions), as JSON.
+            try:
+                pairs = json.loads(opts["credential_options"])
+                settings_kwargs["credential_options"] = tuple(
+                    (str(k), v) for k, v in dict(pairs).items()
+                )
+            except (ValueError, TypeError):
+                raise ConfigurationError(
+                    f"credential_options: {opts['credential_options']!r} is not a JSON object "
+                    "of DefaultAzureCredential options, e.g. "
+                    '{"managed_identity_client_id": "<client id>"}'
+                ) from None
         settings = EventHubSettings(**settings_kwargs)
 
         kwargs: dict[str, Any] = {"settings": settings}
@@ -446,6 +461,8 @@ class ReadOptions:
             out["connection_string"] = s.connection_string
         if s.fully_qualified_namespace:
             out["fully_qualified_namespace"] = s.fully_qualified_namespace
+        if s.credential_options:
+            out["credential_options"] = json.dumps(dict(s.credential_options))
         if self.ranges is not None:
             out["ranges"] = json.dumps({r.partition_id: [r.start, r.end] for r in self.ranges})
         else:

@@ -172,3 +172,19 @@ def test_the_asset_run_config_override_of_zero_is_rejected() -> None:
     assert "max_events_per_partition: 0 must be an integer >= 1" in str(
         failure.event_specific_data.error  # type: ignore[union-attr]
     )
+
+
+def test_identity_options_travel_to_the_executors_in_the_reader_options() -> None:
+    from resources.spark_source import ReadOptions
+
+    settings = EventHubSettings(
+        eventhub_name="h",
+        fully_qualified_namespace="ns.servicebus.windows.net",
+        credential_type="default_azure_credential",
+        credential_options=(
+            ("managed_identity_client_id", "cid"),
+            ("exclude_cli_credential", True),
+        ),
+    )
+    again = ReadOptions.from_options(ReadOptions(settings=settings).to_options()).settings
+    assert again == settings
