@@ -87,7 +87,7 @@ def test_recreated_hub_is_refused_flagged_and_reset_on_request_with_nothing_lost
     send(hub, new, 30, "new")
 
     refused = ehingest("run", "--config", str(config), "--owner", "second", env=env)
-    assert refused.returncode == 3, refused.stdout + refused.stderr
+    assert refused.returncode == 2, refused.stdout + refused.stderr  # not retryable
     err = refused.stderr
     assert "CheckpointAheadError" in err and "Traceback" not in err
     assert "partition 0: the checkpoint 49 was written for an earlier hub" in err
@@ -140,7 +140,7 @@ def test_hand_edited_checkpoint_ahead_is_refused_before_any_claim(
         done = ehingest(
             "run", "--config", str(write_config(tmp_path, hub, container_name)), env=env
         )
-        assert done.returncode == 3, done.stderr
+        assert done.returncode == 2, done.stderr  # not retryable
         assert ("-5 is negative" if value == "-5" else "checkpoint 40 is ahead") in done.stderr
         assert store.list_ownership() == {}  # refused before any claim
     backend.close()
