@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, Self, get_args
@@ -671,6 +672,13 @@ class SinkConfig(StrictModel):
         )
 
 
+#: Master URLs Spark itself accepts (SparkContext's master parsing), checked at load so a typo
+#: fails before any claim instead of at session start.
+_SPARK_MASTER = re.compile(
+    r"local(\[(\*|\d+)(,\s*\d+)?\])?|local-cluster\[\d+,\s*\d+,\s*\d+\]"
+    r"|spark://\S+|yarn|k8s://\S+|mesos://\S+"
+)
+
 #: The CLI's Spark master when neither ``master`` nor ``remote`` is given.
 DEFAULT_SPARK_MASTER = "local[2]"
 
@@ -702,6 +710,17 @@ class SparkConfig(StrictModel):
     @classmethod
     def _stringify(cls, value: Any) -> Any:
         return spark_conf_strings(value)
+
+    @field_validator("master")
+    @classmethod
+    def _master(cls, value: str | None) -> str | None:
+        if value is not None and not _SPARK_MASTER.fullmatch(value):
+            raise ValueError(
+                f"{_show(value)} is not a Spark master; expected local, local[n], local[*], "
+                "spark://host:7077, yarn, k8s://https://host:port or mesos://host:5050 (a Spark "
+                "Connect URL goes in remote)"
+            )
+        return value
 
     @field_validator("remote")
     @classmethod

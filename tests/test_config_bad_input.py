@@ -254,6 +254,14 @@ CASES: list[tuple[str, dict[str, Any], dict[str, str], str]] = [
         "(a Spark setting)",
     ),
     (
+        "spark-master-typo",
+        {"spark": {"master": "locl[2]"}},
+        {},
+        "spark.master: 'locl[2]' is not a Spark master; expected local, local[n], local[*], "
+        "spark://host:7077, yarn, k8s://https://host:port or mesos://host:5050 (a Spark Connect "
+        "URL goes in remote)",
+    ),
+    (
         "create-container-text",
         {"store.create_container": "yes"},
         {},
