@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from resources.errors import ConfigurationError, redact
 from resources.settings import (
+    EVENT_COLUMNS,
     EventHubSettings,
     SinkSettings,
     StoreSettings,
@@ -92,17 +93,7 @@ DELTALAKE_FORMAT = "deltalake"
 #: are named by their fully qualified class name (anything with a dot).
 SPARK_FORMATS: tuple[str, ...] = ("parquet", "delta", "orc", "avro", "json", "iceberg", "hudi")
 #: Columns of the rows every sink receives (``resources.spark_source.eventhubs_schema``).
-OUTPUT_COLUMNS: tuple[str, ...] = (
-    "body",
-    "partition",
-    "offset",
-    "sequenceNumber",
-    "enqueuedTime",
-    "publisher",
-    "partitionKey",
-    "properties",
-    "systemProperties",
-)
+OUTPUT_COLUMNS: tuple[str, ...] = EVENT_COLUMNS
 #: The output columns a sink may be partitioned by (scalars; not the body or the maps).
 PARTITION_COLUMNS: tuple[str, ...] = (
     "partition",

@@ -20,6 +20,19 @@ from resources.credentials import (
 from resources.errors import ConfigurationError, redact
 from resources.store import HubRef
 
+#: Column names as in azure-event-hubs-spark, so existing queries keep working.
+EVENT_COLUMNS = (
+    "body",
+    "partition",
+    "offset",
+    "sequenceNumber",
+    "enqueuedTime",
+    "publisher",
+    "partitionKey",
+    "properties",
+    "systemProperties",
+)
+
 if TYPE_CHECKING:
     from azure.eventhub import (
         EventHubConnectionStringProperties,

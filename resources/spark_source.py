@@ -58,7 +58,7 @@ from resources.errors import (
     RangeError,
     redact,
 )
-from resources.settings import EventHubSettings
+from resources.settings import EVENT_COLUMNS, EventHubSettings
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -90,18 +90,6 @@ logger = logging.getLogger(__name__)
 
 SOURCE_NAME = "eventhubs"
 
-#: Column names as in azure-event-hubs-spark, so existing queries keep working.
-EVENT_COLUMNS = (
-    "body",
-    "partition",
-    "offset",
-    "sequenceNumber",
-    "enqueuedTime",
-    "publisher",
-    "partitionKey",
-    "properties",
-    "systemProperties",
-)
 
 OnDataLoss = Literal["fail", "skip"]
 PositionKind = Literal["earliest", "latest", "sequence_number", "offset", "enqueued_time"]
