@@ -8,6 +8,8 @@ Imports under ``if TYPE_CHECKING:`` do not count (they never run).
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -93,3 +95,23 @@ def test_no_import_cycle_through_the_store_and_settings_core() -> None:
         (module, dep) for module in ACYCLIC for dep in graph[module] if reaches(dep, module)
     )
     assert not cycles, f"import cycles in resources/: {cycles}"
+
+
+def test_executor_modules_do_not_import_driver_only_packages() -> None:
+    """What executors import from the shipped code needs no pydantic or Dagster.
+
+    A cluster's executors get resources/ and ops/ as a zip and their Python has only the
+    runtime libraries the readers and writers use (the cluster tier builds such a Python); the
+    configuration model and Dagster live on the driver. An eager import in a package
+    ``__init__`` once pulled pydantic into every executor through ``ops.write``.
+    """
+    code = (
+        "import sys, ops.write, resources.spark_source, resources.eventhubs_stream, "
+        "resources.eventhubs_positions\n"
+        "print(','.join(m for m in ('pydantic', 'dagster', 'resources.config', 'ops.run') "
+        "if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.strip() == "", f"executor-side imports pull in: {out.stdout.strip()}"
