@@ -78,9 +78,9 @@ def test_eventhub_connection_fields() -> None:
             Conn(
                 "eh",
                 schema="t",
-                password="Endpoint=http://x;SharedAccessKeyName=a;SharedAccessKey=S3CRET",
+                password="Endpoint=127.0.0.1;SharedAccessKeyName=a;SharedAccessKey=S3CRET",
             ),
-            "Airflow connection 'eh' (Event Hubs): connection_string: Endpoint=",
+            "Airflow connection 'eh' (Event Hubs): connection_string: Invalid Endpoint",
         ),
         (
             Conn("eh", schema="t", extra={"credential": "managed"}),
