@@ -187,7 +187,10 @@ def test_configuration_error_fails_at_once_with_the_message_and_no_retry(
     env: dict[str, Any], dagster_instance: dg.DagsterInstance
 ) -> None:
     _fill(env["hub"], events=2)
-    result = _run(env["defs"](strategy="no-such-strategy"), dagster_instance, partition_key="0")
+    # A bad definition fails at load (the config model); a bad run-config override is the
+    # configuration error a run meets: it must fail at once, never retried.
+    config = {"ops": {"events": {"config": {"max_events_per_partition": 0}}}}
+    result = _run(env["defs"](), dagster_instance, partition_key="0", run_config=config)
     assert not result.success
     types = [e.event_type_value for e in result.all_events]
     assert "STEP_UP_FOR_RETRY" not in types  # the RetryPolicy does not retry it
@@ -195,7 +198,7 @@ def test_configuration_error_fails_at_once_with_the_message_and_no_retry(
     info = failure.step_failure_data.user_failure_data  # type: ignore[union-attr]
     assert info is not None and info.description is not None
     assert info.description.startswith("ConfigurationError: ")
-    assert "no-such-strategy" in info.description and "balanced" in info.description
+    assert "max_events_per_partition" in info.description
 
 
 def _failed_run(instance: dg.DagsterInstance) -> str:
