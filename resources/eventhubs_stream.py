@@ -41,8 +41,8 @@ from resources.spark_source import (
     PartitionInfo,
     PartitionRange,
     fetch_partition_info,
+    input_partitions,
     read_range,
-    split_range,
 )
 
 if TYPE_CHECKING:
@@ -204,27 +204,13 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         """One input partition per (partition, sub-range) of ``[start, end)``."""
         begin, stop = self._seqs(start), self._seqs(end)
-        read = self.source.read
-        parts: list[InputPartition] = []
-        for pid in sorted(stop, key=_pid):
-            first = begin.get(pid)
-            if first is None or stop[pid] <= first:
-                # A new partition enters an offset with nothing to read (see latestOffset).
-                continue
-            rng = PartitionRange(pid, first, stop[pid] - 1)
-            for sub in split_range(rng, read.max_readers_per_partition, read.min_events_per_reader):
-                parts.append(
-                    EventHubsInputPartition(
-                        settings=read.settings,
-                        rng=sub,
-                        receive_timeout=read.receive_timeout,
-                        prefetch=read.prefetch,
-                        # The driver already decided about expired starts (latestOffset); a hole
-                        # inside a planned range follows the same policy on the executor.
-                        on_data_loss=read.on_data_loss,
-                    )
-                )
-        return parts
+        ranges = [
+            PartitionRange(pid, begin[pid], stop[pid] - 1)
+            for pid in sorted(stop, key=_pid)
+            # A new partition enters an offset with nothing to read (see latestOffset).
+            if begin.get(pid) is not None and stop[pid] > begin[pid]
+        ]
+        return input_partitions(ranges, self.source.read)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Receive one sub-range on an executor (the client is created here, never pickled)."""

@@ -637,6 +637,29 @@ def fetch_partition_info(
             cl.close()
 
 
+def input_partitions(
+    ranges: Sequence[PartitionRange], options: ReadOptions
+) -> list[EventHubsInputPartition]:
+    """One input partition per sub-range of each range, batch or stream alike.
+
+    At most ``max_readers_per_partition`` readers per range; a hole inside a range follows
+    ``on_data_loss`` on the executor (the driver already decided about expired starts).
+    """
+    return [
+        EventHubsInputPartition(
+            settings=options.settings,
+            rng=sub,
+            receive_timeout=options.receive_timeout,
+            prefetch=options.prefetch,
+            on_data_loss=options.on_data_loss,
+        )
+        for rng in ranges
+        for sub in split_range(
+            rng, options.max_readers_per_partition, options.min_events_per_reader
+        )
+    ]
+
+
 @dataclass(frozen=True)
 class ReadPlan:
     """Resolved, validated ranges of one read; what the ``eventhubs`` DataFrame will contain.
@@ -671,20 +694,7 @@ class ReadPlan:
 
     def input_partitions(self) -> list[EventHubsInputPartition]:
         """One input partition per sub-range (``max_readers_per_partition`` per range at most)."""
-        opts = self.options
-        parts: list[EventHubsInputPartition] = []
-        for rng in self.ranges:
-            for sub in split_range(rng, opts.max_readers_per_partition, opts.min_events_per_reader):
-                parts.append(
-                    EventHubsInputPartition(
-                        settings=opts.settings,
-                        rng=sub,
-                        receive_timeout=opts.receive_timeout,
-                        prefetch=opts.prefetch,
-                        on_data_loss=opts.on_data_loss,
-                    )
-                )
-        return parts
+        return input_partitions(self.ranges, self.options)
 
     def spark_options(self) -> dict[str, str]:
         """Reader options with the resolved ranges, so ``load()`` reads exactly this plan."""
