@@ -35,3 +35,14 @@ def azurite_connection_string() -> Iterator[str]:
 def container_name() -> str:
     """A fresh, uuid-named container name for one test."""
     return f"t-{uuid.uuid4().hex[:20]}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Browser tests run only in their tier (``-m browser``), even when ``-m`` is overridden."""
+    expr = str(config.getoption("markexpr") or "")
+    if "browser" in expr and "not browser" not in expr:
+        return
+    skip = pytest.mark.skip(reason="browser tier: run by scripts/tiers/browser.sh (-m browser)")
+    for item in items:
+        if "browser" in item.keywords:
+            item.add_marker(skip)
