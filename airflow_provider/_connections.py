@@ -90,7 +90,7 @@ class SparkSettings:
     @property
     def is_local(self) -> bool:
         """True for a local master (the sink may then be any local path)."""
-        from resources.spark_session import is_local_master
+        from resources.spark_kind import is_local_master
 
         return self.remote is None and is_local_master(self.master)
 

@@ -328,7 +328,7 @@ class LocalPySparkResource(PySparkResource):
     )
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        from resources.spark_session import is_connect_session, is_local_master
+        from resources.spark_kind import is_connect_session, is_local_master
 
         remote = self.spark_config.get("spark.remote")
         if not remote and is_local_master(self.spark_config.get("spark.master")):
@@ -354,7 +354,7 @@ def local_pyspark_resource(
     Example: ``local_pyspark_resource({"spark.master": "local[2]"})`` or
     ``local_pyspark_resource(remote="sc://spark.example:15002")``.
     """
-    from resources.spark_session import is_local_master
+    from resources.spark_kind import is_local_master
 
     user = dict(spark_config or {})
     if remote is not None:

@@ -190,7 +190,7 @@ def check_sink_reachable(sink: SinkSettings, *, local: bool, engine: str) -> Non
 
 def check_sink_for_session(sink: SinkSettings, spark: SparkSession) -> None:
     """:func:`check_sink_reachable` for the executors of ``spark`` (classic or Connect)."""
-    from resources.spark_session import describe_engine, session_is_local
+    from resources.spark_kind import describe_engine, session_is_local
 
     if sink.path is None or sink.shared or not _is_local_path(sink.path):
         return  # no need to ask the session anything

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from resources.errors import ConfigurationError
+from resources.spark_kind import is_connect_session, session_is_local
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -121,8 +122,6 @@ def ship_code(spark: SparkSession) -> Path | None:
     Local sessions (``local[...]`` masters) are skipped: their workers run this interpreter.
     ``spark.ehingest.shipCode=false`` skips it too (the cluster has the package installed).
     """
-    from resources.spark_session import is_connect_session, session_is_local
-
     if id(spark) in _SHIPPED:
         return None
     if session_is_local(spark):

@@ -28,11 +28,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from resources.errors import ConfigurationError
 from resources.settings import parse_connection_string
-from resources.spark_source import (
-    EventPosition,
-    ReadOptions,
-    _canonical_option,
-)
+from resources.spark_source._options import ReadOptions, _canonical_option
+from resources.spark_source._position import EventPosition
 
 if TYPE_CHECKING:
     pass

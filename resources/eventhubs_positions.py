@@ -17,14 +17,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from resources.errors import EventHubUnavailableError, RangeError
 from resources.eventhubs_options import Bound, PositionSpec, SourceOptions, own_to_bound
-from resources.spark_source import (
-    PartitionInfo,
-    PartitionRange,
-    ReadOptions,
-    ReadPlan,
-    fetch_partition_info,
-    plan_read,
-)
+from resources.spark_source._options import ReadOptions
+from resources.spark_source._partition_info import PartitionInfo, fetch_partition_info
+from resources.spark_source._plan import ReadPlan, plan_read
+from resources.spark_source._range import PartitionRange
 
 if TYPE_CHECKING:
     from resources.settings import EventHubSettings

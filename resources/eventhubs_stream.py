@@ -36,14 +36,10 @@ from resources.eventhubs_positions import (
     resolve_start_sequence_numbers,
     with_deadline,
 )
-from resources.spark_source import (
-    EventHubsInputPartition,
-    PartitionInfo,
-    PartitionRange,
-    fetch_partition_info,
-    input_partitions,
-    read_range,
-)
+from resources.spark_source._partition_info import PartitionInfo, fetch_partition_info
+from resources.spark_source._plan import input_partitions
+from resources.spark_source._range import PartitionRange
+from resources.spark_source._read import EventHubsInputPartition, read_range
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -20,54 +20,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from resources.errors import ConfigurationError
+from resources.spark_kind import is_local_master
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
     "SPARK_CONF_DIR",
-    "describe_engine",
-    "is_connect_session",
-    "is_local_master",
     "local_spark_session",
-    "session_is_local",
     "spark_session",
 ]
 
 #: Shipped with the package: a log4j2.properties printing warnings and errors only.
 SPARK_CONF_DIR = Path(__file__).with_name("spark_conf")
-
-
-def is_local_master(master: str | None) -> bool:
-    """True for masters whose executors run on this machine (``local``, ``local[n]``, ...)."""
-    return (
-        master is None
-        or master == ""
-        or master.startswith(("local[", "local-cluster["))
-        or (master == "local")
-    )
-
-
-def is_connect_session(spark: object) -> bool:
-    """True for a Spark Connect session (``pyspark.sql.connect``), which has no JVM handle."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
-def session_is_local(spark: SparkSession) -> bool:
-    """True when executors share this machine and interpreter (a classic ``local`` master).
-
-    A Spark Connect session is never local: its workers are the server's, even on loopback.
-    """
-    if is_connect_session(spark):
-        return False
-    return is_local_master(spark.conf.get("spark.master", None))
-
-
-def describe_engine(spark: SparkSession) -> str:
-    """``master 'spark://h:7077'`` or ``a Spark Connect session``, for error messages."""
-    if is_connect_session(spark):
-        return "a Spark Connect session"
-    return f"master {spark.conf.get('spark.master', None)!r}"
 
 
 def spark_session(

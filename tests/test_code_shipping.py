@@ -25,7 +25,7 @@ from ops.write import (
 from resources.code_shipping import build_code_zip, missing_module_error, ship_code
 from resources.errors import ConfigurationError, SinkError
 from resources.settings import SinkSettings
-from resources.spark_session import is_local_master, session_is_local
+from resources.spark_kind import is_local_master, session_is_local
 from tests.test_sinks import events
 
 if TYPE_CHECKING:
@@ -37,7 +37,12 @@ def test_code_zip_holds_the_packages_and_is_built_once(tmp_path: Path) -> None:
     assert build_code_zip(tmp_path) == first  # same sources: the cached zip
     assert first.name.startswith("dagster_eventhub_ingest-0.1.0-") and first.suffix == ".zip"
     names = set(zipfile.ZipFile(first).namelist())
-    assert {"resources/__init__.py", "resources/spark_source.py", "ops/write.py"} <= names
+    assert {
+        "resources/__init__.py",
+        "resources/spark_source/__init__.py",
+        "resources/spark_source/_read.py",
+        "ops/write.py",
+    } <= names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert not [n for n in names if n.startswith(("dagster_project/", "cli/", "tests/"))]
     # Importable from the zip alone (what a Python worker does), not from the checkout.

@@ -1,0 +1,47 @@
+"""What a SparkSession runs on: a local master, a cluster, or a Spark Connect server.
+
+Plain predicates over a session or a master URL (no project imports): the session builder
+(:mod:`resources.spark_session`), code shipping (:mod:`resources.code_shipping`) and the sink
+checks ask them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["describe_engine", "is_connect_session", "is_local_master", "session_is_local"]
+
+
+def is_local_master(master: str | None) -> bool:
+    """True for masters whose executors run on this machine (``local``, ``local[n]``, ...)."""
+    return (
+        master is None
+        or master == ""
+        or master.startswith(("local[", "local-cluster["))
+        or (master == "local")
+    )
+
+
+def is_connect_session(spark: object) -> bool:
+    """True for a Spark Connect session (``pyspark.sql.connect``), which has no JVM handle."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def session_is_local(spark: SparkSession) -> bool:
+    """True when executors share this machine and interpreter (a classic ``local`` master).
+
+    A Spark Connect session is never local: its workers are the server's, even on loopback.
+    """
+    if is_connect_session(spark):
+        return False
+    return is_local_master(spark.conf.get("spark.master", None))
+
+
+def describe_engine(spark: SparkSession) -> str:
+    """``master 'spark://h:7077'`` or ``a Spark Connect session``, for error messages."""
+    if is_connect_session(spark):
+        return "a Spark Connect session"
+    return f"master {spark.conf.get('spark.master', None)!r}"

@@ -1,0 +1,80 @@
+"""The ``eventhubs`` PySpark data source: exact, bounded sequence-number ranges as a DataFrame.
+
+Usage::
+
+    register_eventhubs_source(spark)
+    df = (
+        spark.read.format("eventhubs")
+        .option("connection_string", conn)  # or fully_qualified_namespace + credential_type
+        .option("eventhub_name", "telemetry")
+        .option("ranges", '{"0": [100, 199], "1": [0, 49]}')  # inclusive; or positions:
+        # .option("starting_position", "earliest").option("ending_position", "latest")
+        .load()
+    )
+
+How it reads (see docs/spark_source.md):
+
+* Everything that talks to the service before reading happens when the DataFrame is created
+  (``load()``, in Spark's planner worker on the driver): options are validated, positions are
+  resolved to sequence numbers from ``get_partition_properties`` (and, for offsets and enqueued
+  times, one probe receive), explicit ranges are checked against the partition ids and the
+  retained sequence numbers. The resolved ranges are stored in the pickled data source, so every
+  action on the same DataFrame reads exactly the same events, even if ``latest`` moved on.
+* Each range becomes up to ``max_readers_per_partition`` input partitions (sub-ranges). A task
+  creates its own ``EventHubConsumerClient`` inside ``read()`` (only the frozen
+  :class:`~resources.settings.EventHubSettings` and the range are pickled), receives from the
+  start sequence number inclusive until the end sequence number, and yields Arrow record batches.
+* A sequence number that cannot be read (expired by retention, or a gap) raises
+  :class:`~resources.errors.DataLossError` naming partition and range, unless
+  ``on_data_loss=skip``: then the readable part is read, and the driver learns the skipped parts
+  from :attr:`ReadPlan.gaps` (retention, known before reading) or from the write statistics
+  (an event count below the range size, see ``ops.write``).
+
+The package keeps one concept per private module; this face re-exports the public names:
+
+* ``_range``: :class:`PartitionRange`, :class:`DataGap`, parsing and splitting ranges;
+* ``_position``: :class:`EventPosition`; ``_options``: :class:`ReadOptions`;
+* ``_partition_info``: :class:`PartitionInfo` and the management calls;
+* ``_plan``: :class:`ReadPlan`, :func:`plan_read` (driver side);
+* ``_receiver``, ``_events``, ``_read``: the bounded receive into Arrow batches (executor side);
+* ``_schema``: the DataFrame schema; ``_source``: the data source and its registration.
+"""
+
+from resources.settings import EVENT_COLUMNS
+from resources.spark_source._options import ReadOptions
+from resources.spark_source._partition_info import PartitionInfo, fetch_partition_info
+from resources.spark_source._plan import ReadPlan, input_partitions, plan_read
+from resources.spark_source._position import EventPosition
+from resources.spark_source._range import DataGap, PartitionRange, parse_ranges, split_range
+from resources.spark_source._read import EventHubsInputPartition, read_range
+from resources.spark_source._schema import eventhubs_schema
+from resources.spark_source._source import (
+    SOURCE_NAME,
+    EventHubsDataSource,
+    read_eventhubs,
+    register_eventhubs_source,
+    register_python_source,
+)
+
+__all__ = [
+    "EVENT_COLUMNS",
+    "SOURCE_NAME",
+    "DataGap",
+    "EventHubsDataSource",
+    "EventHubsInputPartition",
+    "EventPosition",
+    "PartitionInfo",
+    "PartitionRange",
+    "ReadOptions",
+    "ReadPlan",
+    "eventhubs_schema",
+    "fetch_partition_info",
+    "input_partitions",
+    "parse_ranges",
+    "plan_read",
+    "read_eventhubs",
+    "read_range",
+    "register_eventhubs_source",
+    "register_python_source",
+    "split_range",
+]

@@ -1,0 +1,136 @@
+"""Events to Arrow record batches of the source schema (column by column, on executors)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from azure.eventhub import EventData
+
+# Annotations that have their own column; the rest go to systemProperties.
+_SEQ = b"x-opt-sequence-number"
+_OFFSET = b"x-opt-offset"
+_TIME = b"x-opt-enqueued-time"
+_PKEY = b"x-opt-partition-key"
+_PUBLISHER = b"x-opt-publisher"
+_COLUMN_ANNOTATIONS = frozenset({_SEQ, _OFFSET, _TIME, _PKEY, _PUBLISHER})
+_MESSAGE_PROPERTIES = (
+    "message_id",
+    "user_id",
+    "to",
+    "subject",
+    "reply_to",
+    "correlation_id",
+    "content_type",
+    "content_encoding",
+    "absolute_expiry_time",
+    "creation_time",
+    "group_id",
+    "group_sequence",
+    "reply_to_group_id",
+)
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def _body_bytes(body: Any) -> bytes:
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, bytearray | memoryview):
+        return bytes(body)
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    if body is None:
+        return b""
+    if isinstance(body, list | tuple) or hasattr(body, "__next__"):
+        parts = list(body)
+        if all(isinstance(p, bytes | bytearray) for p in parts):
+            return b"".join(parts)
+        body = parts
+    return json.dumps(body, default=str).encode("utf-8")
+
+
+def _to_ms(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return int(value.timestamp() * 1000)
+    return int(value)
+
+
+class _ArrowBuilder:
+    """Accumulates events column by column and emits record batches of the source schema."""
+
+    def __init__(self, partition_id: str, schema: pa.Schema) -> None:
+        self.partition_id = partition_id
+        self.schema = schema
+        self._reset()
+
+    def _reset(self) -> None:
+        self.body: list[bytes] = []
+        self.offset: list[str | None] = []
+        self.seq: list[int] = []
+        self.time_us: list[int | None] = []
+        self.publisher: list[str | None] = []
+        self.pkey: list[str | None] = []
+        self.props: list[list[tuple[str, str | None]]] = []
+        self.sysprops: list[list[tuple[str, str | None]]] = []
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def add(self, event: EventData, seq: int) -> None:
+        msg = event.raw_amqp_message
+        ann = msg.annotations or {}
+        self.body.append(_body_bytes(msg.body))
+        self.seq.append(seq)
+        self.offset.append(_text(ann.get(_OFFSET)))
+        ms = _to_ms(ann.get(_TIME))
+        self.time_us.append(None if ms is None else ms * 1000)
+        self.publisher.append(_text(ann.get(_PUBLISHER)))
+        self.pkey.append(_text(ann.get(_PKEY)))
+        app = msg.application_properties
+        self.props.append([(_text(k) or "", _text(v)) for k, v in app.items()] if app else [])
+        sysprops = [
+            (_text(k) or "", _text(v)) for k, v in ann.items() if k not in _COLUMN_ANNOTATIONS
+        ]
+        mprops = msg.properties
+        if mprops is not None:
+            for name in _MESSAGE_PROPERTIES:
+                value = getattr(mprops, name, None)
+                if value is not None:
+                    sysprops.append((name.replace("_", "-"), _text(value)))
+        self.sysprops.append(sysprops)
+
+    def flush(self) -> pa.RecordBatch:
+        import pyarrow as pa
+
+        n = len(self.seq)
+        fields = self.schema
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.array(self.body, type=fields.field("body").type),
+                pa.array([self.partition_id] * n, type=pa.string()),
+                pa.array(self.offset, type=pa.string()),
+                pa.array(self.seq, type=pa.int64()),
+                pa.array(self.time_us, type=pa.int64()).cast(fields.field("enqueuedTime").type),
+                pa.array(self.publisher, type=pa.string()),
+                pa.array(self.pkey, type=pa.string()),
+                pa.array(self.props, type=fields.field("properties").type),
+                pa.array(self.sysprops, type=fields.field("systemProperties").type),
+            ],
+            schema=fields,
+        )
+        self._reset()
+        return batch

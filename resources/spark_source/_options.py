@@ -1,0 +1,231 @@
+"""The validated reader options of one read (:class:`ReadOptions`) and their spellings."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from resources.errors import ConfigurationError, RangeError
+from resources.settings import EventHubSettings
+from resources.spark_source._position import EventPosition
+from resources.spark_source._range import PartitionRange, parse_ranges
+
+OnDataLoss = Literal["fail", "skip"]
+
+_OPTION_NAMES = (
+    "connection_string",
+    "eventhub_name",
+    "consumer_group",
+    "fully_qualified_namespace",
+    "credential_type",
+    "credential_options",
+    "ranges",
+    "starting_position",
+    "ending_position",
+    "partition_ids",
+    "receive_timeout",
+    "prefetch",
+    "max_readers_per_partition",
+    "min_events_per_reader",
+    "on_data_loss",
+)
+# Spellings users bring from azure-event-hubs-spark or camelCase habits.
+_OPTION_ALIASES = {
+    "connectionstring": "connection_string",
+    "hub": "eventhub_name",
+    "eventhub": "eventhub_name",
+    "eventhubname": "eventhub_name",
+    "name": "eventhub_name",
+    "consumergroup": "consumer_group",
+    "fullyqualifiednamespace": "fully_qualified_namespace",
+    "namespace": "fully_qualified_namespace",
+    "credentialtype": "credential_type",
+    "credentialoptions": "credential_options",
+    "startingposition": "starting_position",
+    "endingposition": "ending_position",
+    "partitionids": "partition_ids",
+    "receivetimeout": "receive_timeout",
+    "maxreaderspartition": "max_readers_per_partition",
+    "maxreadersperpartition": "max_readers_per_partition",
+    "mineventsperreader": "min_events_per_reader",
+    "ondataloss": "on_data_loss",
+}
+
+MAX_READERS_PER_PARTITION = 5
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The validated options of one read; small, frozen and picklable.
+
+    Either ``ranges`` (partition id -> inclusive range) or positions (defaults: ``earliest`` to
+    ``latest``), optionally limited to ``partition_ids``.
+    """
+
+    settings: EventHubSettings
+    ranges: tuple[PartitionRange, ...] | None = None
+    starting_position: EventPosition = field(default_factory=lambda: EventPosition("earliest"))
+    ending_position: EventPosition = field(default_factory=lambda: EventPosition("latest"))
+    partition_ids: tuple[str, ...] | None = None
+    receive_timeout: float = 30.0
+    prefetch: int = 300
+    max_readers_per_partition: int = 1
+    min_events_per_reader: int = 10_000
+    on_data_loss: OnDataLoss = "fail"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.receive_timeout, int | float) and self.receive_timeout > 0):
+            raise ConfigurationError(
+                f"receive_timeout: {self.receive_timeout!r} must be a number of seconds > 0"
+            )
+        if not (isinstance(self.prefetch, int) and 1 <= self.prefetch <= 10_000):
+            raise ConfigurationError(f"prefetch: {self.prefetch!r} must be an integer 1..10000")
+        mr = self.max_readers_per_partition
+        if not (isinstance(mr, int) and 1 <= mr <= MAX_READERS_PER_PARTITION):
+            raise ConfigurationError(
+                f"max_readers_per_partition: {mr!r} must be an integer "
+                f"1..{MAX_READERS_PER_PARTITION} (Event Hubs allows 5 readers per partition "
+                "and consumer group)"
+            )
+        if not (isinstance(self.min_events_per_reader, int) and self.min_events_per_reader >= 1):
+            raise ConfigurationError(
+                f"min_events_per_reader: {self.min_events_per_reader!r} must be an integer >= 1"
+            )
+        if self.on_data_loss not in ("fail", "skip"):
+            raise ConfigurationError(
+                f"on_data_loss: {self.on_data_loss!r} is not valid; valid: 'fail', 'skip'"
+            )
+        if self.ranges is not None:
+            seen: set[str] = set()
+            for rng in self.ranges:
+                if rng.partition_id in seen:
+                    raise RangeError(f"ranges: partition {rng.partition_id!r} given twice")
+                seen.add(rng.partition_id)
+            if self.partition_ids is not None:
+                raise ConfigurationError(
+                    "partition_ids: not allowed together with ranges (ranges already names "
+                    "the partitions)"
+                )
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> ReadOptions:
+        """Validate Spark reader options; every error names the option, its value, what's valid.
+
+        Option keys are case-insensitive; an ``eventhubs.`` prefix and camelCase spellings are
+        accepted. Secrets never appear in errors.
+        """
+        opts: dict[str, str] = {}
+        for key, value in options.items():
+            name = _canonical_option(key)
+            if name is None:
+                raise ConfigurationError(
+                    f"eventhubs source: unknown option {key!r}; valid options: "
+                    + ", ".join(_OPTION_NAMES)
+                )
+            opts[name] = value
+        if "eventhub_name" not in opts:
+            raise ConfigurationError(
+                "eventhub_name: required (the Event Hub to read), e.g. "
+                ".option('eventhub_name', 'telemetry')"
+            )
+        settings_kwargs: dict[str, Any] = {"eventhub_name": opts["eventhub_name"]}
+        for name in ("consumer_group", "connection_string", "fully_qualified_namespace"):
+            if name in opts:
+                settings_kwargs[name] = opts[name]
+        if "credential_type" in opts:
+            settings_kwargs["credential_type"] = opts["credential_type"]
+        elif "connection_string" not in opts and "fully_qualified_namespace" in opts:
+            settings_kwargs["credential_type"] = "default_azure_credential"
+        if "credential_options" in opts:
+            # DefaultAzureCredential options (resources.config.IdentityOptions), as JSON.
+            try:
+                pairs = json.loads(opts["credential_options"])
+                settings_kwargs["credential_options"] = tuple(
+                    (str(k), v) for k, v in dict(pairs).items()
+                )
+            except (ValueError, TypeError):
+                raise ConfigurationError(
+                    f"credential_options: {opts['credential_options']!r} is not a JSON object "
+                    "of DefaultAzureCredential options, e.g. "
+                    '{"managed_identity_client_id": "<client id>"}'
+                ) from None
+        settings = EventHubSettings(**settings_kwargs)
+
+        kwargs: dict[str, Any] = {"settings": settings}
+        if "ranges" in opts:
+            if "starting_position" in opts or "ending_position" in opts:
+                raise ConfigurationError(
+                    "ranges: give either ranges or starting_position/ending_position, not both"
+                )
+            kwargs["ranges"] = parse_ranges(opts["ranges"])
+        if "starting_position" in opts:
+            kwargs["starting_position"] = EventPosition.parse(
+                opts["starting_position"], "starting_position"
+            )
+        if "ending_position" in opts:
+            kwargs["ending_position"] = EventPosition.parse(
+                opts["ending_position"], "ending_position"
+            )
+        if "partition_ids" in opts:
+            ids = tuple(p.strip() for p in opts["partition_ids"].split(",") if p.strip())
+            if not ids:
+                raise ConfigurationError(
+                    f"partition_ids: {opts['partition_ids']!r} names no partition; give a "
+                    "comma-separated list such as '0,1,2'"
+                )
+            kwargs["partition_ids"] = ids
+        if "receive_timeout" in opts:
+            kwargs["receive_timeout"] = _number(opts["receive_timeout"], "receive_timeout", float)
+        for name in ("prefetch", "max_readers_per_partition", "min_events_per_reader"):
+            if name in opts:
+                kwargs[name] = _number(opts[name], name, int)
+        if "on_data_loss" in opts:
+            kwargs["on_data_loss"] = opts["on_data_loss"].strip().lower()
+        return cls(**kwargs)
+
+    def to_options(self) -> dict[str, str]:
+        """The Spark reader options that reproduce these options (holds the secret, if any)."""
+        s = self.settings
+        out: dict[str, str] = {
+            "eventhub_name": s.eventhub_name,
+            "consumer_group": s.consumer_group,
+            "credential_type": s.credential_type,
+            "receive_timeout": repr(float(self.receive_timeout)),
+            "prefetch": str(self.prefetch),
+            "max_readers_per_partition": str(self.max_readers_per_partition),
+            "min_events_per_reader": str(self.min_events_per_reader),
+            "on_data_loss": self.on_data_loss,
+        }
+        if s.connection_string:
+            out["connection_string"] = s.connection_string
+        if s.fully_qualified_namespace:
+            out["fully_qualified_namespace"] = s.fully_qualified_namespace
+        if s.credential_options:
+            out["credential_options"] = json.dumps(dict(s.credential_options))
+        if self.ranges is not None:
+            out["ranges"] = json.dumps({r.partition_id: [r.start, r.end] for r in self.ranges})
+        else:
+            out["starting_position"] = str(self.starting_position)
+            out["ending_position"] = str(self.ending_position)
+            if self.partition_ids is not None:
+                out["partition_ids"] = ",".join(self.partition_ids)
+        return out
+
+
+def _canonical_option(key: str) -> str | None:
+    low = key.strip().lower()
+    if low.startswith("eventhubs."):
+        low = low[len("eventhubs.") :]
+    if low in _OPTION_NAMES:
+        return low
+    return _OPTION_ALIASES.get(low.replace("_", "").replace("-", ""))
+
+
+def _number(text: str, option: str, kind: type[int] | type[float]) -> Any:
+    try:
+        return kind(text.strip())
+    except (TypeError, ValueError) as exc:
+        what = "an integer" if kind is int else "a number"
+        raise ConfigurationError(f"{option}: {text!r} is not {what}") from exc

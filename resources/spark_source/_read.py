@@ -1,0 +1,147 @@
+"""Executor side: one Spark task reads exactly one sub-range into Arrow batches."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import InputPartition
+
+from resources.errors import DataLossError, EventHubIngestError, EventHubUnavailableError
+from resources.settings import EventHubSettings
+from resources.spark_source._events import _ArrowBuilder
+from resources.spark_source._options import OnDataLoss
+from resources.spark_source._partition_info import fetch_partition_info
+from resources.spark_source._range import PartitionRange
+from resources.spark_source._receiver import _BatchReceiver
+from resources.spark_source._schema import _arrow_schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+logger = logging.getLogger(__name__)
+
+# Rows per Arrow batch handed to Spark: large enough to amortise the JVM hand-off, small enough
+# that a task holds a few MB at a time.
+_BATCH_ROWS = 8192
+
+
+class EventHubsInputPartition(InputPartition):
+    """One sub-range read by one Spark task; holds settings and range only (picklable)."""
+
+    def __init__(
+        self,
+        settings: EventHubSettings,
+        rng: PartitionRange,
+        receive_timeout: float,
+        prefetch: int,
+        on_data_loss: OnDataLoss,
+    ) -> None:
+        super().__init__(rng)
+        self.settings = settings
+        self.range = rng
+        self.receive_timeout = receive_timeout
+        self.prefetch = prefetch
+        self.on_data_loss = on_data_loss
+
+    def __repr__(self) -> str:
+        # The settings hold a secret; the repr shows where, never how to authenticate.
+        return f"EventHubsInputPartition({self.settings.eventhub_name}, {self.range})"
+
+
+def read_range(
+    settings: EventHubSettings,
+    rng: PartitionRange,
+    *,
+    receive_timeout: float = 30.0,
+    prefetch: int = 300,
+    on_data_loss: OnDataLoss = "fail",
+    batch_rows: int = _BATCH_ROWS,
+) -> Iterator[pa.RecordBatch]:
+    """Receive exactly the events of ``rng`` and yield them as Arrow record batches.
+
+    Runs wherever it is called (a Spark task, a benchmark); creates and closes its own client.
+
+    Raises:
+        DataLossError: a sequence number of the range is missing and ``on_data_loss='fail'``.
+        EventHubUnavailableError: nothing arrived for ``receive_timeout`` seconds, or the
+            service failed after the SDK's retries.
+    """
+    builder = _ArrowBuilder(rng.partition_id, _arrow_schema())
+    expected = rng.start
+    # Never ask for more credit than the range holds: events past the end would be wasted.
+    credit = max(1, min(prefetch, rng.count))
+    receiver = _BatchReceiver(
+        settings,
+        rng.partition_id,
+        starting_position=rng.start,
+        prefetch=credit,
+        max_batch_size=credit,
+        wait_seconds=receive_timeout,
+    )
+    where = f"Event Hub {settings.eventhub_name!r} consumer group {settings.consumer_group!r} {rng}"
+
+    def lost(first: int, last: int) -> None:
+        """A hole [first, last] in the range: fail, or log it and go on (skip)."""
+        missing = f"sequence numbers [{first}, {last}] of {rng} are missing"
+        if on_data_loss == "fail":
+            raise DataLossError(
+                f"{where}: {missing} (expired by retention or a gap in the partition); "
+                "set on_data_loss='skip' to read what is left"
+            )
+        logger.warning(
+            "Event Hub %s consumer group %s partition %s: skipping: %s",
+            settings.eventhub_name,
+            settings.consumer_group,
+            rng.partition_id,
+            missing,
+        )
+
+    with receiver:
+        for events in receiver:
+            if not events:
+                # Silence: either the rest of the range expired meanwhile (data loss) or the
+                # service is not delivering (retryable). The partition properties tell which.
+                first_available = _first_available(settings, rng.partition_id)
+                if first_available is not None and first_available > expected:
+                    lost(expected, rng.end)
+                    expected = rng.end + 1
+                    break
+                raise EventHubUnavailableError(
+                    f"{where}: no event received for {receive_timeout:g}s while waiting for "
+                    f"sequence number {expected} (receive_timeout); the hub may be unreachable "
+                    "or overloaded"
+                )
+            for event in events:
+                seq = event.sequence_number
+                if seq is None or seq < expected:
+                    continue  # a redelivery after a reconnect: already read
+                if seq > rng.end:
+                    break
+                if seq > expected:
+                    lost(expected, seq - 1)
+                builder.add(event, seq)
+                expected = seq + 1
+                if len(builder) >= batch_rows:
+                    yield builder.flush()
+            last_seen = events[-1].sequence_number
+            if expected > rng.end or (last_seen is not None and last_seen > rng.end):
+                break
+        if expected > rng.end:
+            # Complete: hand the last rows to Spark now; the client closes behind them.
+            receiver.close(wait=False)
+    if expected <= rng.end:
+        # The partition moved past the range's end without delivering its tail.
+        lost(expected, rng.end)
+    if len(builder):
+        yield builder.flush()
+
+
+def _first_available(settings: EventHubSettings, partition_id: str) -> int | None:
+    try:
+        _, infos = fetch_partition_info(settings, [partition_id])
+    except EventHubIngestError:
+        return None
+    info = infos.get(partition_id)
+    return None if info is None else info.first_available
