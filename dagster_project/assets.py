@@ -340,6 +340,9 @@ def build_eventhub_ingest_asset(
                 replay=replay,
                 is_owner_dead=dagster_run_is_dead(context.instance),
                 log=context.log,
+                # A step retry keeps the run id as owner id and starts after the failed
+                # attempt ended: it takes that attempt's leases over at once.
+                attempt=context.retry_number,
             )
         except EventHubIngestError as exc:
             if exc.retryable:

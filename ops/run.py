@@ -948,6 +948,7 @@ def run_ingestion(
     spark_factory: Callable[[], SparkSession] | None = None,
     on_progress: ProgressFn | None = None,
     progress_interval: float = 10.0,
+    attempt: int | None = None,
 ) -> RunReport:
     """Bring ``partition_ids`` (default: all) up to their snapshot bound, exactly once.
 
@@ -965,6 +966,9 @@ def run_ingestion(
             (default: ``resources.spark_session.local_spark_session``).
         on_progress / progress_interval: live progress (:mod:`ops.progress`); during a read
             it is also written to ``log`` every ``progress_interval`` seconds.
+        attempt: the orchestrator's attempt number when retries keep the owner id and start
+            only after the previous attempt ended (Dagster step retries): a lower attempt with
+            the same owner id is then taken over at once.
 
     Returns:
         The run report; ``complete`` is True iff every target reached its bound.
@@ -973,6 +977,7 @@ def run_ingestion(
         DataLossError: a checkpoint is older than retention (``on_data_loss: fail``).
         RangeError: an unknown partition id or an impossible replay range.
         ConfigurationError: bad settings, a hub or consumer group that does not exist.
+        DuplicateOwnerError: another live process runs with this owner id (nothing read).
         CheckpointAheadError: a checkpoint the hub cannot have produced (re-created hub).
         EventHubUnavailableError / StoreUnavailableError: a service is unreachable.
         SinkError: the sink cannot be written.
@@ -990,7 +995,10 @@ def run_ingestion(
     # ConfigurationError here, within seconds, before this owner writes anything to the store.
     hub.partition_ids()
     hub.check_consumer_group()
-    store = PartitionStore(config.store.backend(), config.eventhub.hub_ref())
+    from ops.balancing.liveness import OwnerInstance
+
+    me = OwnerInstance.current(attempt)
+    store = PartitionStore(config.store.backend(), config.eventhub.hub_ref(), instance=me.token())
     ingestor = SparkIngestor(
         spark,
         config.eventhub,
@@ -1015,10 +1023,18 @@ def run_ingestion(
             progress_interval=progress_interval,
         )
         return processor.replay(replay, partition_ids)
-    from ops.balancing import delete_heartbeat, join
+    from ops.balancing import delete_heartbeat
+    from ops.balancing.liveness import Heartbeat, take_owner_id, write_heartbeat
 
     joined_at: list[float] = []
     claim = _default_claim(config, store, owner_id, is_owner_dead, joined_at)
+    beat: list[Heartbeat] = []
+
+    def heartbeat() -> None:
+        # Every renewal tick: a live process is never silent for the expiry, so another one
+        # started with its owner id sees it write and is refused (take_owner_id).
+        beat[:] = [write_heartbeat(store, owner_id, beat[0] if beat else None)]
+
     processor = Processor(
         config,
         store,
@@ -1026,17 +1042,28 @@ def run_ingestion(
         ingestor,
         owner_id=owner_id,
         claim=claim,
+        heartbeat=heartbeat,
         log=log,
         on_progress=on_progress,
         progress_interval=progress_interval,
     )
+    me.start()
     try:
-        if config.join_grace_seconds > 0:
-            # Announce this owner first: the join grace then runs while the hub is snapshotted.
-            join(store, owner_id)
-            joined_at.append(time.monotonic())
+        # One live process per owner id, before anything is claimed or read; this heartbeat
+        # also announces the owner, so the join grace runs while the hub is snapshotted.
+        beat.append(
+            take_owner_id(
+                store, owner_id, me, expiry=timedelta(seconds=config.lease_expiry_seconds)
+            )
+        )
+    except BaseException:
+        me.stop()
+        raise
+    joined_at.append(time.monotonic())
+    try:
         return processor.run(partition_ids)
     finally:
+        me.stop()
         # Graceful leave: peers stop counting this owner at once (leases were released).
         try:
             delete_heartbeat(store, owner_id)

@@ -16,6 +16,7 @@ __all__ = [
     "ConfigurationError",
     "CorruptStoreStateError",
     "DataLossError",
+    "DuplicateOwnerError",
     "EventHubIngestError",
     "EventHubUnavailableError",
     "OwnershipLostError",
@@ -51,6 +52,12 @@ class EventHubIngestError(Exception):
 
 class ConfigurationError(EventHubIngestError, ValueError):
     """Raised at construction when a setting is missing or invalid; retrying cannot help."""
+
+
+class DuplicateOwnerError(ConfigurationError):
+    """Raised before anything is read when another live process runs with the same owner id
+    (both would read and commit the same batches); retrying cannot help while it runs: give
+    each process its own owner id."""
 
 
 class StoreUnavailableError(EventHubIngestError):

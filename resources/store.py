@@ -10,6 +10,7 @@ Blob layout is the one ``azure-eventhub-checkpointstoreblob`` uses, lower-cased:
     {fully_qualified_namespace}/{eventhub}/{consumer_group}/ownership/{partition_id}
         metadata: ownerid            (SDK key; "" when released)
                   ehiepoch           (ours: bumped by every claim, fences zombies)
+                  ehiinstance        (ours: which process of that owner id claimed it)
                   ehiintentstart/end (ours: write-ahead range being ingested, inclusive)
                   ehiintentowner     (ours: who recorded the intent)
                   ehiintentlayout    (ours: the sink layout the intent is written with)
@@ -54,6 +55,7 @@ OWNER_KEY = "ownerid"
 SEQ_KEY = "sequencenumber"
 OFFSET_KEY = "offset"
 EPOCH_KEY = "ehiepoch"
+INSTANCE_KEY = "ehiinstance"
 INTENT_START_KEY = "ehiintentstart"
 INTENT_END_KEY = "ehiintentend"
 INTENT_OWNER_KEY = "ehiintentowner"
@@ -176,6 +178,9 @@ class Ownership:
     last_modified: datetime
     epoch: int = 0
     intent: Intent | None = None
+    # The process of ``owner_id`` that claimed it (``ops.balancing.liveness.OwnerInstance``);
+    # "" when claimed by a version that did not record it.
+    instance: str = ""
     progress: Checkpoint | None = None
     # The blob's full metadata when this was read from the store. The next write is a CAS on
     # ``etag``, so this is exactly what the blob holds if that write succeeds: it lets renew,
@@ -213,14 +218,18 @@ class PartitionStore:
     Args:
         backend: where blobs live (Azure Blob Storage or the in-memory backend).
         hub: the Event Hub and consumer group whose partitions this store tracks.
+        instance: this process's instance token (``ops.balancing.liveness``), recorded on
+            every lease it claims and on its heartbeat, so two processes given the same owner
+            id can tell each other apart; None records none.
 
     Losing a race when claiming or releasing is a normal result (``None`` / ``False``); using a
     lease that another owner has taken raises :class:`OwnershipLostError`.
     """
 
-    def __init__(self, backend: BlobBackend, hub: HubRef) -> None:
+    def __init__(self, backend: BlobBackend, hub: HubRef, *, instance: str | None = None) -> None:
         self.backend = backend
         self.hub = hub
+        self.instance = instance
 
     # -- reading -------------------------------------------------------------------------------
     def now(self) -> datetime:
@@ -269,6 +278,7 @@ class PartitionStore:
             last_modified=record.last_modified,
             epoch=_int(record, EPOCH_KEY) or 0,
             intent=intent,
+            instance=record.metadata.get(INSTANCE_KEY, ""),
             progress=progress,
             metadata=dict(record.metadata),
         )
@@ -341,6 +351,8 @@ class PartitionStore:
                 current = record.metadata
             metadata = {k: v for k, v in current.items() if k in _OUR_KEYS}
         metadata[OWNER_KEY] = owner_id
+        if self.instance:
+            metadata[INSTANCE_KEY] = self.instance
         metadata[EPOCH_KEY] = str((previous.epoch if previous else 0) + 1)
         name = self._ownership_name(partition_id)
         written = self.backend.put(

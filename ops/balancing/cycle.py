@@ -233,7 +233,10 @@ def finish_cycle(
     held = {
         p: own
         for p, own in plan.ownerships.items()
-        if own.owner_id == plan.owner_id and p not in attempted
+        if own.owner_id == plan.owner_id
+        and p not in attempted
+        # another process's lease under this owner id is never used as this one's
+        and (not store.instance or own.instance in ("", store.instance))
     }
     held.update(won)
     if not renew:
