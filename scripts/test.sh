@@ -11,24 +11,51 @@
 # failed; each tier's tail is printed when it fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+T0=$(date +%s)
+since() { echo "$(( $(date +%s) - $1 ))s"; }
 source scripts/_bootstrap.sh
+echo "== bootstrap done in $(since "$T0")"
 
+T=$(date +%s)
 echo "== ruff"; uv run --frozen ruff check .
 uv run --frozen ruff format --check .
 echo "== mypy"; uv run --frozen mypy
+echo "== lint and types done in $(since "$T")"
 
 if [ $# -eq 0 ]; then TIERS=${TIERS:-all}; else TIERS=${TIERS:-none}; fi
 TIER_LOGS=${TIER_LOGS:-$(mktemp -d -t ehingest-tiers.XXXXXX)}
 export TIER_LOGS
 declare -A tier_pid=() tier_start=()
-if [ "$TIERS" != none ]; then
+# Longest tiers first (they all start at once; this only orders their start-up bursts), then any
+# other scripts/tiers/*.sh in name order.
+TIER_ORDER="cluster browser sdk_conformance airflow"
+tier_files() {
+  local n f
+  for n in $TIER_ORDER; do [ -e "scripts/tiers/$n.sh" ] && echo "scripts/tiers/$n.sh"; done
   for f in scripts/tiers/*.sh; do
     [ -e "$f" ] || continue
+    [[ " $TIER_ORDER " == *" $(basename "$f" .sh) "* ]] || echo "$f"
+  done
+}
+# Runs one tier and writes its end time: the summary below is printed after the main pytest run,
+# which may finish long after the tier did. TERM/INT reach the tier's script.
+run_tier() {
+  local child trc=0
+  bash "$1" >"$TIER_LOGS/$2.log" 2>&1 &
+  child=$!
+  trap 'kill -TERM "$child" 2>/dev/null' TERM INT
+  wait "$child" || trc=$?
+  while kill -0 "$child" 2>/dev/null; do trc=0; wait "$child" || trc=$?; done
+  date +%s >"$TIER_LOGS/$2.end"
+  return "$trc"
+}
+if [ "$TIERS" != none ]; then
+  for f in $(tier_files); do
     name=$(basename "$f" .sh)
     if [ "$TIERS" != all ] && [[ " $TIERS " != *" $name "* ]]; then continue; fi
     echo "== tier $name (background, log: $TIER_LOGS/$name.log)"
     tier_start[$name]=$(date +%s)
-    bash "$f" >"$TIER_LOGS/$name.log" 2>&1 &
+    run_tier "$f" "$name" &
     tier_pid[$name]=$!
   done
 fi
@@ -36,12 +63,15 @@ stop_tiers() { for p in "${tier_pid[@]}"; do kill -TERM "$p" 2>/dev/null || true
 trap stop_tiers INT TERM
 
 echo "== pytest"
+T=$(date +%s)
 rc=0
 uv run --frozen pytest "$@" || rc=$?
+echo "== pytest (main run) exit $rc in $(since "$T")"
 
 for name in "${!tier_pid[@]}"; do
   trc=0; wait "${tier_pid[$name]}" || trc=$?
-  secs=$(( $(date +%s) - ${tier_start[$name]} ))
+  end=$(cat "$TIER_LOGS/$name.end" 2>/dev/null || date +%s)
+  secs=$(( end - ${tier_start[$name]} ))
   if [ "$trc" -eq 0 ]; then
     echo "== tier $name: passed in ${secs}s ($(grep -E '[0-9]+ (passed|failed)' "$TIER_LOGS/$name.log" | tail -n 1))"
   else
@@ -50,4 +80,5 @@ for name in "${!tier_pid[@]}"; do
     rc=1
   fi
 done
+echo "== scripts/test.sh exit $rc in $(since "$T0") (load: $(cut -d' ' -f1-3 /proc/loadavg))"
 exit "$rc"
