@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ops.hub import HubClient, PartitionInfo, _info, _utc
+from ops.hub import HubClient
 from ops.status import partition_status
 from resources.errors import (
     ConfigurationError,
@@ -22,6 +22,13 @@ from resources.errors import (
     RangeError,
     StoreUnavailableError,
     redact,
+)
+from resources.hub_client import (
+    EventHubClient,
+    PartitionInfo,
+    partition_info_from_properties,
+    sort_partition_ids,
+    utc,
 )
 from resources.settings import EventHubSettings, StoreSettings
 from resources.store import BlobRecord, PartitionStore
@@ -115,12 +122,10 @@ def lag_per_partition(
     eventhub: EventHubSettings, store: StoreSettings, partition_ids: Sequence[str] | None = None
 ) -> dict[str, int]:
     """Unprocessed events per partition, with the sync clients (a sensor in poke mode)."""
-    from ops.hub import SdkHubClient
-
     backend = store.backend()
     try:
         store_view = PartitionStore(backend, eventhub.hub_ref())
-        return _lag(store_view, SdkHubClient(eventhub), partition_ids)
+        return _lag(store_view, EventHubClient(eventhub), partition_ids)
     finally:
         close = getattr(backend, "close", None)
         if close is not None:
@@ -170,7 +175,7 @@ async def _ahub(eventhub: EventHubSettings, partition_ids: Sequence[str] | None)
     try:
         async with _aio_consumer(eventhub) as client:
             hub_props = await client.get_eventhub_properties()
-            known = [str(p) for p in hub_props["partition_ids"]]
+            known = sort_partition_ids(str(p) for p in hub_props["partition_ids"])
             unknown = sorted(set(partition_ids or ()) - set(known))
             if unknown:
                 raise RangeError(
@@ -186,9 +191,9 @@ async def _ahub(eventhub: EventHubSettings, partition_ids: Sequence[str] | None)
             f"Event Hub {eventhub.eventhub_name!r} on {eventhub.namespace}: cannot read partition "
             f"properties: {type(exc).__name__}: {redact(str(exc))[:500]}"
         ) from exc
-    created = _utc(hub_props.get("created_at"))
+    created = utc(hub_props.get("created_at"))
     return _SnapshotHub(
-        {p: _info(p, pr) for p, pr in zip(targets, props, strict=True)},
+        {p: partition_info_from_properties(p, pr) for p, pr in zip(targets, props, strict=True)},
         int(created.timestamp() * 1000) if created is not None else None,
     )
 

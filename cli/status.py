@@ -29,8 +29,8 @@ def status(config_path: str, as_json: bool, partitions: tuple[str, ...]) -> None
     """Show each partition's owner, checkpoint, last enqueued event, lag and pending intent."""
     from cli.config import load_config
     from cli.run import EXIT_CONFIG, EXIT_FAILED
-    from ops.hub import SdkHubClient
     from ops.status import partition_status
+    from resources.hub_client import EventHubClient
     from resources.store import PartitionStore
 
     try:
@@ -39,7 +39,7 @@ def status(config_path: str, as_json: bool, partitions: tuple[str, ...]) -> None
         store = PartitionStore(ingest.store.backend(), ingest.eventhub.hub_ref())
         rows = partition_status(
             store,
-            SdkHubClient(ingest.eventhub),
+            EventHubClient(ingest.eventhub),
             lease_expiry_seconds=ingest.lease_expiry_seconds,
             partition_ids=list(partitions) or None,
             lag_seconds=ingest.report_lag_seconds,

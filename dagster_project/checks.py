@@ -137,13 +137,13 @@ def measure_lag(
     lease_expiry_seconds: float,
 ) -> dg.AssetCheckResult:
     """The lag check's result, measured now from the hub and the checkpoints (no ingestion)."""
-    from ops.hub import SdkHubClient
     from ops.status import partition_status
+    from resources.hub_client import EventHubClient
 
     try:
         rows = partition_status(
             store,
-            SdkHubClient(eventhub),
+            EventHubClient(eventhub),
             lease_expiry_seconds=lease_expiry_seconds,
             partition_ids=list(partition_ids) if partition_ids else None,
         )

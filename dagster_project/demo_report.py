@@ -18,7 +18,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from dagster_project.resources import sort_partition_ids
+from resources.hub_client import sort_partition_ids
 from resources.settings import EventHubSettings, StoreSettings
 from resources.store import PartitionStore
 

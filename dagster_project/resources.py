@@ -49,6 +49,7 @@ from resources.config import (
     StoreIdentityCredential,
 )
 from resources.errors import ConfigurationError
+from resources.hub_client import EventHubClient
 from resources.settings import EventHubSettings, SinkSettings, StoreSettings
 from resources.spark_session import SPARK_CONF_DIR
 from resources.store import HubRef, PartitionStore
@@ -181,16 +182,7 @@ class EventHubResource(dg.ConfigurableResource):
 
     def partition_ids(self) -> list[str]:
         """The hub's current partition ids, in numeric order (a hub can gain partitions)."""
-        client = self.settings().consumer_client()
-        with client:
-            ids = list(client.get_partition_ids())
-        return sort_partition_ids(ids)
-
-    def last_enqueued(self, partition_ids: list[str]) -> dict[str, dict[str, Any]]:
-        """``get_partition_properties`` for each id (last enqueued sequence number and time)."""
-        client = self.settings().consumer_client()
-        with client:
-            return {pid: dict(client.get_partition_properties(pid)) for pid in partition_ids}
+        return EventHubClient(self.settings(), retry_total=None).partition_ids()
 
 
 class PartitionStoreResource(dg.ConfigurableResource):
@@ -382,8 +374,3 @@ def local_pyspark_resource(
 def _credential_fields(cred: Any) -> dict[str, Any]:
     """The fields a credential model was given (so defaults stay defaults)."""
     return {name: getattr(cred, name) for name in cred.model_fields_set | {"credential_type"}}
-
-
-def sort_partition_ids(ids: list[str]) -> list[str]:
-    """Event Hub partition ids in numeric order when they are numbers ("2" before "10")."""
-    return sorted(ids, key=lambda p: (0, int(p), p) if p.isdigit() else (1, 0, p))

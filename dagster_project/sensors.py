@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from dagster_project.resources import EventHubResource, sort_partition_ids
+from dagster_project.resources import EventHubResource
+from resources.hub_client import sort_partition_ids
 
 __all__ = ["build_partition_sync_sensor", "partitions_to_add"]
 
@@ -18,7 +19,7 @@ __all__ = ["build_partition_sync_sensor", "partitions_to_add"]
 def partitions_to_add(hub_ids: Sequence[str], known: Sequence[str]) -> list[str]:
     """Hub partition ids Dagster does not know yet, in numeric order."""
     have = set(known)
-    return [pid for pid in sort_partition_ids(list(hub_ids)) if pid not in have]
+    return [pid for pid in sort_partition_ids(hub_ids) if pid not in have]
 
 
 def build_partition_sync_sensor(

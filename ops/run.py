@@ -982,15 +982,15 @@ def run_ingestion(
         EventHubUnavailableError / StoreUnavailableError: a service is unreachable.
         SinkError: the sink cannot be written.
     """
-    from ops.hub import SdkHubClient
     from ops.ingest import SparkIngestor
     from ops.write import check_sink_for_session, check_sink_layout
+    from resources.hub_client import EventHubClient
 
     if spark is not None:
         # Before anything is claimed: a local path that a cluster's executors cannot share.
         check_sink_for_session(config.sink, spark)
     check_sink_layout(config.sink)  # a changed partition_by would land replays twice
-    hub = SdkHubClient(config.eventhub)
+    hub = EventHubClient(config.eventhub)
     # What only the service can tell wrong (a missing hub, an unknown consumer group) is a
     # ConfigurationError here, within seconds, before this owner writes anything to the store.
     hub.partition_ids()

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from resources.errors import EventHubUnavailableError, RangeError
 from resources.eventhubs_options import Bound, PositionSpec, SourceOptions, own_to_bound
+from resources.hub_client import EventHubClient, PartitionInfo
 from resources.spark_source._options import ReadOptions
-from resources.spark_source._partition_info import PartitionInfo, fetch_partition_info
 from resources.spark_source._plan import ReadPlan, plan_read
 from resources.spark_source._range import PartitionRange
 
@@ -128,7 +128,7 @@ def resolve_bound(read: ReadOptions, info: PartitionInfo, bound: Bound) -> int:
     """
     last = info.last_enqueued_sequence_number
     if bound.kind == "earliest":
-        return max(0, info.first_available)
+        return max(0, info.begin_sequence_number)
     if bound.kind == "latest":
         return last + 1
     if bound.kind == "sequence_number":
@@ -147,7 +147,7 @@ def resolve_bound(read: ReadOptions, info: PartitionInfo, bound: Bound) -> int:
             read.settings, info.partition_id, bound.value, bound.inclusive, read.receive_timeout
         )
     assert isinstance(bound.value, str)
-    newest_offset = info.last_enqueued_offset
+    newest_offset = info.last_enqueued_offset or ""
     if newest_offset.isdigit() and bound.value.isdigit():
         after = int(bound.value) > int(newest_offset)
         at_end = int(bound.value) == int(newest_offset)
@@ -163,7 +163,7 @@ def _infos(source: SourceOptions) -> tuple[list[str], dict[str, PartitionInfo]]:
     return with_deadline(
         source.operation_timeout,
         f"reading the partitions of Event Hub {read.settings.eventhub_name!r}",
-        lambda: fetch_partition_info(read.settings),
+        lambda: EventHubClient(read.settings, retry_total=None).snapshot(),
     )
 
 
@@ -210,7 +210,7 @@ def plan_source_read(source: SourceOptions) -> ReadPlan:
         )
 
     def plan() -> ReadPlan:
-        all_ids, infos = fetch_partition_info(read.settings)
+        all_ids, infos = EventHubClient(read.settings, retry_total=None).snapshot()
         hub = read.settings.eventhub_name
         _check_partitions(source.starts, all_ids, hub)
         _check_partitions(source.ends, all_ids, hub)
@@ -257,7 +257,7 @@ def _own_end_exclusive(read: ReadOptions, info: PartitionInfo) -> int:
     if pos.kind == "latest":
         return last + 1
     if pos.kind == "earliest":
-        return info.first_available
+        return info.begin_sequence_number
     if pos.kind == "sequence_number":
         assert isinstance(pos.value, int)
         return pos.value + 1

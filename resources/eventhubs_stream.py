@@ -36,7 +36,7 @@ from resources.eventhubs_positions import (
     resolve_start_sequence_numbers,
     with_deadline,
 )
-from resources.spark_source._partition_info import PartitionInfo, fetch_partition_info
+from resources.hub_client import EventHubClient, PartitionInfo
 from resources.spark_source._plan import input_partitions
 from resources.spark_source._range import PartitionRange
 from resources.spark_source._read import EventHubsInputPartition, read_range
@@ -107,7 +107,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         _, infos = with_deadline(
             self.source.operation_timeout,
             f"reading the partitions of Event Hub {self.hub!r}",
-            lambda: fetch_partition_info(settings),
+            lambda: EventHubClient(settings, retry_total=None).snapshot(),
         )
         wanted = self.source.read.partition_ids
         if wanted is not None:
@@ -168,9 +168,9 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 latest[pid] = first[pid]
                 continue
             nxt = begin[pid]
-            if nxt < info.first_available and nxt < upto:
-                self._lost(pid, nxt, info.first_available)
-                nxt = info.first_available
+            if nxt < info.begin_sequence_number and nxt < upto:
+                self._lost(pid, nxt, info.begin_sequence_number)
+                nxt = info.begin_sequence_number
             first[pid] = nxt
         backlog = {pid: max(0, latest[pid] - first[pid]) for pid in latest}
         admitted = admit(backlog, limit.max_rows) if isinstance(limit, ReadMaxRows) else backlog

@@ -208,9 +208,9 @@ def _ingest_config(hub, container: str, conn: str, out: Path, **kw):
 
 def _crash_after_write(spark, cfg, owner: str) -> None:
     """One run that writes its batch and dies before the checkpoint (intent left pending)."""
-    from ops.hub import SdkHubClient
     from ops.ingest import SparkIngestor
     from ops.run import Processor, _default_claim
+    from resources.hub_client import EventHubClient
     from resources.store import PartitionStore
 
     store = PartitionStore(cfg.store.backend(), cfg.eventhub.hub_ref())
@@ -226,7 +226,7 @@ def _crash_after_write(spark, cfg, owner: str) -> None:
     proc = Processor(
         cfg,
         store,
-        SdkHubClient(cfg.eventhub),
+        EventHubClient(cfg.eventhub),
         CrashAfterWrite(),  # type: ignore[arg-type]
         owner_id=owner,
         claim=_default_claim(cfg, store, owner, None),

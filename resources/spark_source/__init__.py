@@ -34,7 +34,6 @@ The package keeps one concept per private module; this face re-exports the publi
 
 * ``_range``: :class:`PartitionRange`, :class:`DataGap`, parsing and splitting ranges;
 * ``_position``: :class:`EventPosition`; ``_options``: :class:`ReadOptions`;
-* ``_partition_info``: :class:`PartitionInfo` and the management calls;
 * ``_plan``: :class:`ReadPlan`, :func:`plan_read` (driver side);
 * ``_receiver``, ``_events``, ``_read``: the bounded receive into Arrow batches (executor side);
 * ``_schema``: the DataFrame schema; ``_source``: the data source and its registration.
@@ -42,7 +41,6 @@ The package keeps one concept per private module; this face re-exports the publi
 
 from resources.settings import EVENT_COLUMNS
 from resources.spark_source._options import ReadOptions
-from resources.spark_source._partition_info import PartitionInfo, fetch_partition_info
 from resources.spark_source._plan import ReadPlan, input_partitions, plan_read
 from resources.spark_source._position import EventPosition
 from resources.spark_source._range import DataGap, PartitionRange, parse_ranges, split_range
@@ -63,12 +61,10 @@ __all__ = [
     "EventHubsDataSource",
     "EventHubsInputPartition",
     "EventPosition",
-    "PartitionInfo",
     "PartitionRange",
     "ReadOptions",
     "ReadPlan",
     "eventhubs_schema",
-    "fetch_partition_info",
     "input_partitions",
     "parse_ranges",
     "plan_read",

@@ -9,10 +9,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from resources.errors import DataLossError, RangeError
+from resources.hub_client import EventHubClient, PartitionInfo
 from resources.settings import EventHubSettings
 from resources.spark_source._events import _OFFSET, _SEQ, _text
 from resources.spark_source._options import ReadOptions
-from resources.spark_source._partition_info import PartitionInfo, fetch_partition_info
 from resources.spark_source._position import EventPosition
 from resources.spark_source._range import DataGap, PartitionRange, split_range
 from resources.spark_source._read import EventHubsInputPartition
@@ -107,6 +107,7 @@ def plan_read(
     Raises:
         RangeError: unknown partition (the message lists the valid ids), range past the end.
         DataLossError: part of a range is no longer retained and ``on_data_loss='fail'``.
+        ConfigurationError: the hub does not exist or the credential may not read it.
         EventHubUnavailableError: the service cannot be reached.
     """
     settings = options.settings
@@ -118,7 +119,8 @@ def plan_read(
         else:
             wanted = list(options.partition_ids) if options.partition_ids else []
         # One round of concurrent management calls when the partitions are named.
-        all_ids, infos = fetch_partition_info(settings, wanted or None, client=cl)
+        hub = EventHubClient(settings, retry_total=None)  # the SDK's retries, as the readers
+        all_ids, infos = hub.snapshot(wanted or None, client=cl)
         unknown = [p for p in wanted if p not in all_ids]
         if unknown:
             option = "ranges" if options.ranges is not None else "partition_ids"
@@ -167,7 +169,7 @@ def _check_retained(
             f"{rng}: ends after the last enqueued sequence number {last} of partition "
             f"{rng.partition_id}; events past it do not exist yet (end at most {last})"
         )
-    first = info.first_available
+    first = info.begin_sequence_number
     if rng.start >= first:
         return rng, None
     lost_end = min(rng.end, first - 1)
@@ -211,7 +213,7 @@ def _resolve_one(
 ) -> int:
     last = info.last_enqueued_sequence_number
     if pos.kind == "earliest":
-        return info.first_available if not ending else info.first_available - 1
+        return info.begin_sequence_number if not ending else info.begin_sequence_number - 1
     if pos.kind == "latest":
         return last if ending else last + 1
     if pos.kind == "sequence_number":
@@ -229,10 +231,11 @@ def _resolve_one(
         # Starting: the first event at or after the time. Ending (exclusive): the one before it.
         return probe[0] - 1 if ending else probe[0]
     assert isinstance(pos.value, str)
-    if pos.value == info.last_enqueued_offset:
+    newest_offset = info.last_enqueued_offset or ""
+    if pos.value == newest_offset:
         return last
-    numeric = pos.value.isdigit() and info.last_enqueued_offset.isdigit()
-    if numeric and int(pos.value) > int(info.last_enqueued_offset):
+    numeric = pos.value.isdigit() and newest_offset.isdigit()
+    if numeric and int(pos.value) > int(newest_offset):
         return last if ending else last + 1
     probe = _probe(options, info.partition_id, pos.value)
     if probe is None:

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from resources.errors import ConfigurationError, RangeError
+from resources.hub_client import partition_id_key
 
 
 @dataclass(frozen=True, order=True)
@@ -80,11 +81,7 @@ def parse_ranges(text: str) -> tuple[PartitionRange, ...]:
                 f"end_sequence_number] (two integers, inclusive), e.g. {example}"
             )
         out.append(PartitionRange(str(pid), int(bounds[0]), int(bounds[1])))
-    return tuple(sorted(out, key=lambda r: _pid_key(r.partition_id)))
-
-
-def _pid_key(pid: str) -> tuple[int, str]:
-    return (int(pid), pid) if pid.isdigit() else (1 << 62, pid)
+    return tuple(sorted(out, key=lambda r: partition_id_key(r.partition_id)))
 
 
 def split_range(

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import InputPartition
 
 from resources.errors import DataLossError, EventHubIngestError, EventHubUnavailableError
+from resources.hub_client import EventHubClient
 from resources.settings import EventHubSettings
 from resources.spark_source._events import _ArrowBuilder
 from resources.spark_source._options import OnDataLoss
-from resources.spark_source._partition_info import fetch_partition_info
 from resources.spark_source._range import PartitionRange
 from resources.spark_source._receiver import _BatchReceiver
 from resources.spark_source._schema import _arrow_schema
@@ -140,8 +140,8 @@ def read_range(
 
 def _first_available(settings: EventHubSettings, partition_id: str) -> int | None:
     try:
-        _, infos = fetch_partition_info(settings, [partition_id])
+        _, infos = EventHubClient(settings, retry_total=None).snapshot([partition_id])
     except EventHubIngestError:
         return None
     info = infos.get(partition_id)
-    return None if info is None else info.first_available
+    return None if info is None else info.begin_sequence_number

@@ -9,14 +9,20 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from resources.errors import EventHubUnavailableError
+from resources.errors import EventHubIngestError, EventHubUnavailableError, redact
 from resources.settings import EventHubSettings
-from resources.spark_source._partition_info import _unavailable
 
 if TYPE_CHECKING:
     from azure.eventhub import EventData
 
 logger = logging.getLogger(__name__)
+
+
+def _unavailable(settings: EventHubSettings, what: str, exc: BaseException) -> EventHubIngestError:
+    return EventHubUnavailableError(
+        f"Event Hub {settings.eventhub_name!r} (consumer group {settings.consumer_group!r}): "
+        f"{what} failed: {type(exc).__name__}: {redact(str(exc))}"
+    )
 
 
 class _Done:
