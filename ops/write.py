@@ -7,7 +7,11 @@ Writing a batch replaces exactly the directories / Delta partitions of its keys,
 * Spark formats (``parquet``, ``orc``, ``json``, ``delta`` on a cluster, ...): dynamic partition
   overwrite. Tasks write into a hidden staging directory; the job commit swaps in the batch's
   partition directories. A crash leaves only staging files nobody reads; rewriting the same
-  intent replaces the batch directories, so its rows are in the output exactly once.
+  intent replaces the batch directories, so its rows are in the output exactly once. Staging
+  left behind (``.spark-staging-<job uuid>``, named by Spark) is told apart from a concurrent
+  run's by what it holds: only directories of this batch's keys, which no other live owner
+  writes. It is removed before the batch is written again and after a failed write
+  (:func:`clean_batch_staging`).
 * ``deltalake`` (delta-rs, no Spark jars): each Spark task writes its own Parquet files into the
   table directory (``mapInArrow``, nothing travels to the driver but one small row per file),
   then the driver commits them with ``create_write_transaction(mode="overwrite",
@@ -61,6 +65,7 @@ __all__ = [
     "check_sink_for_session",
     "check_sink_layout",
     "check_sink_reachable",
+    "clean_batch_staging",
     "read_sink",
     "sink_location",
     "write_batch",
@@ -265,6 +270,57 @@ def batch_in_sink(sink: SinkSettings, key: str) -> bool | None:
         return None
 
 
+STAGING_PREFIX = ".spark-staging-"
+
+
+def clean_batch_staging(sink: SinkSettings, keys: list[str]) -> list[str]:
+    """Remove Spark staging directories at the sink path that hold only these batch keys.
+
+    A dynamic-overwrite write stages its files under ``<path>/.spark-staging-<job uuid>/``
+    (Spark picks the uuid); a driver killed mid-write, or a failed commit whose abort could not
+    delete, leaves it behind. A staging directory is this batch's when every ``eh_batch=``
+    directory in it is one of ``keys``: the keys are the batch's intents, which only their
+    current owner writes, so a concurrent run's staging (other keys) is never touched, nor one
+    too new to hold any batch directory yet. Best effort: never raises (a leftover is only
+    litter, nobody reads it). Returns the removed paths.
+    """
+    if sink.path is None or sink.format == DELTALAKE_FORMAT:
+        return []
+    from pyarrow import fs as pafs
+
+    from resources.sink_storage import arrow_filesystem
+
+    wanted = {f"{BATCH_COLUMN}={k}" for k in keys}
+    removed: list[str] = []
+    try:
+        filesystem, root = arrow_filesystem(_delta_uri(sink.path), sink.storage_options)
+        entries = filesystem.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+        for entry in entries:
+            if entry.type != pafs.FileType.Directory or not entry.base_name.startswith(
+                STAGING_PREFIX
+            ):
+                continue
+            inside = filesystem.get_file_info(pafs.FileSelector(entry.path, recursive=True))
+            batches = {
+                e.base_name
+                for e in inside
+                if e.type == pafs.FileType.Directory and e.base_name.startswith(f"{BATCH_COLUMN}=")
+            }
+            if batches and batches <= wanted:
+                filesystem.delete_dir(entry.path)
+                removed.append(entry.path)
+                logger.info(
+                    "removed staging %s left by an earlier attempt of batch(es) %s",
+                    entry.path,
+                    sorted(b.split("=", 1)[1] for b in batches),
+                )
+    except Exception as exc:  # cannot list or delete: leave it, nobody reads staging
+        logger.warning(
+            "could not clean Spark staging under %s: %s", sink_location(sink), _cause(exc)
+        )
+    return removed
+
+
 def check_sink_layout(sink: SinkSettings) -> None:
     """Refuse a sink whose output on disk is partitioned differently from this writer's layout.
 
@@ -421,8 +477,14 @@ def write_batch(
             # any, so a wrong DataFrame never becomes visible.
             _write_deltalake(observed.withColumn(BATCH_COLUMN, _key_column(rng)), sink, rng)
         else:
+            keys = [batch_key(p, *r) for p, r in rng.items()]
+            clean_batch_staging(sink, keys)  # a crashed attempt's, before writing again
             keyed = observed.where(_in_ranges(rng)).withColumn(BATCH_COLUMN, _key_column(rng))
-            _write_spark(keyed, sink)
+            try:
+                _write_spark(keyed, sink)
+            except BaseException:
+                clean_batch_staging(sink, keys)  # when Spark's own abort could not
+                raise
     except (SinkError, ConfigurationError):
         raise
     except Exception as exc:

@@ -97,3 +97,76 @@ def test_hub_dying_mid_read_is_a_hub_error_and_a_rerun_lands_every_event_once(
         report = run_ingestion(cfg, spark, owner_id="second")
     assert report.complete
     assert_exactly_once(landed_events(out), sent_events(sent))
+
+
+@pytest.mark.spark
+def test_a_driver_killed_mid_write_leaves_staging_that_the_rerun_removes(
+    make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
+) -> None:
+    import contextlib
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    hub = make_eventhub(partitions=2)
+    sent = {p: [f"{p}-{i}-".encode() * 12 for i in range(4000)] for p in hub.partition_ids}
+    for pid, bodies in sent.items():
+        for i in range(0, len(bodies), 500):
+            hub.send(pid, bodies[i : i + 500])
+    os.environ["STG_EH_CONN"] = hub.connection_string
+    os.environ["STG_ST_CONN"] = azurite_connection_string
+    out = tmp_path / "out"
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "eventhub": {"connection_string": "${STG_EH_CONN}", "eventhub_name": hub.name},
+                "store": {"connection_string": "${STG_ST_CONN}", "container": container_name},
+                "sink": {"format": "parquet", "path": str(out)},
+                "join_grace_seconds": 0,
+                "report_lag_seconds": False,
+                "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": 1}},
+            }
+        )
+    )
+    root = Path(__file__).resolve().parent.parent
+
+    def spawn(name: str) -> subprocess.Popen:
+        env = {k: v for k, v in os.environ.items() if k != "EHINGEST_FAULT"}
+        return subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "-v", "run", "--config", str(cfg), "--owner", "n"],
+            cwd=root,
+            env=env,
+            stdout=(tmp_path / f"{name}.log").open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def staged() -> list[Path]:
+        return [s for s in out.glob(".spark-staging-*") if any(s.rglob("eh_batch=*"))]
+
+    first = spawn("killed")
+    try:
+        # Killed like a lost VM while its tasks write into Spark's staging directory.
+        while first.poll() is None and not staged():
+            time.sleep(0.01)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(first.pid, signal.SIGKILL)
+    left = staged()
+    assert left, "the kill did not land mid-write: " + (tmp_path / "killed.log").read_text()
+    rerun = spawn("rerun")
+    try:
+        assert rerun.wait(600) == 0, (tmp_path / "rerun.log").read_text()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(rerun.pid, signal.SIGKILL)
+    assert "removed staging" in (tmp_path / "rerun.log").read_text()
+    assert list(out.glob(".spark-staging-*")) == []
+    assert_exactly_once(landed_events(out), sent_events(sent))

@@ -237,3 +237,50 @@ def test_deltalake_table_is_a_readable_delta_table(spark: SparkSession, tmp_path
     # Only the latest write's files are live; the first write's were removed in the same commit.
     assert len(table.file_uris()) >= 1
     assert all("eh_batch=0-0-99" in uri for uri in table.file_uris())
+
+
+def _staging(path: Path) -> list[str]:
+    return sorted(p.name for p in path.glob(".spark-staging-*")) if path.exists() else []
+
+
+@pytest.mark.parametrize("partition_by", [(), ("partition",)])
+def test_leftover_staging_of_the_batch_is_removed_and_a_concurrent_runs_is_kept(
+    spark: SparkSession, tmp_path: Path, partition_by: tuple[str, ...]
+) -> None:
+    sink = make_sink("parquet", tmp_path, partition_by)
+    out = Path(str(sink.path))
+    write_batch(events(spark, {"0": (0, 9)}), sink, {"0": (0, 9)})
+    nest = "partition=0/" if partition_by else ""
+    # What a driver killed mid-write leaves (Spark names staging by a job uuid of its own) ...
+    ours = out / ".spark-staging-1111" / "_temporary/0/_temporary/attempt_1" / nest
+    (ours / f"{BATCH_COLUMN}=0-10-19").mkdir(parents=True)
+    (ours / f"{BATCH_COLUMN}=0-10-19" / "part-00000.parquet").write_bytes(b"partial")
+    # ... a concurrent run's staging of another batch, and one too new to hold a batch yet.
+    theirs = out / ".spark-staging-2222" / nest / f"{BATCH_COLUMN}=1-0-9"
+    theirs.mkdir(parents=True)
+    (theirs / "part-00000.parquet").write_bytes(b"theirs")
+    (out / ".spark-staging-3333").mkdir()
+    ranges = {"0": (10, 19)}
+    write_batch(events(spark, ranges), sink, ranges)
+    assert _staging(out) == [".spark-staging-2222", ".spark-staging-3333"]
+    assert (theirs / "part-00000.parquet").read_bytes() == b"theirs"
+    assert keys(read_sink(spark, sink)) == expected({"0": (0, 19)})
+
+
+def test_a_failed_write_leaves_no_staging_of_its_batch(spark: SparkSession, tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    sink = make_sink("parquet", tmp_path)
+    out = Path(str(sink.path))
+    ranges = {"0": (0, 299), "1": (0, 299)}
+    good = events(spark, ranges)
+    write_batch(good, sink, ranges)
+    boom = F.when(
+        (F.col("partition") == "1") & (F.col("sequenceNumber") == 250),
+        F.raise_error(F.lit("crash")),
+    ).otherwise(F.col("body"))
+    with pytest.raises(SinkError, match="crash"):
+        write_batch(good.withColumn("body", boom), sink, ranges)
+    assert _staging(out) == []
+    write_batch(good, sink, ranges)
+    assert _staging(out) == [] and keys(read_sink(spark, sink)) == expected(ranges)
