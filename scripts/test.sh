@@ -62,10 +62,19 @@ fi
 stop_tiers() { for p in "${tier_pid[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }
 trap stop_tiers INT TERM
 
-echo "== pytest"
+# The full main run is split over $PYTEST_WORKERS pytest-xdist workers (each with its own
+# Azurite, emulator and SparkSession; tests isolate by uuid-named hubs, containers and tmp
+# dirs): many of its tests wait on subprocesses, Spark jobs and services, and once the tiers end
+# one serial pytest leaves a core idle. PYTEST_WORKERS=0 runs it serially. Narrowed runs (args)
+# stay serial unless they pass -n themselves.
+XDIST=()
+if [ $# -eq 0 ] && [ "${PYTEST_WORKERS:-2}" != 0 ]; then
+  XDIST=(-n "${PYTEST_WORKERS:-2}" --dist worksteal)
+fi
+echo "== pytest ${XDIST[*]}"
 T=$(date +%s)
 rc=0
-uv run --frozen pytest "$@" || rc=$?
+uv run --frozen pytest "${XDIST[@]}" "$@" || rc=$?
 echo "== pytest (main run) exit $rc in $(since "$T")"
 
 for name in "${!tier_pid[@]}"; do
