@@ -983,7 +983,7 @@ def run_ingestion(
         SinkError: the sink cannot be written.
     """
     from ops.ingest import SparkIngestor
-    from ops.write import check_sink_for_session, check_sink_layout
+    from ops.write import check_sink_for_session, check_sink_format, check_sink_layout
     from resources.hub_client import EventHubClient
 
     if spark is not None:
@@ -1010,6 +1010,9 @@ def run_ingestion(
         },
         spark_factory=spark_factory,
     )
+    # A data source Spark does not have would fail at the first write, after the claims: ask
+    # the session now (it starts here only for a format that needs the question).
+    check_sink_format(config.sink, lambda: ingestor.spark)
     if replay is not None:
         processor = Processor(
             config,

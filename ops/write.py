@@ -34,7 +34,7 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -63,6 +63,7 @@ __all__ = [
     "batch_in_sink",
     "batch_key",
     "check_sink_for_session",
+    "check_sink_format",
     "check_sink_layout",
     "check_sink_reachable",
     "clean_batch_staging",
@@ -268,6 +269,55 @@ def batch_in_sink(sink: SinkSettings, key: str) -> bool | None:
         )
     except Exception:
         return None
+
+
+#: Spark formats every session has: no need to start a session to check them.
+_BUILTIN_FORMATS = ("parquet", "orc", "json")
+
+
+def check_sink_format(sink: SinkSettings, spark: SparkSession | Callable[[], SparkSession]) -> None:
+    """Refuse a Spark format the session has no data source for, before anything is claimed.
+
+    A fully qualified class name (or ``delta``, ``avro``, ... without their package) would
+    otherwise fail at the first write, after claims and intents. The probe is engine-neutral
+    (classic sessions and Spark Connect alike, no JVM access): reading the format from a path
+    that does not exist fails with ``DATA_SOURCE_NOT_FOUND`` only when there is no such source;
+    any other failure (the path, a write-only source, missing options) means it exists.
+    ``spark``: the session, or a callable starting it (only called when a probe is needed).
+
+    Raises:
+        ConfigurationError: no data source of that name; names it and what is valid.
+    """
+    if sink.format == DELTALAKE_FORMAT or sink.format in _BUILTIN_FORMATS:
+        return
+    session = spark if not callable(spark) else spark()
+    probe = f"/ehingest-format-probe-{uuid.uuid4().hex}/does-not-exist"
+    try:
+        session.read.format(sink.format).load(probe)
+    except Exception as exc:
+        if not _source_missing(exc):
+            return
+        raise ConfigurationError(
+            f"sink format {sink.format!r}: the Spark session has no data source of that name "
+            f"({_cause(exc)[:300]}); nothing was claimed or written. Use parquet, orc or json, "
+            "delta/avro/iceberg/hudi with their package in the session (spark.jars.packages), "
+            f"{DELTALAKE_FORMAT} (delta-rs, no jars), or the fully qualified class name of a "
+            "data source on the session's classpath (spark.jars)."
+        ) from None
+
+
+def _source_missing(exc: BaseException) -> bool:
+    error_class = None
+    get = getattr(exc, "getErrorClass", None) or getattr(exc, "getCondition", None)
+    if callable(get):
+        try:
+            error_class = get()
+        except Exception:
+            error_class = None
+    if error_class == "DATA_SOURCE_NOT_FOUND":
+        return True
+    text = str(exc)
+    return "DATA_SOURCE_NOT_FOUND" in text or "Failed to find the data source" in text
 
 
 STAGING_PREFIX = ".spark-staging-"

@@ -83,3 +83,33 @@ def test_run_and_status_from_the_command_line(
     assert refused.returncode == 2
     assert "store.connection_string: the config file holds a literal secret" in refused.stderr
     assert "Eby8vdM02" not in refused.stderr
+
+
+def test_an_unknown_spark_data_source_is_a_config_error_before_any_claim(
+    make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
+) -> None:
+    from azure.storage.blob import BlobServiceClient
+
+    hub = make_eventhub(partitions=2)
+    for pid in hub.partition_ids:
+        hub.send(pid, [f"{pid}-{i}".encode() for i in range(5)])
+    env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
+    config = {
+        "eventhub": {"connection_string": "${EH_CONN}", "eventhub_name": hub.name},
+        "store": {"connection_string": "${ST_CONN}", "container": container_name},
+        "sink": {"format": "com.example.NoSuchSource", "path": str(tmp_path / "out")},
+        "spark": {"master": "local[1]"},
+    }
+    path = tmp_path / "ehingest.yaml"
+    path.write_text(yaml.safe_dump(config))
+    done = ehingest("run", "--config", str(path), "--owner", "probe", env=env)
+    assert done.returncode == 2, done.stderr[-3000:]
+    err = done.stderr
+    assert "sink format 'com.example.NoSuchSource'" in err and "no data source" in err
+    assert "nothing was claimed or written" in err and "fully qualified class name" in err
+    assert "Traceback" not in err
+    # Not one blob: no heartbeat, no lease, no intent.
+    service = BlobServiceClient.from_connection_string(azurite_connection_string)
+    container = service.get_container_client(container_name)
+    assert not container.exists() or list(container.list_blobs()) == []
+    assert not (tmp_path / "out").exists()

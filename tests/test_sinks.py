@@ -192,6 +192,20 @@ def test_unwritable_path_is_a_sink_error(spark: SparkSession, tmp_path: Path, ki
     assert "writable" in msg
 
 
+def test_an_unknown_data_source_class_is_found_before_writing(spark: SparkSession) -> None:
+    from ops.write import check_sink_format
+
+    with pytest.raises(ConfigurationError) as err:
+        check_sink_format(SinkSettings(format="com.example.NoSuchSource", path="/x"), spark)
+    assert "'com.example.NoSuchSource'" in str(err.value) and "parquet" in str(err.value)
+    # A source that exists but cannot read (write-only) passes; so do the built-in formats,
+    # without even starting a session.
+    noop = "org.apache.spark.sql.execution.datasources.noop.NoopDataSource"
+    check_sink_format(SinkSettings(format=noop, path="/x"), spark)
+    check_sink_format(SinkSettings(format="parquet", path="/x"), pytest.fail)
+    check_sink_format(SinkSettings(format="deltalake", path="/x"), pytest.fail)
+
+
 def test_unknown_spark_format_is_a_sink_error(spark: SparkSession, tmp_path: Path) -> None:
     sink = SinkSettings(format="nosuchformat", path=str(tmp_path / "x"))
     with pytest.raises(SinkError, match="nosuchformat"):
