@@ -187,12 +187,15 @@ def next_step(
     begin_sequence_number: int,
     on_data_loss: OnDataLoss,
     hub: str = "",
+    max_events: int | None = None,
 ) -> Step:
     """Decide one cycle's work on a partition from the state read under a held lease.
 
     A pending intent is always replayed exactly (same range, so the idempotent write yields the
     same output once), whatever this run's bound is. Otherwise the range is
-    ``[checkpoint + 1, bound.end]``: a peer may have moved the checkpoint since the snapshot.
+    ``[checkpoint + 1, bound.end]`` (a peer may have moved the checkpoint since the snapshot),
+    cut to its first ``max_events`` events (``max_events_per_cycle``): the rest is read in
+    later cycles, by this run or a peer that claims the partition meanwhile.
     """
     cp = checkpoint.sequence_number if checkpoint is not None else None
     pid = bound.partition_id
@@ -231,7 +234,7 @@ def next_step(
             raise DataLossError(_data_loss_message(hub, pid, cp + 1, begin - 1, begin))
         skipped = (cp + 1, begin_sequence_number - 1)
         start = begin_sequence_number
-    end = target
+    end = target if max_events is None else min(target, start - 1 + max_events)
     if end < start:
         if skipped is not None:
             return Step("skip", skipped[0], skipped[1], skipped=skipped)

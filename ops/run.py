@@ -681,7 +681,8 @@ class Processor:
     ) -> Step:
         begin = infos[pid].begin_sequence_number
         cp = _effective(sdk_cp, own.progress)
-        step = next_step(bound, cp, own.intent, begin, self.config.on_data_loss, self.hub_desc)
+        cap = self.config.max_events_per_cycle
+        step = next_step(bound, cp, own.intent, begin, self.config.on_data_loss, self.hub_desc, cap)
         if step.kind == "clear" and cp is not None:
             # A checkpoint written elsewhere (an SDK processor) already covers the intent.
             keeper.apply(
@@ -690,7 +691,7 @@ class Processor:
                     o, cp.sequence_number, cp.offset, hub_created_ms=self._hub_created
                 ),
             )
-            step = next_step(bound, cp, None, begin, self.config.on_data_loss, self.hub_desc)
+            step = next_step(bound, cp, None, begin, self.config.on_data_loss, self.hub_desc, cap)
         if step.kind == "read":
             keeper.apply(
                 pid,

@@ -774,6 +774,13 @@ class RunOptions(StrictModel):
     max_events_per_partition: int = Field(
         default=100_000, description="At most this many new events per partition per run (>= 1)."
     )
+    max_events_per_cycle: int | None = Field(
+        default=20_000,
+        description="At most this many events per partition in one claim cycle (>= 1): a run "
+        "checkpoints in batches of this size and releases its leases between them, so a "
+        "concurrent run over the same partitions claims its share, and the landed count moves "
+        "at each batch. Unset reads a run's whole range in one cycle (one Spark job).",
+    )
     lease_expiry_seconds: float = Field(
         default=60.0,
         description="A lease not renewed for this long (on the store's clock) may be taken over.",
@@ -844,6 +851,11 @@ class RunOptions(StrictModel):
     @field_validator("max_events_per_partition")
     @classmethod
     def _max_events(cls, value: int) -> int:
+        return _at_least(value, 1, integer=True)
+
+    @field_validator("max_events_per_cycle")
+    @classmethod
+    def _max_cycle(cls, value: int | None) -> int | None:
         return _at_least(value, 1, integer=True)
 
     @field_validator("lease_expiry_seconds")

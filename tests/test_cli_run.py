@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,90 @@ def test_an_unknown_spark_data_source_is_a_config_error_before_any_claim(
     container = service.get_container_client(container_name)
     assert not container.exists() or list(container.list_blobs()) == []
     assert not (tmp_path / "out").exists()
+
+
+def test_two_concurrent_runs_over_the_same_partitions_split_the_work(
+    make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
+) -> None:
+    """Two real ``ehingest run`` processes over the same 4 partitions, the second started while
+    the first reads: with batches of max_events_per_cycle, the first releases its leases between
+    batches and claims only its share, so both read events; every event lands once."""
+    from resources.settings import EventHubSettings, StoreSettings
+    from resources.store import PartitionStore
+    from tests.landed import assert_exactly_once, landed_events, sent_events
+
+    hub = make_eventhub(partitions=4)
+    sent = {pid: [f"{pid}-{i}-share".encode() * 4 for i in range(120)] for pid in hub.partition_ids}
+    for pid, bodies in sent.items():
+        for i in range(0, len(bodies), 100):
+            hub.send(pid, bodies[i : i + 100])
+    env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
+    out = tmp_path / "out"
+    config = {
+        "eventhub": {"connection_string": "${EH_CONN}", "eventhub_name": hub.name},
+        "store": {"connection_string": "${ST_CONN}", "container": container_name},
+        "sink": {"format": "parquet", "path": str(out)},
+        "strategy": "balanced",
+        "max_events_per_cycle": 30,
+        "lease_expiry_seconds": 15,
+        "report_lag_seconds": False,
+        "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": 1}},
+    }
+    path = tmp_path / "ehingest.yaml"
+    path.write_text(yaml.safe_dump(config))
+
+    def spawn(owner: str) -> subprocess.Popen:
+        # Files, not pipes: a peer blocked on a full pipe would hold its leases forever.
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cli.main",
+                "run",
+                "--config",
+                str(path),
+                "--owner",
+                owner,
+                "--json",
+            ],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=open(tmp_path / f"{owner}.json", "w"),  # noqa: SIM115 - closed with the child
+            stderr=open(tmp_path / f"{owner}.log", "w"),  # noqa: SIM115
+            text=True,
+        )
+
+    first = spawn("share-a")
+    second: subprocess.Popen | None = None
+    try:
+        # Start the second once the first has checkpointed its first batch (it is reading).
+        ps = PartitionStore(
+            StoreSettings(
+                container=container_name, connection_string=azurite_connection_string
+            ).backend(),
+            EventHubSettings(
+                eventhub_name=hub.name, connection_string=hub.connection_string
+            ).hub_ref(),
+        )
+        deadline = time.monotonic() + 180
+        while not ps.list_checkpoints() and time.monotonic() < deadline:
+            assert first.poll() is None, (tmp_path / "share-a.log").read_text()[-3000:]
+            time.sleep(0.2)
+        second = spawn("share-b")
+        first.wait(400)
+        second.wait(400)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+    a_err = (tmp_path / "share-a.log").read_text()
+    b_err = (tmp_path / "share-b.log").read_text()
+    a_out = (tmp_path / "share-a.json").read_text()
+    b_out = (tmp_path / "share-b.json").read_text()
+    assert first.returncode == 0, a_err[-3000:]
+    assert second.returncode == 0, b_err[-3000:]
+    a, b = json.loads(a_out), json.loads(b_out)
+    assert a["complete"] and b["complete"]
+    assert a["events"] > 0 and b["events"] > 0, (a["events"], b["events"])
+    assert a["events"] + b["events"] == 480
+    assert_exactly_once(landed_events(out), sent_events(sent))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -140,6 +141,75 @@ def test_range_starts_after_a_checkpoint_a_peer_moved() -> None:
     step = next_step(bound, Checkpoint("0", 30), None, 0, "fail")
     assert (step.kind, step.start, step.end) == ("read", 31, 59)
     assert next_step(bound, Checkpoint("0", 59), None, 0, "fail").kind == "done"
+
+
+def test_cycle_cap_cuts_a_read_but_never_a_pending_intent() -> None:
+    bound = snapshot_bound(info(), Checkpoint("0", 9), 1000, "fail")  # [10, 99]
+    step = next_step(bound, Checkpoint("0", 9), None, 0, "fail", max_events=25)
+    assert (step.kind, step.start, step.end) == ("read", 10, 34)
+    last = next_step(bound, Checkpoint("0", 89), None, 0, "fail", max_events=25)
+    assert (last.start, last.end) == (90, 99)  # the bound still ends the run
+    replay = next_step(bound, Checkpoint("0", 9), Intent(10, 80, "dead"), 0, "fail", 25)
+    assert (replay.kind, replay.start, replay.end) == ("replay", 10, 80)  # replayed exactly
+
+
+def test_capped_cycles_checkpoint_in_batches() -> None:
+    hub = FakeHub(2)
+    hub.send_all(45)
+    proc, _store, sink = make(hub, max_events_per_cycle=20)
+    report = proc.run()
+    assert report.complete and report.cycles == 3
+    assert [c["0"] for c in sink.calls] == [(0, 19), (20, 39), (40, 44)]
+    assert report.partitions["0"].ranges_written == [(0, 19), (20, 39), (40, 44)]
+    assert sink.rows() == sink.expected()
+
+
+@pytest.mark.parametrize("strategy", ["balanced", "greedy"])
+def test_a_run_joining_mid_read_claims_a_share_of_the_same_partitions(strategy: str) -> None:
+    """Two runs over the same 4 partitions: the second starts while the first reads its first
+    batch; between batches the first releases and claims only its share, so both read."""
+    hub = FakeHub(4)
+    hub.send_all(60)
+    backend = InMemoryBackend()
+    sink = FakeIngestor(hub)
+    b_polled = threading.Event()
+    reports: dict[str, object] = {}
+    errors: list[BaseException] = []
+
+    def run(name: str, before=None) -> None:
+        store = PartitionStore(backend, HUB)
+        base = real_claim(store, name, strategy, 5.0)
+
+        def claim(targets, _c=base):
+            got = _c(targets)
+            if name == "b":
+                b_polled.set()
+            return got
+
+        cfg = config(max_events_per_cycle=10, join_grace_seconds=0)
+        ing = _Shared(sink, before or (lambda _r: time.sleep(0.02)), lambda _r: None)
+        proc = Processor(cfg, store, hub, ing, owner_id=name, claim=claim)
+        try:
+            reports[name] = proc.run()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    second = threading.Thread(target=run, args=("b",))
+
+    def first_read(_ranges) -> None:
+        if not second.is_alive() and not b_polled.is_set():
+            second.start()  # b starts while a holds every partition and reads
+            assert b_polled.wait(10)
+        time.sleep(0.02)
+
+    run("a", first_read)
+    second.join(30)
+    assert not errors
+    a, b = reports["a"], reports["b"]
+    assert a.complete and b.complete  # type: ignore[attr-defined]
+    assert a.events > 0 and b.events > 0, (a.events, b.events)  # type: ignore[attr-defined]
+    assert a.events + b.events == 240  # type: ignore[attr-defined]
+    assert sink.rows() == sink.expected()
 
 
 def test_replay_ranges_positions_and_errors() -> None:
