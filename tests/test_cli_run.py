@@ -162,8 +162,8 @@ def test_two_concurrent_runs_over_the_same_partitions_split_the_work(
             ],
             cwd=ROOT,
             env={**os.environ, **env},
-            stdout=open(tmp_path / f"{owner}.json", "w"),  # noqa: SIM115 - closed with the child
-            stderr=open(tmp_path / f"{owner}.log", "w"),  # noqa: SIM115
+            stdout=open(tmp_path / f"{owner}.json", "w"),
+            stderr=open(tmp_path / f"{owner}.log", "w"),
             text=True,
         )
 
