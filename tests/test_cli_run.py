@@ -116,6 +116,8 @@ def test_an_unknown_spark_data_source_is_a_config_error_before_any_claim(
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
 def test_two_concurrent_runs_over_the_same_partitions_split_the_work(
     make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
 ) -> None:
