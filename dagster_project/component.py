@@ -306,8 +306,12 @@ def build_eventhub_ingest_defs(
     backfill_max_partitions_per_run: int | None = None,
     lag_check_every_minutes: float = 5,
     lag_check_running: bool = False,
+    retry_policy: dg.RetryPolicy | None = None,
 ) -> dg.Definitions:
     """Everything for one hub in Python: asset (+ lag check), job, schedule, sensor, resources.
+
+    ``retry_policy`` replaces :func:`dagster_project.assets.default_retry_policy` (transient
+    errors only; configuration and data-loss errors are never retried).
 
     Resource keys are prefixed by the asset name so several hubs can live in one project.
 
@@ -336,6 +340,7 @@ def build_eventhub_ingest_defs(
         group_name=group_name,
         description=description,
         backfill_max_partitions_per_run=backfill_max_partitions_per_run,
+        retry_policy=retry_policy,
         metadata=definition_metadata(sink.path, sink.table),
     )
     assert asset.partitions_def is not None

@@ -22,6 +22,7 @@ from dagster_project.assets import RUNNER_TAG
 from dagster_project.checks import LAG_CHECK_NAME
 from resources.settings import StoreSettings
 from resources.store import PartitionStore
+from tests.fixtures.dagster import FAST_RETRY
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -252,6 +253,9 @@ def test_leases_of_a_live_run_are_not_taken_before_expiry(
     defs = env["defs"](lease_expiry_seconds=600, run_timeout_seconds=8)
     result = _run(defs, dagster_instance, tags=RANGE)
     assert not result.success
+    # Every retry of the policy (tests/fixtures/dagster.py: FAST_RETRY) met the same live leases.
+    types = [e.event_type_value for e in result.all_events]
+    assert types.count("STEP_UP_FOR_RETRY") == FAST_RETRY.max_retries
     assert _materializations(result) == {}
     assert {o.owner_id for o in env["store"].list_ownership().values()} == {live.run_id}
 
