@@ -16,12 +16,6 @@ since() { echo "$(( $(date +%s) - $1 ))s"; }
 source scripts/_bootstrap.sh
 echo "== bootstrap done in $(since "$T0")"
 
-T=$(date +%s)
-echo "== ruff"; uv run --frozen ruff check .
-uv run --frozen ruff format --check .
-echo "== mypy"; uv run --frozen mypy
-echo "== lint and types done in $(since "$T")"
-
 if [ $# -eq 0 ]; then TIERS=${TIERS:-all}; else TIERS=${TIERS:-none}; fi
 TIER_LOGS=${TIER_LOGS:-$(mktemp -d -t ehingest-tiers.XXXXXX)}
 export TIER_LOGS
@@ -39,28 +33,38 @@ tier_files() {
 }
 # Runs one tier and writes its end time: the summary below is printed after the main pytest run,
 # which may finish long after the tier did. TERM/INT reach the tier's script.
-run_tier() {
-  local child trc=0
-  bash "$1" >"$TIER_LOGS/$2.log" 2>&1 &
+run_tier() {  # name command...
+  local name=$1 child trc=0
+  shift
+  "$@" >"$TIER_LOGS/$name.log" 2>&1 &
   child=$!
   trap 'kill -TERM "$child" 2>/dev/null' TERM INT
   wait "$child" || trc=$?
   while kill -0 "$child" 2>/dev/null; do trc=0; wait "$child" || trc=$?; done
-  date +%s >"$TIER_LOGS/$2.end"
+  date +%s >"$TIER_LOGS/$name.end"
   return "$trc"
+}
+start_tier() {  # name command...
+  echo "== $1 (background, log: $TIER_LOGS/$1.log)"
+  tier_start[$1]=$(date +%s)
+  run_tier "$@" &
+  tier_pid[$1]=$!
 }
 if [ "$TIERS" != none ]; then
   for f in $(tier_files); do
     name=$(basename "$f" .sh)
     if [ "$TIERS" != all ] && [[ " $TIERS " != *" $name "* ]]; then continue; fi
-    echo "== tier $name (background, log: $TIER_LOGS/$name.log)"
-    tier_start[$name]=$(date +%s)
-    run_tier "$f" "$name" &
-    tier_pid[$name]=$!
+    start_tier "$name" bash "$f"
   done
 fi
 stop_tiers() { for p in "${tier_pid[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }
-trap stop_tiers INT TERM
+trap stop_tiers INT TERM EXIT
+
+# Lint and format fail fast; the type checker (minutes on a cold cache) runs beside the tests
+# like a tier, so it is not on the main run's critical path.
+echo "== ruff"; uv run --frozen ruff check .
+uv run --frozen ruff format --check .
+start_tier mypy uv run --frozen mypy
 
 # The full main run is split over $PYTEST_WORKERS pytest-xdist workers (each with its own
 # Azurite, emulator and SparkSession; tests isolate by uuid-named hubs, containers and tmp
@@ -82,9 +86,9 @@ for name in "${!tier_pid[@]}"; do
   end=$(cat "$TIER_LOGS/$name.end" 2>/dev/null || date +%s)
   secs=$(( end - ${tier_start[$name]} ))
   if [ "$trc" -eq 0 ]; then
-    echo "== tier $name: passed in ${secs}s ($(grep -E '[0-9]+ (passed|failed)' "$TIER_LOGS/$name.log" | tail -n 1))"
+    echo "== $name: passed in ${secs}s ($(grep -E '[0-9]+ (passed|failed)|^Success' "$TIER_LOGS/$name.log" | tail -n 1))"
   else
-    echo "== tier $name: FAILED (exit $trc) in ${secs}s; last lines of $TIER_LOGS/$name.log:"
+    echo "== $name: FAILED (exit $trc) in ${secs}s; last lines of $TIER_LOGS/$name.log:"
     tail -n 60 "$TIER_LOGS/$name.log" | sed 's/^/   | /'
     rc=1
   fi
