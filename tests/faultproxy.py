@@ -7,6 +7,8 @@ and injects the faults a network or a dying service causes.
 - ``drop_response_after(marker)``: the first request whose bytes contain ``marker`` reaches
   the service, but its response is swallowed and the connection closed: a write that
   succeeded and whose answer was lost.
+- ``die_at(marker)``: the service dies when a request containing ``marker`` arrives (that
+  request never reaches it): e.g. the store killed at the checkpoint.
 - ``dead``: set it to refuse service from now on (connections are accepted, then closed).
 
 Everything runs on daemon threads on 127.0.0.1; use it as a context manager (always stopped).
@@ -32,6 +34,8 @@ class FaultProxy:
         self.cuts = 0
         self.dropped: list[bytes] = []
         self._drop_marker: bytes | None = None
+        self._die_marker: bytes | None = None
+        self.died: list[bytes] = []
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
@@ -52,6 +56,11 @@ class FaultProxy:
         """Swallow the response to the next request containing ``marker`` (then close)."""
         with self._lock:
             self._drop_marker = marker
+
+    def die_at(self, marker: bytes) -> None:
+        """Go ``dead`` when the next request containing ``marker`` arrives (not forwarded)."""
+        with self._lock:
+            self._die_marker = marker
 
     def stop(self) -> None:
         """Close the listener and every connection."""
@@ -96,6 +105,11 @@ class FaultProxy:
                     break
                 if up:
                     with self._lock:
+                        if self._die_marker is not None and self._die_marker in data:
+                            self.died.append(self._die_marker)
+                            self._die_marker = None
+                            self.dead = True
+                            break
                         if self._drop_marker is not None and self._drop_marker in data:
                             self.dropped.append(self._drop_marker)
                             self._drop_marker = None

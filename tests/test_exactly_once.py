@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,130 @@ def test_concurrent_runs_killed_at_every_step_land_each_event_exactly_once(
     expected = sent_events(sender.sent)
     assert_exactly_once(landed_events(out), expected)
     assert sum(expected.values()) > 500
+
+
+def _send(hub, sent: dict[str, list[bytes]], n: int, tag: str) -> None:
+    for pid in hub.partition_ids:
+        bodies = [f"{tag}-p{pid}-e{i}-".encode() * 12 for i in range(n)]
+        for i in range(0, n, 500):
+            hub.send(pid, bodies[i : i + 500])
+        sent.setdefault(pid, []).extend(bodies)
+
+
+@pytest.mark.spark
+def test_the_fault_scenarios_keep_output_equal_to_input(
+    spark, eventhub_emulator, azurite_connection_string: str, container_name: str, tmp_path: Path
+) -> None:
+    """The same claim across the edge states of issue 9, one after another on one sink: the hub
+    dying mid-read, the store dying at the checkpoint and at a random moment, a checkpoint whose
+    response was lost, a duplicate owner id, the hub re-created (checkpoint ahead: refused, then
+    reset on request). Each run's outcome may be an error; the output must stay exact."""
+    import re
+
+    from ops.run import IngestConfig, run_ingestion
+    from resources.errors import (
+        CheckpointAheadError,
+        DuplicateOwnerError,
+        EventHubUnavailableError,
+        StoreUnavailableError,
+    )
+    from resources.settings import EventHubSettings, SinkSettings, StoreSettings
+    from tests.faultproxy import FaultProxy
+
+    hub = eventhub_emulator.create_hub(partitions=2)
+    out = tmp_path / "out"
+    old: dict[str, list[bytes]] = {}
+    store_port = int(
+        re.search(r"BlobEndpoint=http://127\.0\.0\.1:(\d+)", azurite_connection_string)[1]
+    )
+    with (
+        FaultProxy(("127.0.0.1", eventhub_emulator.port)) as hub_proxy,
+        FaultProxy(("127.0.0.1", store_port)) as store_proxy,
+    ):
+        cfg = IngestConfig(
+            eventhub=EventHubSettings(
+                eventhub_name=hub.name,
+                connection_string=hub.connection_string.replace(
+                    f":{eventhub_emulator.port}", f":{hub_proxy.port}"
+                ),
+            ),
+            store=StoreSettings(
+                container=container_name,
+                connection_string=azurite_connection_string.replace(
+                    f":{store_port}/", f":{store_proxy.port}/"
+                ),
+            ),
+            sink=SinkSettings(format="parquet", path=str(out)),
+            lease_expiry_seconds=15.0,
+            receive_timeout_seconds=5.0,
+            join_grace_seconds=0.0,
+            report_lag_seconds=False,
+        )
+
+        def run(owner: str, **overrides):
+            return run_ingestion(cfg.replace(**overrides), spark, owner_id=owner)
+
+        def revive() -> None:
+            for proxy in (hub_proxy, store_proxy):
+                proxy.dead, proxy.cut_after_bytes = False, None
+
+        # 1. The hub dies mid-read: nothing written, the intents stay.
+        _send(hub, old, 1500, "a")
+        hub_proxy.cut_after_bytes = 64 * 1024
+        with pytest.raises(EventHubUnavailableError):
+            run("hub-dies")
+        assert hub_proxy.cuts == 1
+        revive()
+        # 2. The store dies at the checkpoint: the replayed batch is written, not checkpointed.
+        store_proxy.die_at(b"x-ms-meta-ehisequencenumber")
+        with pytest.raises(StoreUnavailableError):
+            run("store-dies")
+        assert store_proxy.died
+        revive()
+        # 3. A checkpoint written whose response was lost: a success, not a lost race.
+        _send(hub, old, 200, "b")
+        store_proxy.drop_response_after(b"x-ms-meta-ehisequencenumber")
+        assert run("lost-response").complete
+        assert store_proxy.dropped
+        # 4. A second process with a live owner id (here: the same process's running instance).
+        from ops.balancing.liveness import OwnerInstance, take_owner_id
+        from resources.store import PartitionStore
+
+        live = OwnerInstance.current()
+        live.start()
+        try:
+            holder = PartitionStore(
+                cfg.store.backend(), cfg.eventhub.hub_ref(), instance=live.token()
+            )
+            take_owner_id(holder, "twin", live, expiry=timedelta(seconds=15))
+            _send(hub, old, 100, "c")
+            with pytest.raises(DuplicateOwnerError):
+                run("twin")
+        finally:
+            live.stop()
+        # 5. The store dies at a random moment of a run (claim, intent, read, checkpoint...).
+        _send(hub, old, 300, "d")
+        timer = threading.Timer(
+            random.Random(9).uniform(0.5, 4.0), setattr, (store_proxy, "dead", True)
+        )
+        timer.start()
+        try:
+            run("store-dies-anytime")
+        except StoreUnavailableError:
+            pass
+        finally:
+            timer.cancel()
+            revive()
+        assert run("after-outages").complete
+        assert_exactly_once(landed_events(out), sent_events(old))
+        # 6. The hub is deleted and re-created under its name: numbers restart at 0. Refused
+        #    (nothing read, nothing lost), then reset on request: both hubs' events once.
+        eventhub_emulator.delete_hub(hub.name)
+        hub = eventhub_emulator.create_hub(hub.name, partitions=2)
+        new: dict[str, list[bytes]] = {}
+        _send(hub, new, 40, "new")
+        with pytest.raises(CheckpointAheadError):
+            run("ahead")
+        assert_exactly_once(landed_events(out), sent_events(old))
+        assert run("reset", on_checkpoint_ahead="reset_to_earliest").complete
+    assert_exactly_once(landed_events(out), sent_events(old) + sent_events(new))
