@@ -262,7 +262,7 @@ def sink_settings(conn: ConnectionLike) -> SinkSettings:
         ),
     )
     spark = spark_settings(conn)
-    from ops.write import check_sink_reachable
+    from ops.sink_checks import check_sink_reachable
 
     # Before anything is claimed or a JVM starts: a local path a cluster cannot share.
     _wrap(

@@ -219,7 +219,7 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> CliConfig:
     )
     spark = spec.spark
     master = spark.effective_master
-    from ops.write import check_sink_reachable
+    from ops.sink_checks import check_sink_reachable
     from resources.spark_kind import is_local_master
 
     # Before anything is claimed or a JVM starts: a local sink path a cluster cannot share.

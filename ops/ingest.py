@@ -101,12 +101,15 @@ class SparkIngestor:
     def spark(self) -> SparkSession:
         """The session, started locally on first use when none was given."""
         if self._spark is None:
-            if self._factory is not None:
-                self._spark = self._factory()
-            else:
-                from resources.spark_session import local_spark_session
+            from ops.progress import phase
 
-                self._spark = local_spark_session("ehingest")
+            with phase("spark_start"):
+                if self._factory is not None:
+                    self._spark = self._factory()
+                else:
+                    from resources.spark_session import local_spark_session
+
+                    self._spark = local_spark_session("ehingest")
         return self._spark
 
     @property

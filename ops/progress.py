@@ -11,12 +11,107 @@ tracker (:func:`spark_task_counts`); events count once their range is checkpoint
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["PartitionProgress", "ProgressFn", "ReadTicker", "RunProgress", "spark_task_counts"]
+__all__ = [
+    "PHASES",
+    "PartitionProgress",
+    "PhaseClock",
+    "ProgressFn",
+    "ReadTicker",
+    "RunProgress",
+    "phase",
+    "spark_task_counts",
+]
+
+#: The phases a run reports (``RunReport.phases``), in the order they first happen.
+PHASES = (
+    "startup",  # CLI only: interpreter start, imports, config file (process start -> run)
+    "management",  # sink layout check, hub properties, consumer group, store client
+    "snapshot",  # checkpoints, ownerships and partition bounds before anything is claimed
+    "claims",  # claim cycles (incl. the join grace) and the store reads of each loop
+    "planning",  # SDK checkpoints, next step per partition, intents written
+    "spark_start",  # starting the SparkSession (only when there is something to read)
+    "read_write",  # the Spark job: executors read the ranges and write the sink
+    "verify",  # reading the batch's row count back from the sink
+    "checkpoint",  # checkpoints moved and leases released
+    "report",  # the final look at the hub and store for the report (lag)
+)
+
+
+class PhaseClock:
+    """Wall and driver-CPU seconds per phase of one run; nested phases are not double counted.
+
+    ``with clock.phase("claims"): ...`` adds to ``claims``; a phase entered inside another
+    (``spark_start`` inside ``read_write``) is subtracted from the outer one, so the phases
+    add up to the run's time. CPU is this process's (``time.process_time``): a local Spark's
+    JVM and Python workers are other processes (bench/ingest_throughput.py counts them).
+    """
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.cpu_seconds: dict[str, float] = {}
+        self._stack: list[list[float]] = []  # per open phase: [child wall, child cpu]
+
+    def add(self, name: str, seconds: float, cpu_seconds: float = 0.0) -> None:
+        """Add time measured elsewhere (e.g. the CLI's start-up) to ``name``."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        self.cpu_seconds[name] = self.cpu_seconds.get(name, 0.0) + cpu_seconds
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time the block as ``name`` (exclusive of phases nested in it)."""
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        self._stack.append([0.0, 0.0])
+        token = _CLOCK.set(self)
+        try:
+            yield
+        finally:
+            _CLOCK.reset(token)
+            wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+            child_wall, child_cpu = self._stack.pop()
+            self.add(name, wall - child_wall, cpu - child_cpu)
+            if self._stack:
+                self._stack[-1][0] += wall
+                self._stack[-1][1] += cpu
+
+    def as_dict(self) -> dict[str, dict[str, float]]:
+        """``{phase: {"seconds": s, "cpu_seconds": c}}`` in :data:`PHASES` order."""
+        names = [p for p in PHASES if p in self.seconds]
+        names += [p for p in self.seconds if p not in PHASES]
+        return {
+            p: {"seconds": round(self.seconds[p], 3), "cpu_seconds": round(self.cpu_seconds[p], 3)}
+            for p in names
+        }
+
+    def line(self) -> str:
+        """``startup 0.9 s, management 0.4 s, ...`` for a log line."""
+        return ", ".join(f"{p} {v['seconds']:.2f} s" for p, v in self.as_dict().items())
+
+
+_CLOCK: contextvars.ContextVar[PhaseClock | None] = contextvars.ContextVar(
+    "ehingest_phase_clock", default=None
+)
+
+
+@contextlib.contextmanager
+def phase(name: str) -> Iterator[None]:
+    """Time the block as ``name`` on the clock of the phase around it; nothing without one.
+
+    For code below the run (the writer's verification, the session start) that has no clock
+    passed to it.
+    """
+    clock = _CLOCK.get()
+    if clock is None:
+        yield
+        return
+    with clock.phase(name):
+        yield
 
 
 @dataclass

@@ -17,6 +17,7 @@ The loop (docs/run.md has the exactly-once argument step by step):
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from ops.plan import (
     sink_layout,
     snapshot_bound,
 )
-from ops.progress import ProgressFn, ReadTicker, RunProgress, progress_targets
+from ops.progress import PhaseClock, ProgressFn, ReadTicker, RunProgress, progress_targets
 from resources.config import IngestSpec, RunOptions, format_validation_error
 from resources.errors import (
     CheckpointAheadError,
@@ -52,6 +53,9 @@ from resources.store import Checkpoint, Ownership, PartitionStore
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from ops.balancing.liveness import OwnerInstance
+    from ops.ingest import SparkIngestor
 
 __all__ = [
     "IngestConfig",
@@ -215,6 +219,9 @@ class RunReport:
     cycles: int = 0
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    #: Wall and driver-CPU seconds per phase (``ops.progress.PHASES``): where the run's time
+    #: went, e.g. ``{"spark_start": {"seconds": 4.1, "cpu_seconds": 0.2}, ...}``.
+    phases: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def events(self) -> int:
@@ -282,6 +289,9 @@ class Processor:
             ``progress_interval`` seconds while Spark reads (also logged), and after each
             checkpoint.
         progress_interval: seconds between progress updates during a read (0: none).
+        preflight: called once before the first claim, only when there is something to do
+            (the sink layout check: a run with nothing to read does not look at the sink).
+        clock: where the phases' times go (``RunReport.phases``); a new one by default.
         sleep / monotonic: injectable for tests.
     """
 
@@ -298,6 +308,8 @@ class Processor:
         log: Any = None,
         on_progress: ProgressFn | None = None,
         progress_interval: float = 10.0,
+        preflight: Callable[[], None] | None = None,
+        clock: PhaseClock | None = None,
         sleep: Callable[[float], None] = time.sleep,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -322,6 +334,8 @@ class Processor:
         self._layout = sink_layout(config.sink.format, config.sink.partition_by)
         self.on_progress = on_progress
         self.progress_interval = progress_interval
+        self.preflight = preflight
+        self.clock = clock if clock is not None else PhaseClock()
         self._started = time.monotonic()
         self.progress = RunProgress(owner_id, "starting", 0.0)
 
@@ -329,6 +343,33 @@ class Processor:
     def run(self, partition_ids: Sequence[str] | None = None) -> RunReport:
         """Bring ``partition_ids`` (default: all) up to their snapshot bound, exactly once."""
         started = datetime.now(UTC)
+        with self.clock.phase("snapshot"):
+            targets, bounds, infos, reports, cps = self._snapshot(partition_ids)
+        if not self._resets and all(_satisfied(bounds[p], cps.get(p)) for p in targets):
+            # Nothing to read (the common scheduled run): no claim, no sink look, no Spark,
+            # and the report from the snapshot just taken.
+            for p in targets:
+                self.progress.partitions[p].done = True
+            self._emit("finished")
+            with self.clock.phase("report"):
+                return self._final_report(
+                    targets, bounds, infos, reports, 0, started, replay=False, fresh=(infos, cps)
+                )
+        if self.preflight is not None:
+            with self.clock.phase("management"):
+                self.preflight()
+        return self._loop(targets, bounds, infos, reports, started)
+
+    def _snapshot(
+        self, partition_ids: Sequence[str] | None
+    ) -> tuple[
+        list[str],
+        dict[str, Bound],
+        dict[str, PartitionInfo],
+        dict[str, PartitionReport],
+        dict[str, Checkpoint],
+    ]:
+        """Targets, their bounds and the state of store and hub before anything is claimed."""
         targets = self._targets(partition_ids)
         self._hub_created = self.hub.hub_created_ms()
         # The store before the hub: the hub's numbers only grow, so a checkpoint or intent a
@@ -366,6 +407,17 @@ class Processor:
             {p: bounds[p].target for p in targets}, dict(self._last_cp)
         )
         self._emit("snapshot")
+        return targets, bounds, dict(infos), reports, dict(cps)
+
+    def _loop(
+        self,
+        targets: list[str],
+        bounds: dict[str, Bound],
+        infos: dict[str, PartitionInfo],
+        reports: dict[str, PartitionReport],
+        started: datetime,
+    ) -> RunReport:
+        """Claim, read, checkpoint until every target reached its bound (or the deadline)."""
         cycles = 0
         keeper = LeaseKeeper(
             self.store,
@@ -383,19 +435,20 @@ class Processor:
         with keeper:
             try:
                 while True:
-                    owns = self.store.list_ownership()
-                    cps = self.store.list_checkpoints(owns)
-                    self._observe(targets, owns, cps, reports)
-                    pending = [
-                        p
-                        for p in targets
-                        if p in self._resets or not _satisfied(bounds[p], cps.get(p))
-                    ]
-                    for p in targets:
-                        self.progress.partitions[p].done = p not in pending
+                    with self.clock.phase("claims"):
+                        owns = self.store.list_ownership()
+                        cps = self.store.list_checkpoints(owns)
+                        self._observe(targets, owns, cps, reports)
+                        pending = [
+                            p
+                            for p in targets
+                            if p in self._resets or not _satisfied(bounds[p], cps.get(p))
+                        ]
+                        for p in targets:
+                            self.progress.partitions[p].done = p not in pending
+                        claimed = self._claim_all(pending) if pending else {}
                     if not pending:
                         break
-                    claimed = self._claim_all(pending)
                     if not claimed:
                         if deadline is not None and self.monotonic() > deadline:
                             self.log.warning(
@@ -403,7 +456,8 @@ class Processor:
                                 f"owner={self.owner_id}; partitions still behind: {pending}"
                             )
                             break
-                        self.sleep(backoff)
+                        with self.clock.phase("claims"):
+                            self.sleep(backoff)
                         backoff = min(backoff * 2, self.config.poll_max_seconds)
                         continue
                     backoff = self.config.poll_initial_seconds
@@ -411,16 +465,24 @@ class Processor:
                     keeper.hold(claimed.values())
                     fault_point("after_claim")
                     self._cycle(keeper, claimed, bounds, infos, reports)
-                    keeper.release_all()
+                    with self.clock.phase("checkpoint"):
+                        keeper.release_all()
             finally:
                 # Pending intents stay on the blobs: whoever claims next replays them.
-                keeper.release_all(leaving=True)
+                with self.clock.phase("checkpoint"):
+                    keeper.release_all(leaving=True)
         self._emit("finished")
-        return self._final_report(targets, bounds, infos, reports, cycles, started, replay=False)
+        with self.clock.phase("report"):
+            return self._final_report(
+                targets, bounds, infos, reports, cycles, started, replay=False
+            )
 
     def replay(self, spec: ReplaySpec, partition_ids: Sequence[str] | None = None) -> RunReport:
         """Write the ranges of ``spec`` to the sink; leases and checkpoints are not touched."""
         started = datetime.now(UTC)
+        if self.preflight is not None:
+            with self.clock.phase("management"):
+                self.preflight()
         if spec.ranges is not None:
             targets = self._targets(list(spec.ranges))
         else:
@@ -449,7 +511,8 @@ class Processor:
                 f"replay hub={self.hub_desc} partition={pid} owner={self.owner_id} "
                 f"range=[{start}, {end}] (checkpoint not moved)"
             )
-        results = self._ingest(ranges) if ranges else {}
+        with self.clock.phase("read_write"):
+            results = self._ingest(ranges) if ranges else {}
         for pid, result in results.items():
             reports[pid].add(result, self.owner_id)
             self.progress.partitions[pid].landed_events += result.events
@@ -458,8 +521,8 @@ class Processor:
         self._emit("finished")
         for pid in targets:
             reports[pid].up_to_date = pid not in ranges or pid in results
-        report = self._final_report(targets, {}, infos, reports, 1, started, replay=True)
-        return report
+        with self.clock.phase("report"):
+            return self._final_report(targets, {}, infos, reports, 1, started, replay=True)
 
     def _claim_all(self, pending: Sequence[str]) -> dict[str, Ownership]:
         """Claim cycles until this owner's share stops growing, so one read covers it all.
@@ -489,6 +552,47 @@ class Processor:
         infos: dict[str, PartitionInfo],
         reports: dict[str, PartitionReport],
     ) -> None:
+        with self.clock.phase("planning"):
+            steps, replayed = self._plan_cycle(keeper, claimed, bounds, infos, reports)
+        fault_point("after_intent")
+        ranges = {p: (s.start, s.end) for p, s in steps.items() if s.kind in ("read", "replay")}
+        # Replays of intents whose head expired: read what is left, under the intent's key.
+        expired = {
+            p: s.skipped[1] + 1
+            for p, s in steps.items()
+            if s.kind == "replay" and s.skipped is not None
+        }
+        results: dict[str, RangeResult] = {}
+        if ranges:
+            try:
+                with self.clock.phase("read_write"):
+                    results = self._ingest(ranges, expired)
+            except DataLossError:
+                if self.config.on_data_loss != "skip":
+                    raise
+                # Retention moved since the snapshot: look again; the intents stay and the next
+                # cycle plans them against the new earliest event.
+                infos.update(self.hub.partition_info(list(ranges)))
+                self.log.warning(
+                    f"data loss while reading hub={self.hub_desc} owner={self.owner_id} "
+                    f"partitions={sorted(ranges)}; re-planning with on_data_loss=skip"
+                )
+                return
+            fault_point("after_write")
+        with self.clock.phase("checkpoint"):
+            self._checkpoint_cycle(keeper, steps, results, replayed, reports)
+        fault_point("after_checkpoint")
+        self._emit("checkpointed")
+
+    def _plan_cycle(
+        self,
+        keeper: LeaseKeeper,
+        claimed: Mapping[str, Ownership],
+        bounds: Mapping[str, Bound],
+        infos: dict[str, PartitionInfo],
+        reports: dict[str, PartitionReport],
+    ) -> tuple[dict[str, Step], dict[str, tuple[int, int, str]]]:
+        """The next step of every claimed partition (intents recorded); released when done."""
         sdk = self.store.list_sdk_checkpoints()
         steps: dict[str, Step] = {}
         replayed: dict[str, tuple[int, int, str]] = {}
@@ -506,30 +610,17 @@ class Processor:
             steps[pid] = step
             if step.kind == "replay" and own.intent is not None:
                 replayed[pid] = (step.start, step.end, own.intent.owner_id or "")
-        fault_point("after_intent")
-        ranges = {p: (s.start, s.end) for p, s in steps.items() if s.kind in ("read", "replay")}
-        # Replays of intents whose head expired: read what is left, under the intent's key.
-        expired = {
-            p: s.skipped[1] + 1
-            for p, s in steps.items()
-            if s.kind == "replay" and s.skipped is not None
-        }
-        results: dict[str, RangeResult] = {}
-        if ranges:
-            try:
-                results = self._ingest(ranges, expired)
-            except DataLossError:
-                if self.config.on_data_loss != "skip":
-                    raise
-                # Retention moved since the snapshot: look again; the intents stay and the next
-                # cycle plans them against the new earliest event.
-                infos.update(self.hub.partition_info(list(ranges)))
-                self.log.warning(
-                    f"data loss while reading hub={self.hub_desc} owner={self.owner_id} "
-                    f"partitions={sorted(ranges)}; re-planning with on_data_loss=skip"
-                )
-                return
-            fault_point("after_write")
+        return steps, replayed
+
+    def _checkpoint_cycle(
+        self,
+        keeper: LeaseKeeper,
+        steps: Mapping[str, Step],
+        results: Mapping[str, RangeResult],
+        replayed: Mapping[str, tuple[int, int, str]],
+        reports: dict[str, PartitionReport],
+    ) -> None:
+        """Move each written (or skipped) partition's checkpoint to its range end."""
         for pid, step in steps.items():
             if step.kind == "skip":
                 end, offset = step.end, None
@@ -568,8 +659,6 @@ class Processor:
                 f"{step.kind}=[{step.start}, {step.end}] events="
                 f"{results[pid].events if pid in results else 0} checkpoint={end}"
             )
-        fault_point("after_checkpoint")
-        self._emit("checkpointed")
 
     def _checkpointer(self, end: int, offset: str | None) -> Callable[[Ownership], Ownership]:
         return lambda own: self.store.checkpoint(own, end, offset, hub_created_ms=self._hub_created)
@@ -819,13 +908,18 @@ class Processor:
         started: datetime,
         *,
         replay: bool,
+        fresh: tuple[Mapping[str, PartitionInfo], Mapping[str, Checkpoint]] | None = None,
     ) -> RunReport:
-        try:
-            infos = self.hub.partition_info(targets)
-        except Exception:  # the run is done; stale bounds still tell the lag
-            self.log.warning(f"could not refresh partition bounds hub={self.hub_desc}")
-            infos = dict(snapshot)
-        cps = self.store.list_checkpoints()
+        """The report; ``fresh``: bounds and checkpoints just read (no second look needed)."""
+        if fresh is not None:
+            infos, cps = dict(fresh[0]), dict(fresh[1])
+        else:
+            try:
+                infos = self.hub.partition_info(targets)
+            except Exception:  # the run is done; stale bounds still tell the lag
+                self.log.warning(f"could not refresh partition bounds hub={self.hub_desc}")
+                infos = dict(snapshot)
+            cps = self.store.list_checkpoints()
         now = datetime.now(UTC)
         wanted: dict[str, int] = {}
         for pid in targets:
@@ -950,6 +1044,7 @@ def run_ingestion(
     on_progress: ProgressFn | None = None,
     progress_interval: float = 10.0,
     attempt: int | None = None,
+    phases: PhaseClock | None = None,
 ) -> RunReport:
     """Bring ``partition_ids`` (default: all) up to their snapshot bound, exactly once.
 
@@ -970,6 +1065,8 @@ def run_ingestion(
         attempt: the orchestrator's attempt number when retries keep the owner id and start
             only after the previous attempt ended (Dagster step retries): a lower attempt with
             the same owner id is then taken over at once.
+        phases: the clock the run's phases are timed on (the CLI passes one holding its
+            start-up); the report's ``phases`` has them.
 
     Returns:
         The run report; ``complete`` is True iff every target reached its bound.
@@ -983,21 +1080,113 @@ def run_ingestion(
         EventHubUnavailableError / StoreUnavailableError: a service is unreachable.
         SinkError: the sink cannot be written.
     """
+    clock = phases if phases is not None else PhaseClock()
+    with clock.phase("management"):
+        hub, store, ingestor, me = _run_parts(config, spark, spark_factory, attempt)
+
+    def preflight() -> None:
+        from ops.sink_checks import check_sink_layout
+
+        check_sink_layout(config.sink)  # a changed partition_by would land replays twice
+
+    common: dict[str, Any] = {
+        "owner_id": owner_id,
+        "log": log,
+        "on_progress": on_progress,
+        "progress_interval": progress_interval,
+        "preflight": preflight,
+        "clock": clock,
+    }
+    if replay is not None:
+        processor = Processor(config, store, hub, ingestor, claim=lambda targets: {}, **common)
+        report = processor.replay(replay, partition_ids)
+        report.phases = clock.as_dict()
+        return report
+    from ops.balancing import delete_heartbeat
+    from ops.balancing.liveness import Heartbeat, take_owner_id, write_heartbeat
+
+    joined_at: list[float] = []
+    claim = _default_claim(config, store, owner_id, is_owner_dead, joined_at)
+    beat: list[Heartbeat] = []
+
+    def heartbeat() -> None:
+        # Every renewal tick: a live process is never silent for the expiry, so another one
+        # started with its owner id sees it write and is refused (take_owner_id).
+        beat[:] = [write_heartbeat(store, owner_id, beat[0] if beat else None)]
+
+    processor = Processor(config, store, hub, ingestor, claim=claim, heartbeat=heartbeat, **common)
+    me.start()
+    try:
+        # One live process per owner id, before anything is claimed or read; this heartbeat
+        # also announces the owner, so the join grace runs while the hub is snapshotted.
+        with clock.phase("management"):
+            beat.append(
+                take_owner_id(
+                    store, owner_id, me, expiry=timedelta(seconds=config.lease_expiry_seconds)
+                )
+            )
+    except BaseException:
+        me.stop()
+        raise
+    joined_at.append(time.monotonic())
+    try:
+        report = processor.run(partition_ids)
+    finally:
+        me.stop()
+        # Graceful leave: peers stop counting this owner at once (leases were released).
+        try:
+            with clock.phase("checkpoint"):
+                delete_heartbeat(store, owner_id)
+        except Exception:  # a leftover heartbeat only ages out
+            logger.warning(
+                "could not delete heartbeat owner=%s (it ages out)",
+                owner_id,
+                exc_info=logger.isEnabledFor(logging.INFO),
+            )
+    report.phases = clock.as_dict()
+    logger.info("run phases owner=%s: %s", owner_id, clock.line())
+    return report
+
+
+def _import_store_client() -> None:
+    try:
+        import resources.blob_store  # noqa: F401
+    except Exception:  # imported again (and failing visibly) where it is used
+        logger.debug("pre-import of resources.blob_store failed", exc_info=True)
+
+
+def _run_parts(
+    config: IngestConfig,
+    spark: SparkSession | None,
+    spark_factory: Callable[[], SparkSession] | None,
+    attempt: int | None,
+) -> tuple[HubClient, PartitionStore, SparkIngestor, OwnerInstance]:
+    """The hub client, store, ingestor and owner instance of a run, after the checks that need
+    no claim.
+
+    Before anything is claimed: a local sink path that a cluster's executors cannot share, a
+    hub or consumer group that does not exist (a ConfigurationError within seconds, before this
+    owner writes anything to the store), a sink format the session does not have.
+    """
+    from ops.balancing.liveness import OwnerInstance
     from ops.ingest import SparkIngestor
-    from ops.write import check_sink_for_session, check_sink_format, check_sink_layout
+    from ops.write import check_sink_format
     from resources.hub_client import EventHubClient
 
     if spark is not None:
-        # Before anything is claimed: a local path that a cluster's executors cannot share.
-        check_sink_for_session(config.sink, spark)
-    check_sink_layout(config.sink)  # a changed partition_by would land replays twice
-    hub = EventHubClient(config.eventhub)
-    # What only the service can tell wrong (a missing hub, an unknown consumer group) is a
-    # ConfigurationError here, within seconds, before this owner writes anything to the store.
-    hub.partition_ids()
-    hub.check_consumer_group()
-    from ops.balancing.liveness import OwnerInstance
+        from ops.write import check_sink_for_session
 
+        check_sink_for_session(config.sink, spark)
+    # The storage SDK's import (~0.3 s of CPU) overlaps the hub's first management call,
+    # which mostly waits on the network; nothing is written to the store before it answered.
+    importer = threading.Thread(target=_import_store_client, name="import-store", daemon=True)
+    importer.start()
+    hub = EventHubClient(config.eventhub)
+    try:
+        hub.partition_ids()
+        hub.check_consumer_group()
+    finally:
+        importer.join()
     me = OwnerInstance.current(attempt)
     store = PartitionStore(config.store.backend(), config.eventhub.hub_ref(), instance=me.token())
     ingestor = SparkIngestor(
@@ -1014,66 +1203,4 @@ def run_ingestion(
     # A data source Spark does not have would fail at the first write, after the claims: ask
     # the session now (it starts here only for a format that needs the question).
     check_sink_format(config.sink, lambda: ingestor.spark)
-    if replay is not None:
-        processor = Processor(
-            config,
-            store,
-            hub,
-            ingestor,
-            owner_id=owner_id,
-            claim=lambda targets: {},
-            log=log,
-            on_progress=on_progress,
-            progress_interval=progress_interval,
-        )
-        return processor.replay(replay, partition_ids)
-    from ops.balancing import delete_heartbeat
-    from ops.balancing.liveness import Heartbeat, take_owner_id, write_heartbeat
-
-    joined_at: list[float] = []
-    claim = _default_claim(config, store, owner_id, is_owner_dead, joined_at)
-    beat: list[Heartbeat] = []
-
-    def heartbeat() -> None:
-        # Every renewal tick: a live process is never silent for the expiry, so another one
-        # started with its owner id sees it write and is refused (take_owner_id).
-        beat[:] = [write_heartbeat(store, owner_id, beat[0] if beat else None)]
-
-    processor = Processor(
-        config,
-        store,
-        hub,
-        ingestor,
-        owner_id=owner_id,
-        claim=claim,
-        heartbeat=heartbeat,
-        log=log,
-        on_progress=on_progress,
-        progress_interval=progress_interval,
-    )
-    me.start()
-    try:
-        # One live process per owner id, before anything is claimed or read; this heartbeat
-        # also announces the owner, so the join grace runs while the hub is snapshotted.
-        beat.append(
-            take_owner_id(
-                store, owner_id, me, expiry=timedelta(seconds=config.lease_expiry_seconds)
-            )
-        )
-    except BaseException:
-        me.stop()
-        raise
-    joined_at.append(time.monotonic())
-    try:
-        return processor.run(partition_ids)
-    finally:
-        me.stop()
-        # Graceful leave: peers stop counting this owner at once (leases were released).
-        try:
-            delete_heartbeat(store, owner_id)
-        except Exception:  # a leftover heartbeat only ages out
-            logger.warning(
-                "could not delete heartbeat owner=%s (it ages out)",
-                owner_id,
-                exc_info=logger.isEnabledFor(logging.INFO),
-            )
+    return hub, store, ingestor, me

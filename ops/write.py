@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -46,6 +45,15 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from ops.sink_checks import (
+    BATCH_COLUMN,
+    DELTALAKE_FORMAT,
+    _delta_uri,
+    _is_local_path,
+    check_sink_layout,
+    check_sink_reachable,
+    sink_location,
+)
 from resources.errors import ConfigurationError, SinkError, redact
 from resources.settings import SinkSettings
 from resources.spark_source import register_python_source
@@ -74,10 +82,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: The column holding each row's batch key; the output is partitioned by it.
-BATCH_COLUMN = "eh_batch"
-#: ``SinkSettings.format`` for Delta tables written by delta-rs (the ``deltalake`` package).
-DELTALAKE_FORMAT = "deltalake"
 
 StatsMethod = Literal["observe", "readback"]
 
@@ -153,47 +157,6 @@ class WriteResult:
         }
 
 
-def sink_location(sink: SinkSettings, spark: SparkSession | None = None) -> str:
-    """Where ``sink`` writes: the absolute path, or the table name (qualified when known)."""
-    if sink.path is not None:
-        if "://" in sink.path:
-            return sink.path
-        return os.path.abspath(sink.path)
-    assert sink.table is not None
-    if spark is not None and sink.table.count(".") == 0:
-        return f"{spark.catalog.currentDatabase()}.{sink.table}"
-    return sink.table
-
-
-def _is_local_path(path: str) -> bool:
-    return "://" not in path or path.startswith("file:")
-
-
-def check_sink_reachable(sink: SinkSettings, *, local: bool, engine: str) -> None:
-    """Refuse a local sink path when executors may run on other machines (before any claim).
-
-    Executors on other hosts would write the batch to their own disks, and the driver would
-    commit (or fail to see) files it cannot read: the checkpoint must never move past that.
-
-    Args:
-        sink: the sink settings; ``sink.shared`` declares a local path mounted on every node.
-        local: True when Spark's executors run on this machine (a ``local`` master).
-        engine: how Spark runs, for the message (``master 'spark://h:7077'``).
-
-    Raises:
-        ConfigurationError: a local path on a non-local engine, not declared shared.
-    """
-    if local or sink.shared or sink.path is None or not _is_local_path(sink.path):
-        return
-    raise ConfigurationError(
-        f"sink path {sink.path!r} is a local path, but Spark runs on {engine}: executors on other "
-        "machines would write the events to their own disks and the checkpoints would move past "
-        "files the driver cannot read. Use a location every executor and the driver share "
-        "(abfss://..., az://..., a catalog table), or, if this path is a volume mounted at the "
-        "same place on every node, declare it with sink shared: true"
-    )
-
-
 def check_sink_for_session(sink: SinkSettings, spark: SparkSession) -> None:
     """:func:`check_sink_reachable` for the executors of ``spark`` (classic or Connect)."""
     from resources.spark_kind import describe_engine, session_is_local
@@ -201,39 +164,6 @@ def check_sink_for_session(sink: SinkSettings, spark: SparkSession) -> None:
     if sink.path is None or sink.shared or not _is_local_path(sink.path):
         return  # no need to ask the session anything
     check_sink_reachable(sink, local=session_is_local(spark), engine=describe_engine(spark))
-
-
-def _fs_layout(path: str) -> list[str] | None:
-    """The partition columns a Hive-style directory tree at ``path`` has on disk, outermost first.
-
-    None when there is nothing there yet, or no filesystem pyarrow can list (a cloud scheme
-    without its libraries): the check is then left to the writer.
-    """
-    from pyarrow import fs as pafs
-
-    try:
-        filesystem, root = pafs.FileSystem.from_uri(
-            path if "://" in path else os.path.abspath(path)
-        )
-        info = filesystem.get_file_info(root)
-    except Exception:  # an unsupported scheme or missing credentials: cannot look
-        return None
-    if info.type != pafs.FileType.Directory:
-        return None
-    columns: list[str] = []
-    current = root
-    while True:
-        entries = filesystem.get_file_info(pafs.FileSelector(current))
-        visible = [e for e in entries if not e.base_name.startswith(("_", "."))]
-        dirs = [e for e in visible if e.type == pafs.FileType.Directory and "=" in e.base_name]
-        if not dirs:
-            return columns if visible or columns else None
-        names = sorted({e.base_name.split("=", 1)[0] for e in dirs})
-        if len(names) > 1:
-            columns.append("|".join(names))  # already mixed: shown as is
-            return columns
-        columns.append(names[0])
-        current = dirs[0].path
 
 
 def batch_in_sink(sink: SinkSettings, key: str) -> bool | None:
@@ -369,47 +299,6 @@ def clean_batch_staging(sink: SinkSettings, keys: list[str]) -> list[str]:
             "could not clean Spark staging under %s: %s", sink_location(sink), _cause(exc)
         )
     return removed
-
-
-def check_sink_layout(sink: SinkSettings) -> None:
-    """Refuse a sink whose output on disk is partitioned differently from this writer's layout.
-
-    A changed ``partition_by`` would write new batches (and replays of pending ones) into
-    another directory layout next to the old one: the events of a replayed batch land twice,
-    and neither Spark nor pyarrow can read the folder any more. Checked before anything is
-    claimed, for Spark formats on a path (by listing the directory tree) and for ``deltalake``
-    (the table's partition columns). Tables are checked by the catalog on insert.
-
-    Raises:
-        ConfigurationError: the layout on disk differs; names both and what to do.
-    """
-    if sink.path is None:
-        return
-    wanted = [*sink.partition_by, BATCH_COLUMN]
-    if sink.format == DELTALAKE_FORMAT:
-        try:
-            from deltalake import DeltaTable
-
-            found: list[str] | None = list(
-                DeltaTable(
-                    _delta_uri(sink.path), storage_options=dict(sink.storage_options) or None
-                )
-                .metadata()
-                .partition_columns
-            )
-        except Exception:  # no table there yet (or not readable: the write will say why)
-            return
-    else:
-        found = _fs_layout(sink.path)
-    if found is None or found == wanted:
-        return
-    raise ConfigurationError(
-        f"sink.partition_by: the {sink.format} output at {sink_location(sink)!r} is partitioned "
-        f"by {found} on disk, but this writer needs {wanted} (partition_by + {BATCH_COLUMN!r}). "
-        "Writing there would mix two layouts (a replayed batch would land twice, and the folder "
-        "could no longer be read); nothing was claimed or written. Set partition_by back to "
-        f"{[c for c in found if c != BATCH_COLUMN]} or write to a new path."
-    )
 
 
 def _check_sink(sink: SinkSettings) -> None:
@@ -555,7 +444,10 @@ def write_batch(
             f"{rng}; they were not written. Read exactly the planned ranges "
             "(read_eventhubs(spark, plan)) and pass plan.ranges_dict() as ranges"
         )
-    _verify_written(df.sparkSession, sink, rng, int(metrics_row.get("inside") or 0), location)
+    from ops.progress import phase
+
+    with phase("verify"):
+        _verify_written(df.sparkSession, sink, rng, int(metrics_row.get("inside") or 0), location)
     if stats_method == "observe":
         stats = _stats_from_row(metrics_row, rng)
     else:
@@ -1099,10 +991,6 @@ def _write_deltalake(
         .option("storage_secret_options", json.dumps(dict(sink.storage_options)))
         .save()
     )
-
-
-def _delta_uri(path: str) -> str:
-    return path if "://" in path else os.path.abspath(path)
 
 
 # --------------------------------------------------------------------------------------------

@@ -631,3 +631,56 @@ def test_progress_at_snapshot_during_the_read_and_after_each_checkpoint() -> Non
     assert seen[-1][1:3] == (60, 60)
     ticks = [m for m in logged if m.startswith("progress ")]
     assert ticks and "reading 0 [0, 29] (30 events), 1 [0, 29] (30 events)" in ticks[0]
+
+
+def test_a_run_with_nothing_to_read_claims_nothing_and_never_looks_at_the_sink() -> None:
+    hub = FakeHub(3)
+    hub.send_all(5)
+    backend = InMemoryBackend()
+    first, _, sink = make(hub, backend)
+    assert first.run().complete
+    looks: list[str] = []
+    claims: list[Sequence[str]] = []
+    second, store, idle = make(hub, backend, owner="run-b")
+    second.preflight = lambda: looks.append("sink")
+    claim = second.claim
+    second.claim = lambda targets: claims.append(targets) or claim(targets)
+    before = store.list_ownership()
+    report = second.run()
+    assert report.complete and report.cycles == 0 and report.events == 0
+    assert (looks, claims, idle.rows()) == ([], [], [])
+    assert store.list_ownership() == before  # no lease taken, none released
+    assert {p: r.lag_events for p, r in report.partitions.items()} == {"0": 0, "1": 0, "2": 0}
+    assert set(second.clock.seconds) == {"snapshot", "report"}
+    # With one new event the same run looks at the sink before its first claim, then reads.
+    hub.send("1", 1)
+    third, _, _ = make(hub, backend, owner="run-c")
+    third.ingestor = sink
+    third.preflight = lambda: looks.append("sink")
+    report = third.run()
+    assert looks == ["sink"] and report.partitions["1"].events == 1
+    assert {"snapshot", "claims", "planning", "read_write", "checkpoint", "report"} <= set(
+        third.clock.seconds
+    )
+
+
+def test_phase_clock_counts_a_nested_phase_once() -> None:
+    import time
+
+    from ops.progress import PhaseClock, phase
+
+    clock = PhaseClock()
+    t0 = time.perf_counter()
+    with clock.phase("read_write"):
+        time.sleep(0.05)
+        with phase("spark_start"):  # the clock of the phase around it
+            time.sleep(0.1)
+    outer = time.perf_counter() - t0
+    with phase("verify"):  # no clock open: not timed, no error
+        pass
+    d = clock.as_dict()
+    assert list(d) == ["spark_start", "read_write"]  # PHASES order
+    assert d["spark_start"]["seconds"] >= 0.1
+    assert d["read_write"]["seconds"] >= 0.05
+    # Exclusive: the two add up to the outer block's time, not more.
+    assert d["read_write"]["seconds"] + d["spark_start"]["seconds"] <= outer + 0.002
