@@ -355,9 +355,7 @@ class Processor:
                 return self._final_report(
                     targets, bounds, infos, reports, 0, started, replay=False, fresh=(infos, cps)
                 )
-        if self.preflight is not None:
-            with self.clock.phase("management"):
-                self.preflight()
+        self._preflight()
         return self._loop(targets, bounds, infos, reports, started)
 
     def _snapshot(
@@ -378,6 +376,9 @@ class Processor:
         cps = self.store.list_checkpoints(owns)
         infos = self.hub.partition_info(targets)
         self._check_ahead(targets, infos, cps, owns)
+        if any(owns[p].intent is not None for p in targets if p in owns):
+            # A pending intent: the sink's layout on disk is checked before the intent's own.
+            self._preflight()
         for pid in targets:
             own = owns.get(pid)
             if own is not None and pid not in self._resets:
@@ -480,9 +481,7 @@ class Processor:
     def replay(self, spec: ReplaySpec, partition_ids: Sequence[str] | None = None) -> RunReport:
         """Write the ranges of ``spec`` to the sink; leases and checkpoints are not touched."""
         started = datetime.now(UTC)
-        if self.preflight is not None:
-            with self.clock.phase("management"):
-                self.preflight()
+        self._preflight()
         if spec.ranges is not None:
             targets = self._targets(list(spec.ranges))
         else:
@@ -523,6 +522,13 @@ class Processor:
             reports[pid].up_to_date = pid not in ranges or pid in results
         with self.clock.phase("report"):
             return self._final_report(targets, {}, infos, reports, 1, started, replay=True)
+
+    def _preflight(self) -> None:
+        """The checks made only when there is something to do, once per run."""
+        if self.preflight is not None:
+            check, self.preflight = self.preflight, None
+            with self.clock.phase("management"):
+                check()
 
     def _claim_all(self, pending: Sequence[str]) -> dict[str, Ownership]:
         """Claim cycles until this owner's share stops growing, so one read covers it all.
