@@ -1,24 +1,31 @@
-"""Ingest throughput and driver memory: raw SDK loop vs hand-written driver loop vs this pipeline.
+"""Ingest throughput, fixed cost and driver memory: raw SDK loop vs driver loop vs this pipeline.
 
 For each size N (default 100k and 1M events of 1 KB, spread over 4 partitions), the same
 emulator data is read by:
 
 (a) the raw azure-eventhub receive loop (``receive_batch``, count events and bytes, keep
     nothing) in P processes, each reading its share of the partitions: the ceiling;
-(b) the hand-written driver loop people write first: receive every event on the driver into a
-    Python list, ``spark.createDataFrame(rows)``, write Parquet;
-(c) this pipeline: ``run_ingestion`` (claim, intent, one ``eventhubs`` DataFrame read on P
-    executor slots, idempotent Parquet write, checkpoint) on ``local[P]``.
+(e) ``ehingest run`` as a scheduler starts it, cold: process start to exit (interpreter,
+    imports, Spark start, claims, read/write, verify, checkpoints, report);
+(n) ``ehingest run`` again right after (e): nothing to read (must not start Spark, < 3 s);
+(w) ``run_ingestion`` in a session that already ran once (a Dagster code server's reuse);
+(c) ``run_ingestion`` in-process with the JVM up (session start not timed);
+(b) the hand-written driver loop: receive every event on the driver into a Python list,
+    ``spark.createDataFrame(rows)``, write Parquet (runs the JVM out of heap at 1M).
 
-Each variant runs in its own child process, so "driver peak RSS" (``ru_maxrss`` of the process
-that drives the work) is its own; for (c) the Spark JVM's peak RSS is sampled too. SparkSession
-start-up is not timed. The emulator runs in its own process (no GIL sharing), Azurite holds the
-store for (c). Targets (issue #5): (c) >= 0.8 x (a) at equal parallelism, (c) >= 3 x (b), and
-(c)'s driver RSS flat as N grows.
+Then one hot partition (``--hot``, default 500k events): one SDK receiver vs the pipeline with
+``--hot-readers`` sub-range readers on ``local[P]``.
+
+Every variant runs in its own process. Each figure carries the CPU seconds of its whole process
+tree (the JVM and Spark's Python workers included) and the load average when it ran: on a shared,
+loaded machine wall times are inflated, CPU seconds and the side-by-side ratios much less. The
+run's own phase timings (``RunReport.phases``) are printed for (e), (n), (w), (c). Issue 15's
+targets are checked at the end; ``--json`` prints every figure, ratio and target as one JSON
+document on stdout (the commentary goes to stderr). No timed tests: the targets live here.
 
     source scripts/_bootstrap.sh
-    uv run --frozen python bench/ingest_throughput.py                      # 100k and 1M
-    uv run --frozen python bench/ingest_throughput.py --events 20000 50000 # quicker
+    uv run --frozen python bench/ingest_throughput.py --json              # 100k, 1M, hot 500k
+    uv run --frozen python bench/ingest_throughput.py --events 20000 100000 --hot 50000
 """
 
 from __future__ import annotations
@@ -50,6 +57,61 @@ HUB = "bench"
 
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def _tree_cpu(pid: int | None = None) -> float:
+    """User+system CPU seconds of a process and its live descendants (the JVM, Spark's Python
+    workers); the figure that survives a loaded machine, unlike wall time."""
+    import psutil
+
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            continue
+    return total
+
+
+class _TreeCpuSampler(threading.Thread):
+    """Samples the CPU seconds of every process of a tree (by pid, the last value seen), so
+    processes that exit before the end (Python workers, the JVM at shutdown) still count."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.seen: dict[int, float] = {}
+        self.stop = threading.Event()
+
+    def sample(self) -> None:
+        import psutil
+
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return
+        for proc in procs:
+            try:
+                t = proc.cpu_times()
+                self.seen[proc.pid] = t.user + t.system
+            except psutil.Error:
+                continue
+
+    def run(self) -> None:
+        while not self.stop.wait(0.1):
+            self.sample()
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(self.seen.values())
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages (``uptime``), recorded with every figure."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 @contextmanager
@@ -136,8 +198,9 @@ def _raw_worker(conn: str, pids: list[str], per: int, ready: Any, go: Any, out: 
 
     ready.put(True)
     go.wait()
+    cpu0 = _tree_cpu()
     nbytes = sum(_receive_partition(conn, pid, per, None) for pid in pids)
-    out.put((nbytes, _peak_rss_mb()))
+    out.put((nbytes, _peak_rss_mb(), _tree_cpu() - cpu0))
 
 
 def mode_raw(conn: str, partitions: int, events: int, parallelism: int, **_: Any) -> dict:
@@ -171,6 +234,7 @@ def mode_raw(conn: str, partitions: int, events: int, parallelism: int, **_: Any
         "events": per * partitions,
         "bytes": sum(r[0] for r in results),
         "driver_peak_rss_mb": max(r[1] for r in results),
+        "cpu_seconds": round(sum(r[2] for r in results), 2),
     }
 
 
@@ -217,6 +281,7 @@ def mode_driver_loop(
     per = events // partitions
     sampler = _JvmSampler()
     sampler.start()
+    cpu0 = _tree_cpu()
     t0 = time.perf_counter()
     rows: list = []
     nbytes = 0
@@ -229,6 +294,7 @@ def mode_driver_loop(
     df = spark.createDataFrame(rows, schema=schema)
     df.write.mode("overwrite").parquet(os.path.join(workdir, "driver-loop"))
     elapsed = time.perf_counter() - t0
+    cpu = _tree_cpu() - cpu0
     sampler.stop.set()
     written = spark.read.parquet(os.path.join(workdir, "driver-loop")).count()
     spark.stop()
@@ -238,39 +304,8 @@ def mode_driver_loop(
         "bytes": nbytes,
         "driver_peak_rss_mb": _peak_rss_mb(),
         "jvm_peak_rss_mb": sampler.peak_mb,
+        "cpu_seconds": round(cpu, 2),
     }
-
-
-class _PhaseLog(logging.Handler):
-    """Times the run's phases from its own progress lines (no instrumentation in the code)."""
-
-    MARKS = (
-        ("snapshot", "snapshot hub="),
-        ("intents", "intent hub="),
-        ("spark job", "wrote "),
-        ("checkpoints", "ingested hub="),
-        ("final report", "run finished"),
-    )
-
-    def __init__(self, t0: float) -> None:
-        super().__init__(logging.INFO)
-        self.t0 = t0
-        self.seen: dict[str, float] = {}
-
-    def emit(self, record: logging.LogRecord) -> None:
-        msg = record.getMessage()
-        for name, prefix in self.MARKS:
-            if msg.startswith(prefix):
-                # The last line of each kind ends that phase (one line per partition).
-                self.seen[name] = time.perf_counter() - self.t0
-
-    def phases(self) -> dict[str, float]:
-        out, last = {}, 0.0
-        for name, _ in self.MARKS:
-            if name in self.seen:
-                out[name] = round(self.seen[name] - last, 2)
-                last = self.seen[name]
-        return out
 
 
 def mode_pipeline(
@@ -282,6 +317,7 @@ def mode_pipeline(
     store: str,
     join_grace: float | None = None,
     warm: bool = False,
+    max_readers: int = 1,
     **_: Any,
 ) -> dict:
     """(c) run_ingestion: claim, intent, one eventhubs DataFrame, idempotent write, checkpoint.
@@ -299,7 +335,9 @@ def mode_pipeline(
 
     spark = _spark(parallelism)
     spark.range(1).count()  # JVM warm, as for (b)
-    extra = {} if join_grace is None else {"join_grace_seconds": join_grace}
+    extra: dict[str, Any] = {"max_readers_per_partition": max_readers}
+    if join_grace is not None:
+        extra["join_grace_seconds"] = join_grace
     if warm:
         warmup = IngestConfig(
             eventhub=_settings(conn),
@@ -320,13 +358,11 @@ def mode_pipeline(
     )
     sampler = _JvmSampler()
     sampler.start()
+    cpu0 = _tree_cpu()
     t0 = time.perf_counter()
-    phases = _PhaseLog(t0)
-    for name in ("ops.run", "ops.write"):
-        logging.getLogger(name).addHandler(phases)
-        logging.getLogger(name).setLevel(logging.INFO)
     report = run_ingestion(cfg, spark, owner_id="bench")
     elapsed = time.perf_counter() - t0
+    cpu = _tree_cpu() - cpu0
     sampler.stop.set()
     assert report.complete, report
     spark.stop()
@@ -336,13 +372,71 @@ def mode_pipeline(
         "bytes": report.bytes,
         "driver_peak_rss_mb": _peak_rss_mb(),
         "jvm_peak_rss_mb": sampler.peak_mb,
-        "phases": phases.phases(),
+        "cpu_seconds": round(cpu, 2),
+        "phases": {k: v["seconds"] for k, v in report.phases.items()},
     }
 
 
 def mode_pipeline_warm(**kwargs: Any) -> dict:
     """(c) in a session that already ran once (see ``mode_pipeline``)."""
     return mode_pipeline(**kwargs, warm=True)
+
+
+def run_cli(
+    conn: str, store: str, workdir: str, parallelism: int, max_readers: int, container: str
+) -> dict:
+    """``ehingest run`` as a scheduler starts it: process start to exit, nothing warm.
+
+    CPU seconds are those of the whole process tree (the CLI, its JVM, Spark's Python workers),
+    sampled every 0.1 s and from ``wait4`` for the CLI itself; driver peak RSS is the CLI's.
+    """
+    config = os.path.join(workdir, f"{container}.yaml")
+    with open(config, "w") as f:
+        f.write(
+            f"eventhub: {{eventhub_name: {HUB}, credential: "
+            "{connection_string_env: BENCH_EH_CONN}}\n"
+            f"store: {{container: {container}, credential: "
+            "{connection_string_env: BENCH_ST_CONN}}\n"
+            f"sink: {{format: parquet, path: {os.path.join(workdir, 'cli-' + container)}}}\n"
+            "strategy: greedy\n"
+            "max_events_per_partition: 1000000000\n"
+            f"max_readers_per_partition: {max_readers}\n"
+            f"spark: {{master: 'local[{parallelism}]'}}\n"
+        )
+    exe = str(Path(sys.executable).with_name("ehingest"))
+    env = {**os.environ, "BENCH_EH_CONN": conn, "BENCH_ST_CONN": store}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed CLI has its bytecode cached
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            [exe, "run", "--config", config, "--json", "--no-progress"],
+            cwd=workdir,
+            env=env,
+            stdout=out,
+            stderr=err,
+        )
+        sampler = _TreeCpuSampler(proc.pid)
+        sampler.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        elapsed = time.perf_counter() - t0
+        sampler.stop.set()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
+    if proc.returncode != 0:
+        raise RuntimeError(f"ehingest run exited {proc.returncode}: {stderr[-3000:]}")
+    report = json.loads(stdout)
+    sampler.seen[proc.pid] = usage.ru_utime + usage.ru_stime
+    return {
+        "seconds": elapsed,
+        "events": report["events"],
+        "bytes": report["bytes"],
+        "driver_peak_rss_mb": usage.ru_maxrss / 1024,
+        "cpu_seconds": round(sampler.cpu_seconds, 2),
+        "phases": {k: v["seconds"] for k, v in report["phases"].items()},
+        "complete": report["complete"],
+    }
 
 
 MODES: dict[str, Callable[..., dict]] = {
@@ -354,15 +448,15 @@ MODES: dict[str, Callable[..., dict]] = {
 LABELS = {
     "a": "(a) raw SDK receive loop",
     "b": "(b) driver loop -> createDataFrame",
-    "c": "(c) this pipeline",
-    "w": "(c) this pipeline, warm session",
+    "c": "(c) pipeline in-process, JVM up",
+    "w": "(c) pipeline, warm session",
+    "e": "(e) ehingest run, cold, end to end",
+    "n": "(n) ehingest run, nothing to read",
 }
 
 
 def child_main(args: argparse.Namespace) -> None:
     """Run one variant and print its figures as one JSON line."""
-    import logging
-
     logging.basicConfig(level=logging.WARNING)
     result = MODES[args.child](
         conn=os.environ["BENCH_EH_CONN"],
@@ -372,26 +466,38 @@ def child_main(args: argparse.Namespace) -> None:
         parallelism=args.parallelism,
         workdir=args.workdir,
         join_grace=args.join_grace,
+        max_readers=args.max_readers,
     )
     print("RESULT " + json.dumps(result), flush=True)
 
 
 def run_child(
-    mode: str, n: int, args: argparse.Namespace, env: dict[str, str], workdir: str
+    mode: str,
+    n: int,
+    args: argparse.Namespace,
+    env: dict[str, str],
+    workdir: str,
+    *,
+    partitions: int,
+    parallelism: int,
+    max_readers: int = 1,
 ) -> dict:
+    if mode in ("e", "n"):
+        # (n) runs right after (e) on the same container: nothing left to read.
+        return run_cli(
+            env["BENCH_EH_CONN"],
+            env["BENCH_ST_CONN"],
+            os.path.dirname(workdir),
+            parallelism,
+            max_readers,
+            container=f"cli-{n}-{partitions}",
+        )
     cmd = [
         sys.executable,
         __file__,
-        "--child",
-        mode,
-        "--n",
-        str(n),
-        "--partitions",
-        str(args.partitions),
-        "--parallelism",
-        str(args.parallelism),
-        "--workdir",
-        workdir,
+        *("--child", mode, "--n", str(n), "--partitions", str(partitions)),
+        *("--parallelism", str(parallelism), "--workdir", workdir),
+        *("--max-readers", str(max_readers)),
         *([] if args.join_grace is None else ["--join-grace", str(args.join_grace)]),
     ]
     done = subprocess.run(
@@ -399,115 +505,254 @@ def run_child(
     )
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT ") :])
+            return dict(json.loads(line[len("RESULT ") :]))
     raise RuntimeError(f"{LABELS[mode]} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
 
 
-def _print_run(mode: str, r: dict) -> None:
-    rate = r["events"] / r["seconds"]
+def _say(text: str) -> None:
+    # With --json the JSON document is stdout; the running commentary goes to stderr.
+    print(text, file=_OUT, flush=True)
+
+
+_OUT = sys.stdout
+
+
+def _print_run(label: str, r: dict) -> None:
+    rate = r["events"] / r["seconds"] if r["seconds"] else 0.0
     jvm = f", JVM peak {r['jvm_peak_rss_mb']:.0f} MB" if "jvm_peak_rss_mb" in r else ""
-    print(
-        f"  {LABELS[mode]:<36} {r['events']:>9,} events in {r['seconds']:7.1f} s "
-        f"= {rate:>9,.0f} events/s, {r['bytes'] / r['seconds'] / 2**20:6.1f} MB/s; "
-        f"driver peak RSS {r['driver_peak_rss_mb']:.0f} MB{jvm}",
-        flush=True,
+    _say(
+        f"  {label:<38} {r['events']:>9,} events in {r['seconds']:7.1f} s "
+        f"= {rate:>9,.0f} events/s; CPU {r.get('cpu_seconds', 0):6.1f} s; "
+        f"driver peak RSS {r['driver_peak_rss_mb']:.0f} MB{jvm}; load {r['load']}"
     )
     if "phases" in r:
-        print("      phases (s): " + ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items()))
+        _say("      phases (s): " + ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items()))
+
+
+def _measure(
+    modes: str,
+    n: int,
+    args: argparse.Namespace,
+    env: dict[str, str],
+    tmp: str,
+    *,
+    partitions: int,
+    parallelism: dict[str, int],
+    max_readers: int = 1,
+    tag: str = "",
+) -> dict[str, dict]:
+    """Each mode ``args.repeat`` times, alternating; the best run of each (by events/s)."""
+    runs: dict[str, list[dict]] = {}
+    failed: dict[str, str] = {}
+    for rep in range(args.repeat):
+        for mode in modes:
+            workdir = os.path.join(tmp, f"{tag}{n}-{mode}-{rep}")
+            os.makedirs(workdir)
+            load = load_average()
+            try:
+                r = run_child(
+                    mode,
+                    n,
+                    args,
+                    env,
+                    workdir,
+                    partitions=partitions,
+                    parallelism=parallelism.get(mode, args.parallelism),
+                    max_readers=max_readers,
+                )
+            except RuntimeError as exc:
+                # e.g. (b) at 1M: the driver loop runs the JVM out of heap.
+                reasons = [ln for ln in str(exc).splitlines() if "Error" in ln]
+                failed[mode] = (reasons or ["?"])[-1].strip()[:300]
+                _say(f"  {LABELS[mode]:<38} FAILED: {failed[mode]}")
+                continue
+            r["load"] = load
+            runs.setdefault(mode, []).append(r)
+            _print_run(LABELS[mode], r)
+            want = 0 if mode == "n" else (n // partitions) * partitions
+            if r["events"] != want:
+                _say(f"  !! {LABELS[mode]} landed {r['events']} events, expected {want}")
+    best: dict[str, dict] = {}
+    for mode, rs in runs.items():
+        if mode == "n":
+            best[mode] = min(rs, key=lambda r: r["seconds"])
+            continue
+        best[mode] = max(rs, key=lambda r: r["events"] / r["seconds"])
+        best[mode]["events_per_second"] = round(best[mode]["events"] / best[mode]["seconds"])
+        if len(rs) > 1:
+            best[mode]["spread_events_per_second"] = [
+                round(min(r["events"] / r["seconds"] for r in rs)),
+                round(max(r["events"] / r["seconds"] for r in rs)),
+            ]
+    for mode, why in failed.items():
+        best.setdefault(mode, {"failed": why})
+    return best
+
+
+def _ratio(x: float | None, y: float | None) -> float | None:
+    return None if x is None or y is None or not y else round(x / y, 2)
+
+
+def _rate(res: dict[str, dict], mode: str) -> float | None:
+    r = res.get(mode)
+    return None if r is None or "seconds" not in r else r["events"] / r["seconds"]
+
+
+def _targets(table: dict[int, dict[str, dict]], hot: dict[str, dict] | None) -> list[dict]:
+    """Issue 15's targets, each with the measured value and whether it is met."""
+    out: list[dict] = []
+
+    def target(name: str, value: float | None, goal: str, met: bool | None) -> None:
+        out.append({"target": name, "value": value, "goal": goal, "met": met})
+        shown = "-" if value is None else value
+        verdict = "n/a" if met is None else ("met" if met else "NOT MET")
+        _say(f"  {name:<62} {shown!s:>8}  (goal {goal}): {verdict}")
+
+    sizes = sorted(table)
+    big, small = sizes[-1], sizes[0]
+    e_big = _ratio(_rate(table[big], "e"), _rate(table[big], "a"))
+    target(f"1. e/a events/s at {big:,}", e_big, ">= 1.2", None if e_big is None else e_big >= 1.2)
+    a_s, e_s = table[small].get("a", {}), table[small].get("e", {})
+    t_ratio = _ratio(e_s.get("seconds"), a_s.get("seconds"))
+    target(
+        f"2. e/a time at {small:,} (cold, end to end)",
+        t_ratio,
+        "<= 2",
+        None if t_ratio is None else t_ratio <= 2,
+    )
+    noop = [table[n]["n"]["seconds"] for n in sizes if "seconds" in table[n].get("n", {})]
+    best_noop = round(min(noop), 2) if noop else None
+    target("2. no-op run, cold, s", best_noop, "< 3", None if not noop else min(noop) < 3)
+    w_ratio = _ratio(table[small].get("w", {}).get("seconds"), a_s.get("seconds"))
+    target(f"2. warm session w/a time at {small:,} (measured)", w_ratio, "-", None)
+    if hot:
+        h = _ratio(_rate(hot, "e"), _rate(hot, "a"))
+        target("3. hot partition e/a(1 receiver)", h, ">= 1.6", None if h is None else h >= 1.6)
+        hc = _ratio(_rate(hot, "c"), _rate(hot, "a"))
+        target("3. hot partition c/a(1 receiver), JVM up", hc, ">= 1.6 (info)", None)
+    cb = _ratio(_rate(table[small], "c"), _rate(table[small], "b"))
+    target(f"4. c/b events/s at {small:,}", cb, ">= 3", None if cb is None else cb >= 3)
+    eb = _ratio(_rate(table[small], "e"), _rate(table[small], "b"))
+    target(f"4. e/b events/s at {small:,} (e cold incl. JVM)", eb, "-", None)
+    b_big = table[big].get("b", {})
+    target(
+        f"4. driver loop at {big:,} fails (OOM) and is reported",
+        None,
+        "reported",
+        "failed" in b_big if b_big else None,
+    )
+    if len(sizes) >= 2 and all("c" in table[n] and "seconds" in table[n]["c"] for n in sizes):
+        g = _ratio(table[big]["c"]["driver_peak_rss_mb"], table[small]["c"]["driver_peak_rss_mb"])
+        met = None if g is None else g < 1.2
+        target(f"5. c driver peak RSS {big:,}/{small:,}", g, "< 1.2", met)
+    if len(sizes) >= 2 and all("e" in table[n] and "seconds" in table[n]["e"] for n in sizes):
+        g = _ratio(table[big]["e"]["driver_peak_rss_mb"], table[small]["e"]["driver_peak_rss_mb"])
+        met = None if g is None else g < 1.2
+        target(f"5. e driver peak RSS {big:,}/{small:,}", g, "< 1.2", met)
+    return out
 
 
 def main() -> None:
+    global _OUT
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--size", type=int, default=1024, help="event body bytes")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--parallelism", type=int, default=2, help="P: processes / local[P]")
     parser.add_argument(
-        "--modes", default="acwb", help="which variants, e.g. 'ac' ('w': (c) in a warm session)"
+        "--modes",
+        default="aenwcb",
+        help="which variants, e.g. 'ae': a raw SDK loop, e ehingest run cold, n no-op run "
+        "(after e), w warm session, c in-process with the JVM up, b driver loop",
     )
+    parser.add_argument(
+        "--hot",
+        type=int,
+        default=500_000,
+        help="events in one hot partition: one SDK receiver vs sub-range readers (0: skip)",
+    )
+    parser.add_argument("--hot-readers", type=int, default=2, help="readers of the hot partition")
     parser.add_argument(
         "--join-grace",
         type=float,
         help="(c)'s join_grace_seconds (default: the run's default, 1 s; 0 = single owner)",
     )
     parser.add_argument("--repeat", type=int, default=1, help="runs of each variant per size")
+    parser.add_argument("--json", action="store_true", help="print every figure as JSON")
     parser.add_argument("--child", choices=sorted(MODES), help=argparse.SUPPRESS)
     parser.add_argument("--n", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    parser.add_argument("--max-readers", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child_main(args)
         return
+    if args.json:
+        _OUT = sys.stderr
 
     from tests.services import azurite
 
-    print(
+    started = load_average()
+    _say(
         f"ingest throughput: {args.size}-byte events over {args.partitions} partitions, "
-        f"parallelism P={args.parallelism} (cores: {os.cpu_count()})"
+        f"parallelism P={args.parallelism} (cores: {os.cpu_count()}), load {started}"
     )
     table: dict[int, dict[str, dict]] = {}
+    hot: dict[str, dict] | None = None
+    sent_rates: dict[str, float] = {}
     with azurite() as store_conn, tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
         for n in args.events:
             with emulator_process(args.partitions) as conn:
                 sent = send(conn, args.partitions, n, args.size)
-                print(f"\nN={n:,}: sent in {sent:.1f} s ({n / sent:,.0f} events/s)")
+                sent_rates[str(n)] = round(n / sent)
+                _say(f"\nN={n:,}: sent in {sent:.1f} s ({n / sent:,.0f} events/s)")
                 env = {"BENCH_EH_CONN": conn, "BENCH_ST_CONN": store_conn}
-                table[n] = {}
-                runs: dict[str, list[dict]] = {}
-                # Variants alternate (a c b a c b ...) so a burst of load from other work on
-                # the machine hits them alike; the best run of each counts, the spread is shown.
-                for rep in range(args.repeat):
-                    for mode in args.modes:
-                        workdir = os.path.join(tmp, f"{n}-{mode}-{rep}")
-                        os.makedirs(workdir)
-                        try:
-                            r = run_child(mode, n, args, env, workdir)
-                        except RuntimeError as exc:
-                            # e.g. (b) at 1M: the driver loop runs the JVM out of heap.
-                            reasons = [ln for ln in str(exc).splitlines() if "Error" in ln]
-                            print(f"  {LABELS[mode]:<36} FAILED: {(reasons or ['?'])[-1].strip()}")
-                            continue
-                        runs.setdefault(mode, []).append(r)
-                        _print_run(mode, r)
-                        if r["events"] != (n // args.partitions) * args.partitions:
-                            print(f"  !! {LABELS[mode]} landed {r['events']} events, expected {n}")
-                for mode, rs in runs.items():
-                    rates = [r["events"] / r["seconds"] for r in rs]
-                    best = max(range(len(rs)), key=lambda i: rates[i])
-                    table[n][mode] = rs[best]
-                    if len(rs) > 1:
-                        print(
-                            f"  {LABELS[mode]:<36} best {rates[best]:,.0f} events/s of "
-                            f"{len(rs)} runs (spread {min(rates):,.0f}..{max(rates):,.0f})"
-                        )
-    print("\ncomparison (targets: c/a >= 0.8 at equal parallelism, c/b >= 3, c's RSS flat):")
-    for n, res in table.items():
-        rate = {m: r["events"] / r["seconds"] for m, r in res.items()}
-        parts = []
-        for c in ("c", "w"):
-            tag = "c" if c == "c" else "c(warm)"
-            if "a" in rate and c in rate:
-                ok = "ok" if rate[c] >= 0.8 * rate["a"] else "MISS"
-                parts.append(f"{tag}/a = {rate[c] / rate['a']:.2f} ({ok})")
-            if "b" in rate and c in rate:
-                ok = "ok" if rate[c] >= 3 * rate["b"] else "MISS"
-                parts.append(f"{tag}/b = {rate[c] / rate['b']:.2f} ({ok})")
-        print(f"  N={n:,}: " + ", ".join(parts))
-    sizes = sorted(table)
-    if len(sizes) >= 2 and all("c" in table[n] for n in sizes):
-        lo, hi = table[sizes[0]]["c"], table[sizes[-1]]["c"]
-        growth = hi["driver_peak_rss_mb"] / lo["driver_peak_rss_mb"]
-        print(
-            f"  (c) driver peak RSS {lo['driver_peak_rss_mb']:.0f} MB at {sizes[0]:,} -> "
-            f"{hi['driver_peak_rss_mb']:.0f} MB at {sizes[-1]:,} events (x{growth:.2f}; "
-            f"{'flat' if growth < 1.25 else 'NOT flat'})"
-        )
-        if all("b" in table[n] for n in sizes):
-            lo_b, hi_b = table[sizes[0]]["b"], table[sizes[-1]]["b"]
-            print(
-                f"  (b) driver peak RSS {lo_b['driver_peak_rss_mb']:.0f} MB -> "
-                f"{hi_b['driver_peak_rss_mb']:.0f} MB"
-            )
+                table[n] = _measure(
+                    args.modes, n, args, env, tmp, partitions=args.partitions, parallelism={}
+                )
+        if args.hot:
+            with emulator_process(1) as conn:
+                sent = send(conn, 1, args.hot, args.size)
+                _say(
+                    f"\nhot partition: {args.hot:,} events in 1 partition, sent in {sent:.1f} s; "
+                    f"one SDK receiver vs {args.hot_readers} sub-range readers on "
+                    f"local[{args.parallelism}]"
+                )
+                env = {"BENCH_EH_CONN": conn, "BENCH_ST_CONN": store_conn}
+                hot_modes = "".join(m for m in "aec" if m in args.modes)
+                hot = _measure(
+                    hot_modes,
+                    args.hot,
+                    args,
+                    env,
+                    tmp,
+                    partitions=1,
+                    parallelism={"a": 1},
+                    max_readers=args.hot_readers,
+                    tag="hot-",
+                )
+    _say("\ntargets (issue 15; ratios side by side in this run):")
+    targets = _targets(table, hot)
+    finished = load_average()
+    _say(f"load average at the start {started}, at the end {finished}")
+    if args.json:
+        doc = {
+            "command": " ".join(["python", "bench/ingest_throughput.py", *sys.argv[1:]]),
+            "cores": os.cpu_count(),
+            "event_bytes": args.size,
+            "partitions": args.partitions,
+            "parallelism": args.parallelism,
+            "load_average_start": started,
+            "load_average_end": finished,
+            "send_events_per_second": sent_rates,
+            "labels": LABELS,
+            "sizes": {str(n): res for n, res in table.items()},
+            "hot_partition": None
+            if hot is None
+            else {"events": args.hot, "readers": args.hot_readers, "runs": hot},
+            "targets": targets,
+        }
+        print(json.dumps(doc, indent=2))
 
 
 if __name__ == "__main__":
