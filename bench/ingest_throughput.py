@@ -449,7 +449,7 @@ LABELS = {
     "a": "(a) raw SDK receive loop",
     "b": "(b) driver loop -> createDataFrame",
     "c": "(c) pipeline in-process, JVM up",
-    "w": "(c) pipeline, warm session",
+    "w": "(w) pipeline, warm session",
     "e": "(e) ehingest run, cold, end to end",
     "n": "(n) ehingest run, nothing to read",
 }
