@@ -16,6 +16,7 @@ Leases held by a run that Dagster knows to be failed or canceled are taken over 
 (``is_owner_dead`` asks the instance), without waiting for the lease to expire.
 """
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -24,7 +25,7 @@ from typing import Any, Literal
 import dagster as dg
 from pydantic import Field, ValidationError, field_validator
 
-from dagster_project.checks import lag_check_spec, measure_lag
+from dagster_project.checks import LastBatch, lag_check_spec, measure
 from dagster_project.metadata import (
     definition_metadata,
     materialization_plan,
@@ -372,16 +373,32 @@ def build_eventhub_ingest_asset(
                     sink_table=sink_settings.table,
                 ),
             )
-        if opts.has_lag_check:
-            # Every partition, measured now: keys outside this run's subset are judged too.
-            yield measure_lag(
-                asset_key,
-                opts,
-                ingest_config.eventhub,
-                store.store(ingest_config.eventhub.hub_ref()),
-                partition_ids=partition_ids,
-                lease_expiry_seconds=opts.lease_expiry_seconds,
+        # Every partition, measured now: keys outside this run's subset are judged too, and
+        # the summary (an observation without a partition) tells the Overview about all of them.
+        landed = {
+            pid: LastBatch(
+                f"{rep.first_sequence_number}..{rep.last_sequence_number}",
+                time.time(),
+                context.run.run_id,
             )
+            for pid, rep in report.partitions.items()
+            if rep.events and rep.first_sequence_number is not None and replay is None
+        }
+        check, summary = measure(
+            asset_key,
+            opts if opts.has_lag_check else None,
+            ingest_config.eventhub,
+            store.store(ingest_config.eventhub.hub_ref()),
+            partition_ids=partition_ids,
+            lease_expiry_seconds=opts.lease_expiry_seconds,
+            instance=context.instance,
+            measured_by=f"run {context.run.run_id}",
+            batches=landed,
+        )
+        if summary is not None:
+            context.log_event(summary)
+        if check is not None:
+            yield check
         quiet = [p for p in targets if p not in done and p in report.partitions]
         if quiet and report.complete:
             context.log.info(

@@ -22,7 +22,7 @@ from dagster_project.assets import (
     build_eventhub_ingest_asset,
     dagster_run_is_dead,
 )
-from dagster_project.checks import LAG_CHECK_NAME, lag_check_result
+from dagster_project.checks import LAG_CHECK_NAME, LastBatch, lag_check_result
 from dagster_project.component import EventHubIngestComponent
 from dagster_project.metadata import materialization_plan, partition_metadata
 from dagster_project.resources import EventHubResource
@@ -326,6 +326,20 @@ def test_lag_check_passes_within_and_fails_over_threshold() -> None:
     over_seconds = lag_check_result(key, opts, {"0": _report("0", 1, 248.257711)})
     assert not over_seconds.passed
     assert over_seconds.metadata["max_lag_seconds"].value == 248  # whole seconds
+    # Each partition's row names its last batch, when and by which run.
+    batch = LastBatch("100..199", 1_700_000_000.0, "0123456789abcdef")
+    table = (
+        lag_check_result(
+            key,
+            opts,
+            {"0": _report("0", 3, 2.6)},
+            checkpoints={"0": 199},
+            last_batches={"0": batch},
+        )
+        .metadata["partitions"]
+        .value
+    )
+    assert "| 0 | 199 | 3 | 3 | 100..199 | 2023-11-14 22:13:20 UTC | 01234567 |" in table
     missing = lag_check_result(key, opts, {"0": _report("0", 0, 0.0), "1": None})
     assert not missing.passed
     assert missing.metadata["partition_ids_over_threshold"].value == "partition ids 1"

@@ -124,6 +124,19 @@ def test_range_materializes_every_requested_partition(
     assert dagster_instance.get_materialized_partitions(key) == {"0", "1", "2", "3"}
     checks = result.get_asset_check_evaluations()
     assert [c.check_name for c in checks] == [LAG_CHECK_NAME] and checks[0].passed
+    # The Overview's asset-level summary: one observation without a partition, over every
+    # partition, with each one's last batch (not only the partition that landed last).
+    (summary,) = [
+        e.event_specific_data.asset_observation  # type: ignore[union-attr]
+        for e in result.all_events
+        if e.event_type_value == "ASSET_OBSERVATION"
+    ]
+    assert summary.partition is None
+    assert summary.metadata["total_lag_events"].value == 0
+    assert summary.metadata["partition_ids_behind"].value == "none"
+    table = summary.metadata["partitions"].value
+    for pid in sent:
+        assert f"| {pid} | {sent[pid] - 1} | 0 | 0 | 0..{sent[pid] - 1} |" in table, table
     per, total, distinct = _sink_counts(env["spark"], env["sink"])
     assert per == sent and total == distinct == sum(sent.values())
     # A second run with nothing new, asked for by a user (launchpad, CLI, backfill),
@@ -385,8 +398,12 @@ def test_lag_sensor_reports_the_check_without_a_run(
     )
     assert not data.run_requests
     assert data.skip_message and "4 of 4 partitions behind" in data.skip_message
-    (evaluation,) = data.asset_events
+    summary, evaluation = data.asset_events
     assert isinstance(evaluation, dg.AssetCheckEvaluation)
+    # The asset-level summary goes out without a run too: an observation of no partition.
+    assert isinstance(summary, dg.AssetObservation) and summary.partition is None
+    assert summary.metadata["partition_ids_behind"].value == "partition ids 0, 1, 2, 3"
+    assert "measured by sensor events_lag" in summary.metadata["summary"].value
     assert evaluation.check_name == LAG_CHECK_NAME and not evaluation.passed
     md = evaluation.metadata
     assert md["total_lag_events"].value == sum(sent.values())
