@@ -295,4 +295,30 @@ def _scenario(
     assert status == set(SENT)
     page.goto(f"{url}/assets/{ASSET}", wait_until="domcontentloaded")
     page.wait_for_timeout(4000)
+    # Columns as declared (the UI lower-cases them when the definition carries a schema too).
+    page.get_by_text("sequenceNumber", exact=True).first.wait_for(timeout=60_000)
+    assert "sequencenumber" not in page.inner_text("body")
     shot("overview-after")
+    page.get_by_text("Metadata", exact=True).first.scroll_into_view_if_needed()
+    shot("overview-metadata")
+
+    # The asset-level summary of every partition: the last run's observation (no partition),
+    # with the totals and one row per partition naming its last batch.
+    page.goto(f"{url}/assets/{ASSET}?view=events", wait_until="domcontentloaded")
+    page.get_by_text("all 4 partitions:").first.wait_for(timeout=60_000)
+    shot("events-summary")
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        records = instance.fetch_observations(dg.AssetKey(ASSET), limit=1).records
+    (record,) = records
+    observation = record.asset_observation
+    assert observation is not None and observation.partition is None
+    md = observation.metadata
+    # 2 and 3 were left out of the second backfill while events arrived: behind, as ids.
+    behind = md["partition_ids_behind"].value
+    assert behind.startswith("partition ids ") and "2" in behind and "3" in behind, behind
+    assert md["summary"].value.startswith("all 4 partitions:")
+    table = md["partitions"].value
+    assert all(f"| {pid} |" in table for pid in SENT), table
+    page.goto(f"{url}/assets/{ASSET}?view=checks", wait_until="domcontentloaded")
+    page.wait_for_timeout(4000)
+    shot("checks-summary")
