@@ -347,8 +347,10 @@ def build_lag_sensor(
     stays current while no ingestion runs (a stopped schedule shows as a red check).
     """
 
+    sensor_name = f"{asset_key.to_python_identifier()}_lag"
+
     @dg.sensor(
-        name=f"{asset_key.to_python_identifier()}_lag",
+        name=sensor_name,
         minimum_interval_seconds=max(30, round(every_minutes * 60)),
         required_resource_keys={eventhub_key, partition_store_key},
         default_status=(
@@ -367,7 +369,7 @@ def build_lag_sensor(
             partition_ids=partition_ids,
             lease_expiry_seconds=lease_expiry_seconds,
             instance=context.instance,
-            measured_by=f"sensor {context.sensor_name}",
+            measured_by=f"sensor {sensor_name}",
         )
         assert result is not None
         context.log.info(f"{LAG_CHECK_NAME}: {result.description}")
