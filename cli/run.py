@@ -125,6 +125,7 @@ class ProgressPrinter:
 def format_report(report: object) -> str:
     """The run summary as a plain-text table (one row per target partition)."""
     from ops.run import RunReport
+    from ops.text import format_table
 
     assert isinstance(report, RunReport)
     header = (
@@ -139,7 +140,7 @@ def format_report(report: object) -> str:
         "read_by",
         "status",
     )
-    rows = [header]
+    rows = []
     for pid, r in report.partitions.items():
         span = (
             f"{r.first_sequence_number}..{r.last_sequence_number}"
@@ -165,10 +166,7 @@ def format_report(report: object) -> str:
                 status,
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
-    ]
+    lines = format_table(header, rows)
     for pid, r in report.partitions.items():
         if r.checkpoint_reset:
             lines.append(f"partition {pid}: checkpoint {r.checkpoint_reset}")

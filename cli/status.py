@@ -8,6 +8,7 @@ import sys
 import click
 
 from cli.options import config_option, partition_option
+from ops.text import format_table
 from resources.errors import ConfigurationError, EventHubIngestError, RangeError
 
 __all__ = ["status"]
@@ -63,7 +64,7 @@ def status(config_path: str, as_json: bool, partitions: tuple[str, ...]) -> None
         "intent",
         "flag",
     )
-    table = [header]
+    table: list[tuple[str, ...]] = []
     for r in rows:
         owner = r.owner or "-"
         if r.owner and r.lease_expired:
@@ -81,9 +82,8 @@ def status(config_path: str, as_json: bool, partitions: tuple[str, ...]) -> None
                 "AHEAD OF HUB" if r.problem else "-",
             )
         )
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    for line in format_table(header, table):
+        click.echo(line)
     flagged = [r for r in rows if r.problem]
     for r in flagged:
         click.echo(f"partition {r.partition_id}: {r.problem}")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from ops.text import format_table
 from resources.hub_client import sort_partition_ids
 from resources.settings import EventHubSettings, StoreSettings
 from resources.store import PartitionStore
@@ -37,11 +38,7 @@ def sink_rows_per_partition(path: Path) -> tuple[dict[str, int], int, int]:
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join("  " + line for line in lines)
+    return "\n".join("  " + line for line in format_table(header, rows, rule=True))
 
 
 def main(argv: list[str] | None = None) -> None:

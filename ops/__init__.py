@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ops.run import IngestConfig, PartitionReport, ReplaySpec, RunReport, run_ingestion
+    from ops.stats import PartitionWriteStats
     from ops.status import PartitionStatus, partition_status
-    from ops.write import PartitionWriteStats, WriteResult, read_sink, write_batch
+    from ops.write import WriteResult, read_sink, write_batch
 
 _HOMES = {
     "IngestConfig": "ops.run",
@@ -23,7 +24,7 @@ _HOMES = {
     "run_ingestion": "ops.run",
     "PartitionStatus": "ops.status",
     "partition_status": "ops.status",
-    "PartitionWriteStats": "ops.write",
+    "PartitionWriteStats": "ops.stats",
     "WriteResult": "ops.write",
     "read_sink": "ops.write",
     "write_batch": "ops.write",

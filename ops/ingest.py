@@ -10,32 +10,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
+
+from ops.stats import PartitionWriteStats
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from resources.settings import EventHubSettings, SinkSettings
 
-__all__ = ["Ingestor", "RangeResult", "SparkIngestor"]
-
-
-@dataclass(frozen=True)
-class RangeResult:
-    """What was written for one partition's range ``[start, end]``."""
-
-    partition_id: str
-    start: int
-    end: int
-    events: int
-    bytes: int
-    first_sequence_number: int | None
-    last_sequence_number: int | None
-    first_enqueued_time: datetime | None
-    last_enqueued_time: datetime | None
-    last_offset: str | None
+__all__ = ["Ingestor", "SparkIngestor"]
 
 
 class Ingestor(Protocol):
@@ -51,7 +35,7 @@ class Ingestor(Protocol):
         ranges: Mapping[str, tuple[int, int]],
         *,
         expired_before: Mapping[str, int] | None = None,
-    ) -> dict[str, RangeResult]:
+    ) -> dict[str, PartitionWriteStats]:
         """Read and write ``ranges``; the result has one entry per range written.
 
         ``expired_before`` (partition -> sequence number): for these ranges the events before
@@ -140,7 +124,7 @@ class SparkIngestor:
         ranges: Mapping[str, tuple[int, int]],
         *,
         expired_before: Mapping[str, int] | None = None,
-    ) -> dict[str, RangeResult]:
+    ) -> dict[str, PartitionWriteStats]:
         """One DataFrame for all ``ranges``, written once; per-range facts from the writer.
 
         The source checks retention and bounds when the DataFrame is created (its errors are
@@ -181,21 +165,7 @@ class SparkIngestor:
                     raise read_error from cause
             raise
         self._location = result.output_location
-        return {
-            pid: RangeResult(
-                partition_id=pid,
-                start=st.start,
-                end=st.end,
-                events=st.events,
-                bytes=st.bytes,
-                first_sequence_number=st.first_sequence_number,
-                last_sequence_number=st.last_sequence_number,
-                first_enqueued_time=st.first_enqueued_time,
-                last_enqueued_time=st.last_enqueued_time,
-                last_offset=st.last_offset,
-            )
-            for pid, st in result.partitions.items()
-        }
+        return dict(result.partitions)
 
 
 def _unwrap(exc: Exception) -> Exception:

@@ -28,7 +28,8 @@ from pydantic import ConfigDict, InstanceOf, ValidationError, model_validator
 
 from ops.fault import fault_point, fault_timer
 from ops.hub import HubClient, PartitionInfo
-from ops.ingest import Ingestor, RangeResult
+from ops.ingest import Ingestor
+from ops.lag import age_seconds, partition_lag
 from ops.lease import LeaseKeeper
 from ops.plan import (
     Bound,
@@ -40,6 +41,7 @@ from ops.plan import (
     snapshot_bound,
 )
 from ops.progress import PhaseClock, ProgressFn, ReadTicker, RunProgress, progress_targets
+from ops.stats import PartitionWriteStats
 from resources.config import IngestSpec, RunOptions, format_validation_error
 from resources.errors import (
     CheckpointAheadError,
@@ -174,7 +176,7 @@ class PartitionReport:
     ranges_written: list[tuple[int, int]] = field(default_factory=list)
     replayed_intents: list[tuple[int, int, str]] = field(default_factory=list)
 
-    def add(self, result: RangeResult, owner_id: str) -> None:
+    def add(self, result: PartitionWriteStats, owner_id: str) -> None:
         """Fold one written range into the report."""
         self.events += result.events
         self.bytes += result.bytes
@@ -568,7 +570,7 @@ class Processor:
             for p, s in steps.items()
             if s.kind == "replay" and s.skipped is not None
         }
-        results: dict[str, RangeResult] = {}
+        results: dict[str, PartitionWriteStats] = {}
         if ranges:
             try:
                 with self.clock.phase("read_write"):
@@ -622,7 +624,7 @@ class Processor:
         self,
         keeper: LeaseKeeper,
         steps: Mapping[str, Step],
-        results: Mapping[str, RangeResult],
+        results: Mapping[str, PartitionWriteStats],
         replayed: Mapping[str, tuple[int, int, str]],
         reports: dict[str, PartitionReport],
     ) -> None:
@@ -821,7 +823,7 @@ class Processor:
 
     def _ingest(
         self, ranges: Mapping[str, tuple[int, int]], expired: Mapping[str, int] | None = None
-    ) -> dict[str, RangeResult]:
+    ) -> dict[str, PartitionWriteStats]:
         for pid, rng in ranges.items():
             if pid in self.progress.partitions:
                 self.progress.partitions[pid].reading = rng
@@ -932,16 +934,20 @@ class Processor:
             r, info, cp = reports[pid], infos[pid], cps.get(pid)
             r.checkpoint_sequence_number = cp.sequence_number if cp else None
             r.last_enqueued_sequence_number = info.last_enqueued_sequence_number
-            done_upto = cp.sequence_number if cp else info.begin_sequence_number - 1
-            r.lag_events = max(0, info.last_enqueued_sequence_number - done_upto)
-            if r.lag_events == 0:
+            lag = partition_lag(
+                info.begin_sequence_number,
+                info.last_enqueued_sequence_number,
+                cp.sequence_number if cp else None,
+            )
+            r.lag_events = lag.events
+            if lag.oldest_unprocessed is None:
                 r.lag_seconds = 0.0
             elif self.config.report_lag_seconds:
                 since = _oldest_unprocessed_bound(r, info, cp)
                 if since is not None:
-                    r.lag_seconds = max(0.0, (now - since).total_seconds())
+                    r.lag_seconds = age_seconds(now, since)
                 else:
-                    wanted[pid] = max(done_upto + 1, info.begin_sequence_number)
+                    wanted[pid] = lag.oldest_unprocessed
             if not replay:
                 bound = bounds[pid]
                 r.up_to_date = _satisfied(bound, cp) and pid not in self._resets
@@ -957,7 +963,7 @@ class Processor:
             # single-event receive per such partition, concurrently.
             for pid, when in self.hub.enqueued_times(wanted).items():
                 if when is not None:
-                    reports[pid].lag_seconds = max(0.0, (now - when).total_seconds())
+                    reports[pid].lag_seconds = age_seconds(now, when)
         report = RunReport(
             owner_id=self.owner_id,
             partitions={p: reports[p] for p in targets},

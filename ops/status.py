@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ops.hub import HubClient
+from ops.lag import age_seconds, partition_lag
 from ops.plan import checkpoint_problem
 from resources.store import PartitionStore
 
@@ -77,12 +78,14 @@ def partition_status(
     for pid in targets:
         info, own, cp = infos[pid], owns.get(pid), cps.get(pid)
         problem = checkpoint_problem(info, cp, own.intent if own else None, created)
-        done = cp.sequence_number if cp else info.begin_sequence_number - 1
-        if problem is not None:
-            done = info.begin_sequence_number - 1  # every retained event is still to be read
-        lag = max(0, info.last_enqueued_sequence_number - done)
-        if lag:
-            wanted[pid] = max(done + 1, info.begin_sequence_number)
+        lag = partition_lag(
+            info.begin_sequence_number,
+            info.last_enqueued_sequence_number,
+            # A checkpoint with a problem counts for nothing: every retained event is to be read.
+            cp.sequence_number if cp and problem is None else None,
+        )
+        if lag.oldest_unprocessed is not None:
+            wanted[pid] = lag.oldest_unprocessed
         rows.append(
             dict(
                 partition_id=pid,
@@ -93,8 +96,8 @@ def partition_status(
                 begin_sequence_number=info.begin_sequence_number,
                 last_enqueued_sequence_number=info.last_enqueued_sequence_number,
                 last_enqueued_time=info.last_enqueued_time,
-                lag_events=lag,
-                lag_seconds=0.0 if lag == 0 else None,
+                lag_events=lag.events,
+                lag_seconds=0.0 if lag.events == 0 else None,
                 intent=(own.intent.start, own.intent.end) if own and own.intent else None,
                 intent_owner=own.intent.owner_id if own and own.intent else None,
                 problem=problem,
@@ -107,5 +110,5 @@ def partition_status(
         for row in rows:
             when = times.get(row["partition_id"])
             if when is not None:
-                row["lag_seconds"] = max(0.0, (wall - when).total_seconds())
+                row["lag_seconds"] = age_seconds(wall, when)
     return [PartitionStatus(**row) for row in rows]

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ops.hub import PartitionInfo
-from ops.ingest import RangeResult
+from ops.stats import PartitionWriteStats, batch_key
 from resources.errors import DataLossError, RangeError
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -110,7 +110,7 @@ class FakeIngestor:
         ranges: Mapping[str, tuple[int, int]],
         *,
         expired_before: Mapping[str, int] | None = None,
-    ) -> dict[str, RangeResult]:
+    ) -> dict[str, PartitionWriteStats]:
         self.calls.append(dict(ranges))
         if self.before_write is not None:
             self.before_write(ranges)
@@ -125,17 +125,18 @@ class FakeIngestor:
             with self._lock:
                 self.sink[(pid, start, end)] = rows  # keyed by the whole range, like eh_batch
             evs = self.hub.events[pid][first : end + 1]
-            out[pid] = RangeResult(
-                pid,
-                start,
-                end,
-                len(rows),
-                sum(len(b) for _, b in rows),
-                rows[0][0] if rows else None,
-                rows[-1][0] if rows else None,
-                evs[0][2] if evs else None,
-                evs[-1][2] if evs else None,
-                str(end * 100),
+            out[pid] = PartitionWriteStats(
+                partition_id=pid,
+                start=start,
+                end=end,
+                batch_key=batch_key(pid, start, end),
+                events=len(rows),
+                bytes=sum(len(b) for _, b in rows),
+                first_sequence_number=rows[0][0] if rows else None,
+                last_sequence_number=rows[-1][0] if rows else None,
+                first_enqueued_time=evs[0][2] if evs else None,
+                last_enqueued_time=evs[-1][2] if evs else None,
+                last_offset=str(end * 100),
             )
         if self.after_write is not None:
             self.after_write(ranges)

@@ -1,0 +1,49 @@
+"""What one written range amounts to: the one per-partition statistics type.
+
+The writer (:mod:`ops.write`) aggregates it in the same Spark job that writes; the run
+(:mod:`ops.run`) folds it into its report. Plain values, no Spark import, so the run's pure
+logic and its tests use it without a session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+__all__ = ["PartitionWriteStats", "batch_key"]
+
+
+def batch_key(partition_id: str, start: int, end: int) -> str:
+    """The batch key of one intent: ``"<partition>-<start>-<end>"`` (inclusive sequence numbers)."""
+    return f"{partition_id}-{start}-{end}"
+
+
+@dataclass(frozen=True)
+class PartitionWriteStats:
+    """What was written for one Event Hub partition; what the checkpoint and Dagster need.
+
+    ``expected_events`` is the size of the intent's range; fewer ``events`` means a part of the
+    range was skipped (``on_data_loss=skip``), see :attr:`missing_events`.
+    """
+
+    partition_id: str
+    start: int
+    end: int
+    batch_key: str
+    events: int = 0
+    bytes: int = 0
+    first_sequence_number: int | None = None
+    last_sequence_number: int | None = None
+    last_offset: str | None = None
+    first_enqueued_time: datetime | None = None
+    last_enqueued_time: datetime | None = None
+
+    @property
+    def expected_events(self) -> int:
+        """Number of sequence numbers in the intent's range."""
+        return self.end - self.start + 1
+
+    @property
+    def missing_events(self) -> int:
+        """Sequence numbers of the range not in the output (0 unless data was skipped)."""
+        return self.expected_events - self.events
