@@ -690,7 +690,7 @@ def main() -> None:
     if args.json:
         _OUT = sys.stderr
 
-    from tests.services import azurite
+    from emulator.azurite import azurite
 
     started = load_average()
     _say(

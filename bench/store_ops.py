@@ -1,6 +1,6 @@
 """Benchmark: latency of the partition store's lease operations on Azurite, and storage calls.
 
-Starts its own Azurite (``tests.services.azurite``), then prints, per operation, the median and
+Starts its own Azurite (``emulator.azurite.azurite``), then prints, per operation, the median and
 p95 latency over N samples and the storage calls each takes; then the storage calls one owner
 needs to claim 32 partitions, compared with the official ``BlobCheckpointStore`` doing the same.
 
@@ -26,10 +26,10 @@ if str(ROOT) not in sys.path:
 
 from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore  # noqa: E402
 
+from emulator import azurite as services  # noqa: E402
 from resources.blob_store import AzureBlobBackend  # noqa: E402
 from resources.settings import StoreSettings  # noqa: E402
 from resources.store import HubRef, PartitionStore  # noqa: E402
-from tests import services  # noqa: E402
 
 
 def _measure(

@@ -1,7 +1,8 @@
 """The ``ehingest`` command line: one group, subcommands in their own modules.
 
 Subcommands are imported lazily so ``ehingest emulator serve`` does not pay for importing
-pyspark or dagster. To add one, add ``"name": "cli.module:command"`` to ``SUBCOMMANDS``.
+pyspark or dagster. To add one, add ``"name": "cli.module:command"`` to ``SUBCOMMANDS``. The
+``emulator`` group is the emulator's own (``emulator/cli.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import click
 __all__ = ["main"]
 
 SUBCOMMANDS: dict[str, str] = {
-    "emulator": "cli.emulator:emulator",
+    "emulator": "emulator.cli:emulator",
     "simulate": "cli.simulate:simulate",
     "run": "cli.run:run",
     "status": "cli.status:status",

@@ -1,6 +1,6 @@
 """``python -m emulator serve ...``: the same commands as ``ehingest emulator``."""
 
-from cli.emulator import main
+from emulator.cli import main
 
 if __name__ == "__main__":
     main()

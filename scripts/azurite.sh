@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the project's pinned Azurite (blob service only) in the background, for people: demos,
 # `dagster dev`, poking at the store by hand. Tests start their own; this is the same binary
-# with the same flags (see tests/services.py), bound to 127.0.0.1 only.
+# with the same flags (see emulator/azurite.py), bound to 127.0.0.1 only.
 #
 #   scripts/azurite.sh start [--port N] [--location DIR]   # prints the connection string
 #   scripts/azurite.sh status [--location DIR]

@@ -78,7 +78,7 @@ def test_deltalake_sink_on_azure_blob_storage(
     from azure.storage.blob import BlobServiceClient
     from deltalake import DeltaTable
 
-    from tests.services import AZURITE_ACCOUNT, AZURITE_KEY
+    from emulator.azurite import AZURITE_ACCOUNT, AZURITE_KEY
     from tests.test_sinks import events, expected, keys
 
     container = f"sink-{uuid.uuid4().hex[:12]}"

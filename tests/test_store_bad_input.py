@@ -13,6 +13,7 @@ import pytest
 from azure.core.pipeline import PipelineRequest
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
+from emulator import azurite as services
 from resources import blob_store
 from resources.blob_store import AzureBlobBackend
 from resources.errors import (
@@ -23,7 +24,6 @@ from resources.errors import (
 )
 from resources.settings import StoreSettings
 from resources.store import HubRef, Ownership, PartitionStore
-from tests import services
 from tests.fixtures.store import PartitionStoreFactory
 
 # A well-formed base64 string standing in for a secret; it must never appear in a message.

@@ -23,8 +23,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from emulator.azurite import ROOT, free_port, stop_process, wait_for_port
 from resources.spark_session import SPARK_CONF_DIR
-from tests.services import ROOT, _stop, free_port, wait_for_port
 
 #: Every application on the 2-core worker takes one core, so the Spark Connect server (a
 #: long-running application) and a classic driver run side by side.
@@ -150,7 +150,7 @@ def standalone_cluster(
             workdir / "master.log",
             workdir,
         )
-        stack.callback(_stop, master)
+        stack.callback(stop_process, master)
         try:
             wait_for_port(port, timeout=120, proc=master)
         except Exception as exc:
@@ -168,7 +168,7 @@ def standalone_cluster(
             workdir / "worker.log",
             workdir,
         )
-        stack.callback(_stop, worker)
+        stack.callback(stop_process, worker)
         deadline = time.monotonic() + 120
         while True:
             with contextlib.suppress(OSError, ValueError):
@@ -219,7 +219,7 @@ class ConnectServer:
 
     def stop(self) -> None:
         """Stop the server and its executors."""
-        _stop(self.proc, grace=15)
+        stop_process(self.proc, grace=15)
 
 
 @contextlib.contextmanager

@@ -19,11 +19,11 @@ import pytest
 import yaml
 from azure.storage.blob import ContainerClient
 
+from emulator.azurite import ROOT
 from resources.settings import StoreSettings
 from resources.store import PartitionStore
 from tests.cluster.conftest import Cluster
 from tests.cluster.services import APP_CONF, spark_env
-from tests.services import ROOT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 

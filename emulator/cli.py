@@ -1,4 +1,7 @@
-"""``ehingest emulator``: run the local Event Hubs emulator, and send test events through it.
+"""The emulator's own command line: ``python -m emulator`` and ``ehingest emulator``.
+
+The emulator owns its argument parsing; the ``ehingest`` CLI mounts this group as its
+``emulator`` subcommand.
 
 Examples::
 
@@ -19,7 +22,7 @@ from typing import Any
 
 import click
 
-__all__ = ["emulator"]
+__all__ = ["emulator", "main"]
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
-"""Start and stop real local services (Azurite) for tests, scripts and the demo.
+"""Start and stop Azurite, the local Blob Storage stand-in, beside this package's Event Hubs one.
 
-Used by the pytest fixtures in ``tests/conftest.py`` and by ``scripts/azurite.sh`` users through
-``python -m tests.services``. Services bind 127.0.0.1 on a free port and are always stopped.
+Used by the pytest fixtures (``tests/conftest.py``), the benchmarks (``bench/``) and the scripts:
+Azurite binds 127.0.0.1 on a free port and is always stopped.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+#: The repository (where ``npm ci`` put the pinned Azurite).
 ROOT = Path(__file__).resolve().parent.parent
 
 # Azurite's documented well-known development account (public, not a secret).
@@ -92,12 +93,13 @@ def azurite(port: int | None = None, location: str | None = None) -> Iterator[st
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        stack.callback(_stop, proc)
+        stack.callback(stop_process, proc)
         wait_for_port(port, proc=proc)
         yield azurite_connection_string(port)
 
 
-def _stop(proc: subprocess.Popen, grace: float = 5.0) -> None:
+def stop_process(proc: subprocess.Popen, grace: float = 5.0) -> None:
+    """Stop a service started in its own session: SIGTERM to its group, SIGKILL after ``grace``."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, 15)
