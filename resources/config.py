@@ -95,13 +95,8 @@ SPARK_FORMATS: tuple[str, ...] = ("parquet", "delta", "orc", "avro", "json", "ic
 #: Columns of the rows every sink receives (``resources.spark_source.eventhubs_schema``).
 OUTPUT_COLUMNS: tuple[str, ...] = EVENT_COLUMNS
 #: The output columns a sink may be partitioned by (scalars; not the body or the maps).
-PARTITION_COLUMNS: tuple[str, ...] = (
-    "partition",
-    "offset",
-    "sequenceNumber",
-    "enqueuedTime",
-    "publisher",
-    "partitionKey",
+PARTITION_COLUMNS: tuple[str, ...] = tuple(
+    c for c in EVENT_COLUMNS if c not in ("body", "properties", "systemProperties")
 )
 #: Event Hubs allows 5 concurrent readers per partition and consumer group.
 MAX_READERS_PER_PARTITION = 5
