@@ -34,6 +34,7 @@ from dagster_project.metadata import (
 from ops.run import IngestConfig, ReplaySpec, RunReport, run_ingestion
 from resources.config import RunOptions, format_validation_error
 from resources.errors import ConfigurationError, EventHubIngestError
+from resources.ranges import SeqRange
 
 __all__ = [
     "IngestOptions",
@@ -171,7 +172,7 @@ class IngestRunConfig(dg.Config):
         if self.replay_to and not self.replay_from:
             raise ConfigurationError("replay_to: needs replay_from (where the replay starts)")
         if self.replay_ranges:
-            ranges: dict[str, tuple[int, int]] = {}
+            ranges: dict[str, SeqRange] = {}
             for pid, bounds in self.replay_ranges.items():
                 if pid not in partition_keys:
                     raise ConfigurationError(
@@ -183,7 +184,7 @@ class IngestRunConfig(dg.Config):
                         f"replay_ranges[{pid!r}]: {bounds} must be [first, last] with "
                         "0 <= first <= last (inclusive sequence numbers)"
                     )
-                ranges[pid] = (int(bounds[0]), int(bounds[1]))
+                ranges[pid] = SeqRange(int(bounds[0]), int(bounds[1]))
             return ReplaySpec(ranges=ranges)
         if self.replay_from:
             return ReplaySpec(starting_position=self.replay_from, ending_position=self.replay_to)

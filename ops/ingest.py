@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ops.stats import PartitionWriteStats
+from resources.ranges import SeqRange
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,7 +33,7 @@ class Ingestor(Protocol):
 
     def ingest(
         self,
-        ranges: Mapping[str, tuple[int, int]],
+        ranges: Mapping[str, SeqRange],
         *,
         expired_before: Mapping[str, int] | None = None,
     ) -> dict[str, PartitionWriteStats]:
@@ -121,7 +122,7 @@ class SparkIngestor:
 
     def ingest(
         self,
-        ranges: Mapping[str, tuple[int, int]],
+        ranges: Mapping[str, SeqRange],
         *,
         expired_before: Mapping[str, int] | None = None,
     ) -> dict[str, PartitionWriteStats]:

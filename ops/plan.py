@@ -13,6 +13,7 @@ from typing import Literal
 from ops.hub import PartitionInfo
 from resources.config import OnDataLoss
 from resources.errors import DataLossError, RangeError
+from resources.ranges import SeqRange
 from resources.store import Checkpoint, Intent
 
 __all__ = [
@@ -38,7 +39,7 @@ class Bound:
     start: int
     end: int
     checkpoint: int | None
-    gap: tuple[int, int] | None = None
+    gap: SeqRange | None = None
 
     @property
     def target(self) -> int | None:
@@ -156,7 +157,7 @@ def snapshot_bound(
             raise DataLossError(
                 _data_loss_message(hub, info.partition_id, cp + 1, begin - 1, begin)
             )
-        gap = (cp + 1, begin - 1)
+        gap = SeqRange(cp + 1, begin - 1)
         start = begin
     end = min(last, start - 1 + max_events)
     if end < start and gap is None:
@@ -177,7 +178,12 @@ class Step:
     kind: Literal["read", "replay", "skip", "clear", "done"]
     start: int = 0
     end: int = -1
-    skipped: tuple[int, int] | None = None
+    skipped: SeqRange | None = None
+
+    @property
+    def range(self) -> SeqRange:
+        """The range this step reads (``read``/``replay``) or checkpoints past (``skip``)."""
+        return SeqRange(self.start, self.end)
 
 
 def next_step(
@@ -214,14 +220,14 @@ def next_step(
                     "skipped)."
                 )
             if intent.end < begin_sequence_number:
-                return Step("skip", intent.start, intent.end, skipped=(intent.start, intent.end))
+                return Step("skip", intent.start, intent.end, skipped=intent.range)
             # Only the head expired: replay what is left under the intent's own batch key (so
             # it replaces what a crashed attempt may have written, never adds to it).
             return Step(
                 "replay",
                 intent.start,
                 intent.end,
-                skipped=(intent.start, begin_sequence_number - 1),
+                skipped=SeqRange(intent.start, begin_sequence_number - 1),
             )
         return Step("replay", intent.start, intent.end)
     target = bound.target
@@ -232,12 +238,12 @@ def next_step(
     if cp is not None and begin_sequence_number > cp + 1:
         if on_data_loss != "skip":
             raise DataLossError(_data_loss_message(hub, pid, cp + 1, begin - 1, begin))
-        skipped = (cp + 1, begin_sequence_number - 1)
+        skipped = SeqRange(cp + 1, begin_sequence_number - 1)
         start = begin_sequence_number
     end = target if max_events is None else min(target, start - 1 + max_events)
     if end < start:
         if skipped is not None:
-            return Step("skip", skipped[0], skipped[1], skipped=skipped)
+            return Step("skip", skipped.start, skipped.end, skipped=skipped)
         return Step("done")
     return Step("read", start, end, skipped=skipped)
 
@@ -272,12 +278,12 @@ def replay_ranges(
     infos: Mapping[str, PartitionInfo],
     checkpoints: Mapping[str, Checkpoint],
     *,
-    ranges: Mapping[str, tuple[int, int]] | None,
+    ranges: Mapping[str, SeqRange] | None,
     starting_position: str | None,
     ending_position: str | None,
     on_data_loss: OnDataLoss,
     hub: str = "",
-) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
+) -> tuple[dict[str, SeqRange], dict[str, SeqRange]]:
     """Resolve a replay into inclusive ranges per partition, and the expired parts skipped.
 
     Raises :class:`RangeError` for a reversed range or one past the last enqueued event, and
@@ -285,16 +291,16 @@ def replay_ranges(
     """
     if ranges is not None and (starting_position or ending_position):
         raise RangeError("replay: give either ranges or starting/ending position, not both")
-    resolved: dict[str, tuple[int, int]] = {}
-    skipped: dict[str, tuple[int, int]] = {}
-    wanted: dict[str, tuple[int, int]] = {}
+    resolved: dict[str, SeqRange] = {}
+    skipped: dict[str, SeqRange] = {}
+    wanted: dict[str, SeqRange] = {}
     if ranges is not None:
         unknown = [p for p in ranges if p not in infos]
         if unknown:
             raise RangeError(
                 f"replay: partition(s) {', '.join(unknown)} unknown; valid: {', '.join(infos)}"
             )
-        wanted = {p: (int(s), int(e)) for p, (s, e) in ranges.items()}
+        wanted = {p: SeqRange(int(s), int(e)) for p, (s, e) in ranges.items()}
     else:
         for pid in partition_ids:
             info, cp = infos[pid], checkpoints.get(pid)
@@ -304,7 +310,7 @@ def replay_ranges(
             end = _position(
                 ending_position, info, cp, "ending_position", info.last_enqueued_sequence_number
             )
-            wanted[pid] = (start, end)
+            wanted[pid] = SeqRange(start, end)
     for pid, (start, end) in wanted.items():
         info = infos[pid]
         if end < start:
@@ -323,9 +329,9 @@ def replay_ranges(
                     f"retained event is {info.begin_sequence_number}. Start at or after it, or "
                     "set on_data_loss: skip to clip the range."
                 )
-            skipped[pid] = (start, info.begin_sequence_number - 1)
+            skipped[pid] = SeqRange(start, info.begin_sequence_number - 1)
             start = info.begin_sequence_number
             if end < start:
                 continue
-        resolved[pid] = (start, end)
+        resolved[pid] = SeqRange(start, end)
     return resolved, skipped

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from resources.ranges import SeqRange
+
 __all__ = [
     "PHASES",
     "PartitionProgress",
@@ -121,13 +123,13 @@ class PartitionProgress:
     partition_id: str
     target_events: int = 0
     landed_events: int = 0
-    reading: tuple[int, int] | None = None
+    reading: SeqRange | None = None
     done: bool = False
 
     @property
     def reading_events(self) -> int:
         """Events in the range being read (0 when idle)."""
-        return 0 if self.reading is None else self.reading[1] - self.reading[0] + 1
+        return 0 if self.reading is None else self.reading.size
 
 
 @dataclass

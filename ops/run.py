@@ -50,6 +50,7 @@ from resources.errors import (
     DataLossError,
     OwnershipLostError,
 )
+from resources.ranges import SeqRange
 from resources.settings import EventHubSettings, SinkSettings, StoreSettings
 from resources.store import Checkpoint, Ownership, PartitionStore
 
@@ -138,7 +139,7 @@ class ReplaySpec:
     ``checkpoint``; defaults ``earliest`` .. ``latest``) applied to every target partition.
     """
 
-    ranges: dict[str, tuple[int, int]] | None = None
+    ranges: dict[str, SeqRange] | None = None
     starting_position: str | None = None
     ending_position: str | None = None
 
@@ -169,18 +170,18 @@ class PartitionReport:
     lag_events: int | None = None
     lag_seconds: float | None = None
     read_by: list[str] = field(default_factory=list)
-    skipped_ranges: list[tuple[int, int]] = field(default_factory=list)
+    skipped_ranges: list[SeqRange] = field(default_factory=list)
     checkpoint_reset: str | None = None
     up_to_date: bool = False
     last_enqueued_sequence_number: int | None = None
-    ranges_written: list[tuple[int, int]] = field(default_factory=list)
+    ranges_written: list[SeqRange] = field(default_factory=list)
     replayed_intents: list[tuple[int, int, str]] = field(default_factory=list)
 
     def add(self, result: PartitionWriteStats, owner_id: str) -> None:
         """Fold one written range into the report."""
         self.events += result.events
         self.bytes += result.bytes
-        self.ranges_written.append((result.start, result.end))
+        self.ranges_written.append(SeqRange(result.start, result.end))
         if result.first_sequence_number is not None and (
             self.first_sequence_number is None
             or result.first_sequence_number < self.first_sequence_number
@@ -504,7 +505,7 @@ class Processor:
         for pid, gap in skipped.items():
             reports[pid].skipped_ranges.append(gap)
         self.progress.partitions = progress_targets(
-            {p: ranges[p][1] for p in ranges}, {p: ranges[p][0] - 1 for p in ranges}
+            {p: ranges[p].end for p in ranges}, {p: ranges[p].start - 1 for p in ranges}
         )
         for pid, (start, end) in ranges.items():
             reports[pid].snapshot_end_sequence_number = end
@@ -563,10 +564,10 @@ class Processor:
         with self.clock.phase("planning"):
             steps, replayed = self._plan_cycle(keeper, claimed, bounds, infos, reports)
         fault_point("after_intent")
-        ranges = {p: (s.start, s.end) for p, s in steps.items() if s.kind in ("read", "replay")}
+        ranges = {p: s.range for p, s in steps.items() if s.kind in ("read", "replay")}
         # Replays of intents whose head expired: read what is left, under the intent's key.
         expired = {
-            p: s.skipped[1] + 1
+            p: s.skipped.end + 1
             for p, s in steps.items()
             if s.kind == "replay" and s.skipped is not None
         }
@@ -822,7 +823,7 @@ class Processor:
         return step
 
     def _ingest(
-        self, ranges: Mapping[str, tuple[int, int]], expired: Mapping[str, int] | None = None
+        self, ranges: Mapping[str, SeqRange], expired: Mapping[str, int] | None = None
     ) -> dict[str, PartitionWriteStats]:
         for pid, rng in ranges.items():
             if pid in self.progress.partitions:
@@ -955,7 +956,7 @@ class Processor:
                     bound.gap is not None
                     and not r.skipped_ranges
                     and cp is not None
-                    and cp.sequence_number >= bound.gap[1]
+                    and cp.sequence_number >= bound.gap.end
                 ):
                     r.skipped_ranges.append(bound.gap)  # a peer passed over it
         if wanted:

@@ -14,6 +14,7 @@ from typing import Any
 from ops.hub import HubClient
 from ops.lag import age_seconds, partition_lag
 from ops.plan import checkpoint_problem
+from resources.ranges import SeqRange
 from resources.store import PartitionStore
 
 __all__ = ["PartitionStatus", "partition_status"]
@@ -41,7 +42,7 @@ class PartitionStatus:
     last_enqueued_time: datetime | None
     lag_events: int
     lag_seconds: float | None
-    intent: tuple[int, int] | None
+    intent: SeqRange | None
     intent_owner: str | None
     problem: str | None = None
     checkpoint_reset: str | None = None
@@ -98,7 +99,7 @@ def partition_status(
                 last_enqueued_time=info.last_enqueued_time,
                 lag_events=lag.events,
                 lag_seconds=0.0 if lag.events == 0 else None,
-                intent=(own.intent.start, own.intent.end) if own and own.intent else None,
+                intent=own.intent.range if own and own.intent else None,
                 intent_owner=own.intent.owner_id if own and own.intent else None,
                 problem=problem,
                 checkpoint_reset=cp.reset if cp else None,

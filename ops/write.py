@@ -56,6 +56,7 @@ from ops.sink_checks import (
 )
 from ops.stats import PartitionWriteStats, batch_key
 from resources.errors import ConfigurationError, SinkError, redact
+from resources.ranges import SeqRange
 from resources.settings import SinkSettings
 from resources.spark_source import register_python_source
 
@@ -279,21 +280,21 @@ def _check_sink(sink: SinkSettings) -> None:
         )
 
 
-def _normalise_ranges(ranges: Mapping[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
-    out: dict[str, tuple[int, int]] = {}
+def _normalise_ranges(ranges: Mapping[str, SeqRange]) -> dict[str, SeqRange]:
+    out: dict[str, SeqRange] = {}
     for pid, bounds in ranges.items():
         start, end = int(bounds[0]), int(bounds[1])
         if end < start:
             raise ConfigurationError(
                 f"ranges: partition {pid!r} ends at {end} before its start {start}"
             )
-        out[str(pid)] = (start, end)
+        out[str(pid)] = SeqRange(start, end)
     if not out:
         raise ConfigurationError("ranges: empty; a batch names at least one partition range")
     return out
 
 
-def _in_ranges(ranges: Mapping[str, tuple[int, int]]) -> Column:
+def _in_ranges(ranges: Mapping[str, SeqRange]) -> Column:
     from pyspark.sql import functions as F
 
     cond = None
@@ -304,7 +305,7 @@ def _in_ranges(ranges: Mapping[str, tuple[int, int]]) -> Column:
     return cond
 
 
-def _key_column(ranges: Mapping[str, tuple[int, int]]) -> Column:
+def _key_column(ranges: Mapping[str, SeqRange]) -> Column:
     """The batch key of each row; null for a row outside every range."""
     from pyspark.sql import functions as F
 
@@ -320,7 +321,7 @@ def _key_column(ranges: Mapping[str, tuple[int, int]]) -> Column:
 def write_batch(
     df: DataFrame,
     sink: SinkSettings,
-    ranges: Mapping[str, tuple[int, int]],
+    ranges: Mapping[str, SeqRange],
     *,
     stats_method: StatsMethod = "observe",
 ) -> WriteResult:
@@ -439,7 +440,7 @@ def write_batch(
 def _verify_written(
     spark: SparkSession,
     sink: SinkSettings,
-    ranges: Mapping[str, tuple[int, int]],
+    ranges: Mapping[str, SeqRange],
     written: int,
     location: str,
 ) -> None:
@@ -528,7 +529,7 @@ _RAISED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
 # --------------------------------------------------------------------------------------------
 
 
-def _stat_columns(ranges: Mapping[str, tuple[int, int]]) -> list[Column]:
+def _stat_columns(ranges: Mapping[str, SeqRange]) -> list[Column]:
     from pyspark.sql import functions as F
 
     cols: list[Column] = []
@@ -549,7 +550,7 @@ def _stat_columns(ranges: Mapping[str, tuple[int, int]]) -> list[Column]:
 
 
 def _stats_from_row(
-    row: Mapping[str, Any], ranges: Mapping[str, tuple[int, int]]
+    row: Mapping[str, Any], ranges: Mapping[str, SeqRange]
 ) -> dict[str, PartitionWriteStats]:
     out: dict[str, PartitionWriteStats] = {}
     for i, (pid, (start, end)) in enumerate(ranges.items()):
@@ -917,9 +918,7 @@ def _file_min_max(acc: dict[str, Any], part: pa.Table) -> None:
             maxs["enqueuedTime"] = max(maxs.get("enqueuedTime", hi_s), hi_s)
 
 
-def _write_deltalake(
-    keyed: DataFrame, sink: SinkSettings, ranges: Mapping[str, tuple[int, int]]
-) -> None:
+def _write_deltalake(keyed: DataFrame, sink: SinkSettings, ranges: Mapping[str, SeqRange]) -> None:
     from deltalake import DeltaTable
 
     assert sink.path is not None

@@ -38,6 +38,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from resources.errors import CheckpointRegressionError, CorruptStoreStateError, OwnershipLostError
+from resources.ranges import SeqRange
 
 __all__ = [
     "BlobBackend",
@@ -166,6 +167,11 @@ class Intent:
     end: int
     owner_id: str
     layout: str | None = field(default=None, compare=False)
+
+    @property
+    def range(self) -> SeqRange:
+        """The intent's sequence numbers."""
+        return SeqRange(self.start, self.end)
 
 
 @dataclass(frozen=True)

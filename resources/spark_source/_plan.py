@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from resources.errors import DataLossError, RangeError
 from resources.hub_client import EventHubClient, PartitionInfo
+from resources.ranges import SeqRange
 from resources.settings import EventHubSettings
 from resources.spark_source._events import _OFFSET, _SEQ, _text
 from resources.spark_source._options import ReadOptions
@@ -66,18 +67,18 @@ class ReadPlan:
         """The hub settings of this read."""
         return self.options.settings
 
-    def ranges_dict(self) -> dict[str, tuple[int, int]]:
+    def ranges_dict(self) -> dict[str, SeqRange]:
         """Partition id -> inclusive ``(start, end)`` of what will be read."""
-        return {r.partition_id: (r.start, r.end) for r in self.ranges}
+        return {r.partition_id: r.range for r in self.ranges}
 
-    def intent_ranges(self) -> dict[str, tuple[int, int]]:
+    def intent_ranges(self) -> dict[str, SeqRange]:
         """Partition id -> the requested ``(start, end)``: the batch keys to write under.
 
         Equal to :meth:`ranges_dict` unless ``on_data_loss='skip'`` cut a lost part off; pass
         this to ``ops.write.write_batch`` so a replay of the same intent replaces the same
         batch even if more (or less) of it has expired since.
         """
-        return {r.partition_id: (r.start, r.end) for r in (self.requested or self.ranges)}
+        return {r.partition_id: r.range for r in (self.requested or self.ranges)}
 
     def input_partitions(self) -> list[EventHubsInputPartition]:
         """One input partition per sub-range (``max_readers_per_partition`` per range at most)."""

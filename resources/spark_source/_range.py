@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from resources.errors import ConfigurationError, RangeError
 from resources.hub_client import partition_id_key
+from resources.ranges import SeqRange
 
 
 @dataclass(frozen=True, order=True)
@@ -31,9 +32,14 @@ class PartitionRange:
             )
 
     @property
+    def range(self) -> SeqRange:
+        """The sequence numbers, without the partition."""
+        return SeqRange(self.start, self.end)
+
+    @property
     def count(self) -> int:
         """Number of sequence numbers in the range."""
-        return self.end - self.start + 1
+        return self.range.size
 
     def __str__(self) -> str:
         return f"partition {self.partition_id} [{self.start}, {self.end}]"
