@@ -36,16 +36,22 @@ class Ingestor(Protocol):
         ranges: Mapping[str, SeqRange],
         *,
         expired_before: Mapping[str, int] | None = None,
+        generations: Mapping[str, int] | None = None,
     ) -> dict[str, PartitionWriteStats]:
         """Read and write ``ranges``; the result has one entry per range written.
 
         ``expired_before`` (partition -> sequence number): for these ranges the events before
         that number expired; read the rest, but key the batch by the whole range (a replay of
         an intent must replace, never add to, what an earlier attempt wrote).
+        ``generations`` (partition -> hub generation): part of those batches' keys
+        (``ops.stats.batch_key``), for a hub re-created and reset; the run passes it only
+        when there is one.
         """
         ...
 
-    def batch_written(self, partition_id: str, start: int, end: int) -> bool | None:
+    def batch_written(
+        self, partition_id: str, start: int, end: int, generation: int | None = None
+    ) -> bool | None:
         """Whether the batch of range ``[start, end]`` is in the sink (None: cannot tell)."""
         ...
 
@@ -114,17 +120,20 @@ class SparkIngestor:
 
         return spark_task_counts(self._spark)
 
-    def batch_written(self, partition_id: str, start: int, end: int) -> bool | None:
+    def batch_written(
+        self, partition_id: str, start: int, end: int, generation: int | None = None
+    ) -> bool | None:
         """Whether the batch of ``[start, end]`` is in the sink (None: cannot tell)."""
         from ops.write import batch_in_sink, batch_key
 
-        return batch_in_sink(self.sink, batch_key(partition_id, start, end))
+        return batch_in_sink(self.sink, batch_key(partition_id, start, end, generation))
 
     def ingest(
         self,
         ranges: Mapping[str, SeqRange],
         *,
         expired_before: Mapping[str, int] | None = None,
+        generations: Mapping[str, int] | None = None,
     ) -> dict[str, PartitionWriteStats]:
         """One DataFrame for all ``ranges``, written once; per-range facts from the writer.
 
@@ -133,6 +142,7 @@ class SparkIngestor:
         ``ops.write.write_batch`` writes and aggregates the statistics in the same job. With
         ``expired_before`` the source reads what is left of those ranges (the run checks that
         only the expired head is missing); the batches keep the keys of the whole ranges.
+        ``generations`` go into the batch keys (``ops.stats.batch_key``).
         """
         from ops.write import write_batch
         from resources.errors import SinkError
@@ -155,7 +165,7 @@ class SparkIngestor:
         except Exception as exc:
             raise _unwrap(exc) from exc
         try:
-            result = write_batch(df, self.sink, dict(ranges))
+            result = write_batch(df, self.sink, dict(ranges), generations=generations)
         except SinkError as exc:
             # The job reads and writes in one pass: a reader's failure (the hub killed
             # mid-read, events expired) surfaces from the write. Say what really failed.

@@ -52,7 +52,7 @@ from resources.errors import (
 )
 from resources.ranges import SeqRange
 from resources.settings import EventHubSettings, SinkSettings, StoreSettings
-from resources.store import Checkpoint, Ownership, PartitionStore
+from resources.store import Checkpoint, Ownership, PartitionStore, generation_of
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -490,7 +490,15 @@ class Processor:
         else:
             targets = self._targets(partition_ids)
         infos = self.hub.partition_info(targets)
-        cps = self.store.list_checkpoints()
+        owns = self.store.list_ownership()
+        sdk = self.store.list_sdk_checkpoints()
+        cps = self.store.list_checkpoints(owns)
+        # A re-created hub's events go under its generation's keys, never over the old hub's.
+        gens = {
+            p: g
+            for p in targets
+            if (g := generation_of(sdk.get(p), owns[p].progress if p in owns else None)) is not None
+        }
         ranges, skipped = replay_ranges(
             targets,
             infos,
@@ -514,7 +522,7 @@ class Processor:
                 f"range=[{start}, {end}] (checkpoint not moved)"
             )
         with self.clock.phase("read_write"):
-            results = self._ingest(ranges) if ranges else {}
+            results = self._ingest(ranges, None, gens) if ranges else {}
         for pid, result in results.items():
             reports[pid].add(result, self.owner_id)
             self.progress.partitions[pid].landed_events += result.events
@@ -562,7 +570,7 @@ class Processor:
         reports: dict[str, PartitionReport],
     ) -> None:
         with self.clock.phase("planning"):
-            steps, replayed = self._plan_cycle(keeper, claimed, bounds, infos, reports)
+            steps, replayed, gens = self._plan_cycle(keeper, claimed, bounds, infos, reports)
         fault_point("after_intent")
         ranges = {p: s.range for p, s in steps.items() if s.kind in ("read", "replay")}
         # Replays of intents whose head expired: read what is left, under the intent's key.
@@ -575,7 +583,7 @@ class Processor:
         if ranges:
             try:
                 with self.clock.phase("read_write"):
-                    results = self._ingest(ranges, expired)
+                    results = self._ingest(ranges, expired, gens)
             except DataLossError:
                 if self.config.on_data_loss != "skip":
                     raise
@@ -600,17 +608,22 @@ class Processor:
         bounds: Mapping[str, Bound],
         infos: dict[str, PartitionInfo],
         reports: dict[str, PartitionReport],
-    ) -> tuple[dict[str, Step], dict[str, tuple[int, int, str]]]:
-        """The next step of every claimed partition (intents recorded); released when done."""
+    ) -> tuple[dict[str, Step], dict[str, tuple[int, int, str]], dict[str, int]]:
+        """The next step of every claimed partition (intents recorded); released when done.
+
+        Also the hub generation of each step's batch key, for partitions that have one.
+        """
         sdk = self.store.list_sdk_checkpoints()
         steps: dict[str, Step] = {}
         replayed: dict[str, tuple[int, int, str]] = {}
+        gens: dict[str, int] = {}
         for pid, own in claimed.items():
             try:
                 sdk_cp = sdk.get(pid)
                 if pid in self._resets:
                     own, sdk_cp = self._reset(keeper, pid, own, sdk_cp, infos, reports)
-                step = self._plan_partition(keeper, pid, own, sdk_cp, bounds[pid], infos)
+                gen = generation_of(sdk_cp, own.progress)
+                step = self._plan_partition(keeper, pid, own, sdk_cp, bounds[pid], infos, gen)
             except OwnershipLostError:
                 continue
             if step.kind == "done":
@@ -619,7 +632,11 @@ class Processor:
             steps[pid] = step
             if step.kind == "replay" and own.intent is not None:
                 replayed[pid] = (step.start, step.end, own.intent.owner_id or "")
-        return steps, replayed
+                # Exactly the key the first attempt wrote: the intent's generation.
+                gen = own.intent.generation
+            if gen is not None:
+                gens[pid] = gen
+        return steps, replayed, gens
 
     def _checkpoint_cycle(
         self,
@@ -753,6 +770,12 @@ class Processor:
         if why is None:
             return own, sdk_cp  # a peer reset it meanwhile
         target = info.begin_sequence_number - 1
+        # Sequence numbers restarted, so batch keys would repeat the old hub's and replace its
+        # batches in the sink: unless the checkpoint is known to be this very hub's, the new
+        # hub's batches get its creation time as their generation (ops.stats.batch_key).
+        generation = None
+        if self._hub_created is not None and (cp is None or cp.hub_created_ms != self._hub_created):
+            generation = self._hub_created
         note = (
             f"reset from {cp.sequence_number if cp else None} to {target} at "
             f"{datetime.now(UTC).isoformat(timespec='seconds')} by {self.owner_id}: {why}"
@@ -760,13 +783,15 @@ class Processor:
         updated = keeper.apply(
             pid,
             lambda o: self.store.reset_checkpoint(
-                o, target, "-1", note, hub_created_ms=self._hub_created
+                o, target, "-1", note, hub_created_ms=self._hub_created, generation=generation
             ),
         )
         reports[pid].checkpoint_reset = note
         self._last_cp[pid] = target
         self.log.warning(f"checkpoint reset hub={self.hub_desc} partition={pid}: {note}")
-        return updated, Checkpoint(pid, target, "-1")
+        return updated, Checkpoint(
+            pid, target, "-1", hub_created_ms=self._hub_created, generation=generation
+        )
 
     def _plan_partition(
         self,
@@ -776,6 +801,7 @@ class Processor:
         sdk_cp: Checkpoint | None,
         bound: Bound,
         infos: Mapping[str, PartitionInfo],
+        generation: int | None,
     ) -> Step:
         begin = infos[pid].begin_sequence_number
         cp = _effective(sdk_cp, own.progress)
@@ -793,7 +819,9 @@ class Processor:
         if step.kind == "read":
             keeper.apply(
                 pid,
-                lambda o: self.store.record_intent(o, step.start, step.end, layout=self._layout),
+                lambda o: self.store.record_intent(
+                    o, step.start, step.end, layout=self._layout, generation=generation
+                ),
             )
             self.log.info(
                 f"intent hub={self.hub_desc} partition={pid} owner={self.owner_id} "
@@ -803,10 +831,15 @@ class Processor:
             assert own.intent is not None
             self._check_intent_layout(pid, own)
             written = getattr(self.ingestor, "batch_written", None)
+            gen = own.intent.generation
             if (
                 step.skipped is not None
                 and written is not None
-                and written(pid, step.start, step.end)
+                and (
+                    written(pid, step.start, step.end)
+                    if gen is None
+                    else written(pid, step.start, step.end, gen)
+                )
             ):
                 # The crashed attempt committed the whole batch before the head expired:
                 # keep it (a replay would drop its expired rows) and move past it.
@@ -823,7 +856,10 @@ class Processor:
         return step
 
     def _ingest(
-        self, ranges: Mapping[str, SeqRange], expired: Mapping[str, int] | None = None
+        self,
+        ranges: Mapping[str, SeqRange],
+        expired: Mapping[str, int] | None = None,
+        generations: Mapping[str, int] | None = None,
     ) -> dict[str, PartitionWriteStats]:
         for pid, rng in ranges.items():
             if pid in self.progress.partitions:
@@ -832,10 +868,15 @@ class Processor:
         timer = fault_timer("mid_read")
         try:
             with ReadTicker(self.progress_interval, lambda: self._emit("reading", log=True)):
+                # Only what applies is passed: an ingestor of a hub never re-created (or a
+                # test fake) need not know generations.
+                extra: dict[str, Any] = {}
                 if expired:
-                    results = self.ingestor.ingest(ranges, expired_before=expired)
-                else:
-                    results = self.ingestor.ingest(ranges)
+                    extra["expired_before"] = expired
+                gens = {p: g for p, g in (generations or {}).items() if p in ranges}
+                if gens:
+                    extra["generations"] = gens
+                results = self.ingestor.ingest(ranges, **extra)
         finally:
             if timer is not None:
                 timer.cancel()

@@ -13,9 +13,17 @@ from datetime import datetime
 __all__ = ["PartitionWriteStats", "batch_key"]
 
 
-def batch_key(partition_id: str, start: int, end: int) -> str:
-    """The batch key of one intent: ``"<partition>-<start>-<end>"`` (inclusive sequence numbers)."""
-    return f"{partition_id}-{start}-{end}"
+def batch_key(partition_id: str, start: int, end: int, generation: int | None = None) -> str:
+    """The batch key of one intent: ``"<partition>-<start>-<end>"`` (inclusive sequence numbers).
+
+    ``generation`` (``resources.store.generation_of``: set once a hub deleted and re-created
+    under its name was reset, its sequence numbers restarting at 0) makes it
+    ``"<partition>-<start>-<end>-g<generation>"``, so the new hub's batches never replace the
+    old hub's batches of the same range. None (a hub never re-created) keeps the plain key.
+    """
+    if generation is None:
+        return f"{partition_id}-{start}-{end}"
+    return f"{partition_id}-{start}-{end}-g{generation}"
 
 
 @dataclass(frozen=True)

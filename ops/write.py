@@ -1,7 +1,9 @@
 """Idempotent sinks: write one batch (partition + sequence range per Event Hub partition) once.
 
 Every row gets a batch key column ``eh_batch = "<partition>-<start>-<end>"`` (the intent it
-belongs to) and the output is partitioned by it (after the user's ``partition_by`` columns).
+belongs to; ``"<partition>-<start>-<end>-g<generation>"`` once the hub was re-created and reset,
+see :func:`batch_key`) and the output is partitioned by it (after the user's ``partition_by``
+columns).
 Writing a batch replaces exactly the directories / Delta partitions of its keys, atomically:
 
 * Spark formats (``parquet``, ``orc``, ``json``, ``delta`` on a cluster, ...): dynamic partition
@@ -86,6 +88,14 @@ logger = logging.getLogger(__name__)
 
 
 StatsMethod = Literal["observe", "readback"]
+
+
+def _batch_keys(
+    ranges: Mapping[str, SeqRange], generations: Mapping[str, int] | None
+) -> dict[str, str]:
+    """Partition id -> the batch key of its range (with its generation, if any)."""
+    gens = generations or {}
+    return {p: batch_key(p, s, e, gens.get(p)) for p, (s, e) in ranges.items()}
 
 
 @dataclass(frozen=True)
@@ -305,14 +315,14 @@ def _in_ranges(ranges: Mapping[str, SeqRange]) -> Column:
     return cond
 
 
-def _key_column(ranges: Mapping[str, SeqRange]) -> Column:
+def _key_column(ranges: Mapping[str, SeqRange], keys: Mapping[str, str]) -> Column:
     """The batch key of each row; null for a row outside every range."""
     from pyspark.sql import functions as F
 
     expr = None
     for pid, (start, end) in ranges.items():
         cond = (F.col("partition") == F.lit(pid)) & F.col("sequenceNumber").between(start, end)
-        key = F.lit(batch_key(pid, start, end))
+        key = F.lit(keys[pid])
         expr = F.when(cond, key) if expr is None else expr.when(cond, key)
     assert expr is not None
     return expr
@@ -324,6 +334,7 @@ def write_batch(
     ranges: Mapping[str, SeqRange],
     *,
     stats_method: StatsMethod = "observe",
+    generations: Mapping[str, int] | None = None,
 ) -> WriteResult:
     """Write the events of ``ranges`` in ``df`` to ``sink`` so a rewrite replaces, never adds.
 
@@ -336,6 +347,8 @@ def write_batch(
         stats_method: ``observe`` computes the statistics during the write itself (no second
             pass, see docs/sinks.md for the measurement); ``readback`` aggregates over the
             batch read back from the sink.
+        generations: partition id -> hub generation for partitions of a re-created hub
+            (part of their batch keys, see :func:`batch_key`); others keep the plain key.
 
     Returns:
         Per-partition statistics (events, body bytes, first/last sequence number, the offset of
@@ -353,6 +366,7 @@ def write_batch(
     _check_sink(sink)
     check_sink_layout(sink)
     rng = _normalise_ranges(ranges)
+    keys = _batch_keys(rng, {str(p): int(g) for p, g in (generations or {}).items()})
     check_sink_for_session(sink, df.sparkSession)
     missing = [c for c in ("partition", "sequenceNumber", "offset", "body") if c not in df.columns]
     if missing:
@@ -380,15 +394,16 @@ def write_batch(
         if sink.format == DELTALAKE_FORMAT:
             # The Delta writer drops key-less rows itself and refuses to commit if there are
             # any, so a wrong DataFrame never becomes visible.
-            _write_deltalake(observed.withColumn(BATCH_COLUMN, _key_column(rng)), sink, rng)
+            _write_deltalake(
+                observed.withColumn(BATCH_COLUMN, _key_column(rng, keys)), sink, list(keys.values())
+            )
         else:
-            keys = [batch_key(p, *r) for p, r in rng.items()]
-            clean_batch_staging(sink, keys)  # a crashed attempt's, before writing again
-            keyed = observed.where(_in_ranges(rng)).withColumn(BATCH_COLUMN, _key_column(rng))
+            clean_batch_staging(sink, list(keys.values()))  # a crashed attempt's, first
+            keyed = observed.where(_in_ranges(rng)).withColumn(BATCH_COLUMN, _key_column(rng, keys))
             try:
                 _write_spark(keyed, sink)
             except BaseException:
-                clean_batch_staging(sink, keys)  # when Spark's own abort could not
+                clean_batch_staging(sink, list(keys.values()))  # when Spark's abort could not
                 raise
     except (SinkError, ConfigurationError):
         raise
@@ -398,7 +413,7 @@ def write_batch(
             raise missing_module from exc
         raise SinkError(
             f"sink {sink.format} {'path' if sink.path else 'table'} {location!r}: cannot write "
-            f"batch {sorted(batch_key(p, *r) for p, r in rng.items())}: {_cause(exc)}; check "
+            f"batch {sorted(keys.values())}: {_cause(exc)}; check "
             "that the location exists and is writable by the Spark executors (and the format "
             "is available in the session)"
         ) from exc
@@ -413,15 +428,19 @@ def write_batch(
     from ops.progress import phase
 
     with phase("verify"):
-        _verify_written(df.sparkSession, sink, rng, int(metrics_row.get("inside") or 0), location)
-    if stats_method == "observe":
-        stats = _stats_from_row(metrics_row, rng)
-    else:
-        written = read_sink(df.sparkSession, sink).where(
-            _batch_filter([batch_key(p, *r) for p, r in rng.items()])
+        _verify_written(
+            df.sparkSession,
+            sink,
+            list(keys.values()),
+            int(metrics_row.get("inside") or 0),
+            location,
         )
+    if stats_method == "observe":
+        stats = _stats_from_row(metrics_row, rng, keys)
+    else:
+        written = read_sink(df.sparkSession, sink).where(_batch_filter(list(keys.values())))
         row = written.agg(*_stat_columns(rng)).first()
-        stats = _stats_from_row(row.asDict() if row is not None else {}, rng)
+        stats = _stats_from_row(row.asDict() if row is not None else {}, rng, keys)
     result = WriteResult(output_location=location, format=sink.format, partitions=stats)
     logger.info(
         "wrote %d events (%d body bytes) to %s %s: %s",
@@ -440,7 +459,7 @@ def write_batch(
 def _verify_written(
     spark: SparkSession,
     sink: SinkSettings,
-    ranges: Mapping[str, SeqRange],
+    keys: list[str],
     written: int,
     location: str,
 ) -> None:
@@ -449,7 +468,6 @@ def _verify_written(
     This runs before the caller moves any checkpoint: output that executors wrote where the
     driver (or the next reader) cannot see it is an error, never a silent loss.
     """
-    keys = [batch_key(p, *r) for p, r in ranges.items()]
     try:
         if sink.format == DELTALAKE_FORMAT:
             found = _delta_batch_rows(sink, keys)
@@ -550,7 +568,7 @@ def _stat_columns(ranges: Mapping[str, SeqRange]) -> list[Column]:
 
 
 def _stats_from_row(
-    row: Mapping[str, Any], ranges: Mapping[str, SeqRange]
+    row: Mapping[str, Any], ranges: Mapping[str, SeqRange], keys: Mapping[str, str]
 ) -> dict[str, PartitionWriteStats]:
     out: dict[str, PartitionWriteStats] = {}
     for i, (pid, (start, end)) in enumerate(ranges.items()):
@@ -558,7 +576,7 @@ def _stats_from_row(
             partition_id=pid,
             start=start,
             end=end,
-            batch_key=batch_key(pid, start, end),
+            batch_key=keys[pid],
             events=int(row.get(f"n{i}") or 0),
             bytes=int(row.get(f"b{i}") or 0),
             first_sequence_number=_opt_int(row.get(f"fs{i}")),
@@ -918,7 +936,7 @@ def _file_min_max(acc: dict[str, Any], part: pa.Table) -> None:
             maxs["enqueuedTime"] = max(maxs.get("enqueuedTime", hi_s), hi_s)
 
 
-def _write_deltalake(keyed: DataFrame, sink: SinkSettings, ranges: Mapping[str, SeqRange]) -> None:
+def _write_deltalake(keyed: DataFrame, sink: SinkSettings, keys: list[str]) -> None:
     from deltalake import DeltaTable
 
     assert sink.path is not None
@@ -950,7 +968,7 @@ def _write_deltalake(keyed: DataFrame, sink: SinkSettings, ranges: Mapping[str, 
         .mode("append")
         .option("table_uri", table_uri)
         .option("partition_by", json.dumps(partition_cols))
-        .option("keys", json.dumps([batch_key(p, *r) for p, r in ranges.items()]))
+        .option("keys", json.dumps(keys))
         # The key holds "secret" so Spark redacts the value in plans and logs.
         .option("storage_secret_options", json.dumps(dict(sink.storage_options)))
         .save()

@@ -14,12 +14,16 @@ Blob layout is the one ``azure-eventhub-checkpointstoreblob`` uses, lower-cased:
                   ehiintentstart/end (ours: write-ahead range being ingested, inclusive)
                   ehiintentowner     (ours: who recorded the intent)
                   ehiintentlayout    (ours: the sink layout the intent is written with)
+                  ehiintentgeneration (ours: the hub generation the intent's batch key names)
                   ehisequencenumber, ehioffset  (ours: fenced copy of the checkpoint)
                   ehihubcreated      (ours: the hub's creation time, ms, when it was checkpointed)
                   ehireset           (ours: why and when the checkpoint was last reset)
+                  ehigeneration      (ours: the hub generation, set by a reset after the hub
+                                      was re-created; part of every later batch key)
     {fully_qualified_namespace}/{eventhub}/{consumer_group}/checkpoint/{partition_id}
         metadata: sequencenumber, offset  (SDK keys, same meaning)
-                  ehihubcreated, ehireset  (ours, as above; the SDK ignores them)
+                  ehihubcreated, ehireset, ehigeneration  (ours, as above; the SDK ignores
+                                                           them)
 
 Why the fenced copy lives on the ownership blob: Blob Storage has no multi-blob transaction, and
 the SDK's checkpoint blob only exists after a first checkpoint, so it cannot carry the fence.
@@ -48,6 +52,7 @@ __all__ = [
     "Intent",
     "Ownership",
     "PartitionStore",
+    "generation_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -61,20 +66,24 @@ INTENT_START_KEY = "ehiintentstart"
 INTENT_END_KEY = "ehiintentend"
 INTENT_OWNER_KEY = "ehiintentowner"
 INTENT_LAYOUT_KEY = "ehiintentlayout"
+INTENT_GENERATION_KEY = "ehiintentgeneration"
 OWN_SEQ_KEY = "ehisequencenumber"
 OWN_OFFSET_KEY = "ehioffset"
 HUB_CREATED_KEY = "ehihubcreated"
 RESET_KEY = "ehireset"
+GENERATION_KEY = "ehigeneration"
 _OUR_KEYS = (
     EPOCH_KEY,
     INTENT_START_KEY,
     INTENT_END_KEY,
     INTENT_OWNER_KEY,
     INTENT_LAYOUT_KEY,
+    INTENT_GENERATION_KEY,
     OWN_SEQ_KEY,
     OWN_OFFSET_KEY,
     HUB_CREATED_KEY,
     RESET_KEY,
+    GENERATION_KEY,
 )
 
 
@@ -146,6 +155,9 @@ class Checkpoint:
     when this checkpoint was written, if this package wrote it; a different value now means the
     hub was deleted and re-created and the checkpoint belongs to the old one. ``reset``: the
     note of the last reset (``on_checkpoint_ahead: reset_to_earliest``), if any.
+    ``generation``: the hub generation (the re-created hub's creation time, ms) recorded by a
+    reset after a re-creation and carried forward; None if the hub never was (see
+    :func:`generation_of`).
     """
 
     partition_id: str
@@ -153,6 +165,18 @@ class Checkpoint:
     offset: str | None = None
     hub_created_ms: int | None = field(default=None, compare=False)
     reset: str | None = field(default=None, compare=False)
+    generation: int | None = field(default=None, compare=False)
+
+
+def generation_of(*checkpoints: Checkpoint | None) -> int | None:
+    """The hub generation of a partition: the latest one any of its checkpoint blobs records.
+
+    None (the hub was never re-created and reset): batch keys stay ``<partition>-<start>-<end>``.
+    A generation is the re-created hub's creation time, so a later one is larger; taking the
+    largest keeps it when one blob lost it (an SDK processor rewrites the checkpoint blob).
+    """
+    found = [c.generation for c in checkpoints if c is not None and c.generation is not None]
+    return max(found) if found else None
 
 
 @dataclass(frozen=True)
@@ -161,12 +185,15 @@ class Intent:
 
     ``layout``: the sink layout (format, partition columns) its batch is written with, so a
     replay never writes it into another one (None: recorded before layouts were).
+    ``generation``: the hub generation its batch key names (None: none), so a replay writes
+    exactly the batch key the first attempt wrote.
     """
 
     start: int
     end: int
     owner_id: str
     layout: str | None = field(default=None, compare=False)
+    generation: int | None = field(default=None, compare=False)
 
     @property
     def range(self) -> SeqRange:
@@ -266,6 +293,7 @@ class PartitionStore:
                 end,
                 record.metadata.get(INTENT_OWNER_KEY, ""),
                 layout=record.metadata.get(INTENT_LAYOUT_KEY) or None,
+                generation=_int(record, INTENT_GENERATION_KEY),
             )
         seq = _int(record, OWN_SEQ_KEY)
         progress = None
@@ -276,6 +304,7 @@ class PartitionStore:
                 record.metadata.get(OWN_OFFSET_KEY) or None,
                 hub_created_ms=_int(record, HUB_CREATED_KEY),
                 reset=record.metadata.get(RESET_KEY) or None,
+                generation=_int(record, GENERATION_KEY),
             )
         return Ownership(
             partition_id=pid,
@@ -303,6 +332,7 @@ class PartitionStore:
             record.metadata.get(OFFSET_KEY) or None,
             hub_created_ms=_int(record, HUB_CREATED_KEY),
             reset=record.metadata.get(RESET_KEY) or None,
+            generation=_int(record, GENERATION_KEY),
         )
 
     def get_ownership(self, partition_id: str) -> Ownership | None:
@@ -441,12 +471,19 @@ class PartitionStore:
 
     # -- write-ahead intent and fenced checkpoint ----------------------------------------------
     def record_intent(
-        self, own: Ownership, start: int, end: int, *, layout: str | None = None
+        self,
+        own: Ownership,
+        start: int,
+        end: int,
+        *,
+        layout: str | None = None,
+        generation: int | None = None,
     ) -> Ownership:
         """Record ``[start, end]`` (inclusive sequence numbers) before reading it (CAS).
 
         ``layout`` (the sink's format and partition columns) is kept with it, so a takeover
-        can refuse to replay the batch into a different layout.
+        can refuse to replay the batch into a different layout; ``generation`` (the hub
+        generation its batch key names), so a replay writes the same key.
         """
         if end < start:
             raise ValueError(f"intent end {end} is before start {start}")
@@ -457,6 +494,7 @@ class PartitionStore:
                 INTENT_END_KEY: str(end),
                 INTENT_OWNER_KEY: own.owner_id,
                 INTENT_LAYOUT_KEY: layout,
+                INTENT_GENERATION_KEY: None if generation is None else str(generation),
             },
             "record intent",
         )
@@ -475,7 +513,8 @@ class PartitionStore:
         OwnershipLostError and nothing changes. Never backwards: CheckpointRegressionError.
         The SDK checkpoint blob is mirrored afterwards, also never backwards.
         ``hub_created_ms`` (the hub's creation time) is recorded with it, so a later run can
-        tell that the hub was re-created since.
+        tell that the hub was re-created since. The partition's hub generation
+        (:func:`generation_of` both blobs) is carried forward onto both.
         """
         if own.metadata is None:
             own = self._current(own, "checkpoint")
@@ -499,6 +538,11 @@ class PartitionStore:
         }
         if hub_created_ms is not None:
             changes[HUB_CREATED_KEY] = str(hub_created_ms)
+        generation = generation_of(
+            own.progress, self._parse_checkpoint(sdk_record) if sdk_record is not None else None
+        )
+        if generation is not None:
+            changes[GENERATION_KEY] = str(generation)
         if own.intent is not None and own.intent.end <= sequence_number:
             changes.update(
                 {
@@ -506,11 +550,18 @@ class PartitionStore:
                     INTENT_END_KEY: None,
                     INTENT_OWNER_KEY: None,
                     INTENT_LAYOUT_KEY: None,
+                    INTENT_GENERATION_KEY: None,
                 }
             )
         updated = self._update(own, changes, "checkpoint")
         self._mirror_checkpoint(
-            Checkpoint(own.partition_id, sequence_number, offset, hub_created_ms=hub_created_ms),
+            Checkpoint(
+                own.partition_id,
+                sequence_number,
+                offset,
+                hub_created_ms=hub_created_ms,
+                generation=generation,
+            ),
             sdk_record,
         )
         logger.info(
@@ -536,6 +587,8 @@ class PartitionStore:
             metadata = {SEQ_KEY: str(cp.sequence_number), OFFSET_KEY: cp.offset or ""}
             if cp.hub_created_ms is not None:
                 metadata[HUB_CREATED_KEY] = str(cp.hub_created_ms)
+            if cp.generation is not None:
+                metadata[GENERATION_KEY] = str(cp.generation)
             if record is not None:
                 # Keep keys other tools may have added; the SDK keys keep their meaning.
                 metadata = {**record.metadata, **metadata}
@@ -558,6 +611,7 @@ class PartitionStore:
         note: str,
         *,
         hub_created_ms: int | None = None,
+        generation: int | None = None,
     ) -> Ownership:
         """Move the checkpoint to ``sequence_number`` even backwards, and drop a pending intent.
 
@@ -565,6 +619,8 @@ class PartitionStore:
         since re-created): the caller has decided, on the user's explicit opt-in, to restart
         the partition. Fenced like :meth:`checkpoint`; ``note`` (why, from what, when) is kept
         in the ``ehireset`` metadata of both blobs. The SDK blob is overwritten by CAS.
+        ``generation`` (a new hub generation, after a re-creation) replaces the one both blobs
+        carry; None keeps theirs.
         """
         changes: dict[str, str | None] = {
             OWN_SEQ_KEY: str(sequence_number),
@@ -575,7 +631,10 @@ class PartitionStore:
             INTENT_END_KEY: None,
             INTENT_OWNER_KEY: None,
             INTENT_LAYOUT_KEY: None,
+            INTENT_GENERATION_KEY: None,
         }
+        if generation is not None:
+            changes[GENERATION_KEY] = str(generation)
         updated = self._update(own, changes, "reset the checkpoint")
         name = self._checkpoint_name(own.partition_id)
         for _ in range(5):
@@ -587,6 +646,8 @@ class PartitionStore:
             metadata.pop(HUB_CREATED_KEY, None)
             if hub_created_ms is not None:
                 metadata[HUB_CREATED_KEY] = str(hub_created_ms)
+            if generation is not None:
+                metadata[GENERATION_KEY] = str(generation)
             if self.backend.put(name, metadata, etag=record.etag if record else None) is not None:
                 break
         else:

@@ -85,13 +85,16 @@ class FakeHub:
 
 
 class FakeIngestor:
-    """Reads ranges from a :class:`FakeHub` into a dict keyed by (partition, start, end)."""
+    """Reads ranges from a :class:`FakeHub` into a dict keyed like ``ops.stats.batch_key``.
+
+    The key is (partition, start, end), plus the generation for a re-created hub's batches.
+    """
 
     def __init__(
         self, hub: FakeHub, before_write: Callable[[Mapping[str, Any]], None] | None = None
     ):
         self.hub = hub
-        self.sink: dict[tuple[str, int, int], list[tuple[int, bytes]]] = {}
+        self.sink: dict[tuple[Any, ...], list[tuple[int, bytes]]] = {}
         self.calls: list[dict[str, tuple[int, int]]] = []
         self.before_write = before_write
         self.after_write: Callable[[Mapping[str, Any]], None] | None = None
@@ -101,15 +104,18 @@ class FakeIngestor:
     def output_location(self) -> str | None:
         return "memory://sink"
 
-    def batch_written(self, partition_id: str, start: int, end: int) -> bool | None:
+    def batch_written(
+        self, partition_id: str, start: int, end: int, generation: int | None = None
+    ) -> bool | None:
         with self._lock:
-            return (partition_id, start, end) in self.sink
+            return _key(partition_id, start, end, generation) in self.sink
 
     def ingest(
         self,
         ranges: Mapping[str, tuple[int, int]],
         *,
         expired_before: Mapping[str, int] | None = None,
+        generations: Mapping[str, int] | None = None,
     ) -> dict[str, PartitionWriteStats]:
         self.calls.append(dict(ranges))
         if self.before_write is not None:
@@ -122,14 +128,16 @@ class FakeIngestor:
             if first < self.hub.begin[pid]:
                 raise DataLossError(f"partition {pid}: events before {self.hub.begin[pid]} gone")
             rows = [(s, b) for s, b, _ in self.hub.events[pid][first : end + 1]]
+            gen = (generations or {}).get(pid)
             with self._lock:
-                self.sink[(pid, start, end)] = rows  # keyed by the whole range, like eh_batch
+                # Keyed by the whole range (and generation), like eh_batch.
+                self.sink[_key(pid, start, end, gen)] = rows
             evs = self.hub.events[pid][first : end + 1]
             out[pid] = PartitionWriteStats(
                 partition_id=pid,
                 start=start,
                 end=end,
-                batch_key=batch_key(pid, start, end),
+                batch_key=batch_key(pid, start, end, gen),
                 events=len(rows),
                 bytes=sum(len(b) for _, b in rows),
                 first_sequence_number=rows[0][0] if rows else None,
@@ -147,7 +155,7 @@ class FakeIngestor:
         with self._lock:
             return sorted(
                 (pid, seq, hashlib.sha256(body).hexdigest())
-                for (pid, _s, _e), rows in self.sink.items()
+                for (pid, *_), rows in self.sink.items()
                 for seq, body in rows
             )
 
@@ -159,3 +167,7 @@ class FakeIngestor:
             for seq, body, _ in events
             if upto is None or seq <= upto.get(pid, -1)
         )
+
+
+def _key(pid: str, start: int, end: int, generation: int | None) -> tuple[Any, ...]:
+    return (pid, start, end) if generation is None else (pid, start, end, generation)

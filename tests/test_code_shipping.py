@@ -132,9 +132,10 @@ def test_write_is_verified_by_reading_back_the_row_count(
     sink = SinkSettings(format=kind, path=str(tmp_path / kind))
     ranges = {"0": (0, 9), "1": (0, 4)}
     write_batch(events(spark, ranges), sink, ranges)
-    _verify_written(spark, sink, ranges, 15, sink.path or "")  # what was written: fine
+    keys = [batch_key(p, *r) for p, r in ranges.items()]
+    _verify_written(spark, sink, keys, 15, sink.path or "")  # what was written: fine
     with pytest.raises(SinkError) as err:
-        _verify_written(spark, sink, ranges, 16, sink.path or "")
+        _verify_written(spark, sink, keys, 16, sink.path or "")
     text = str(err.value)
     assert "16 event(s) were written but 15 are readable" in text
     assert "no checkpoint moved" in text and batch_key("1", 0, 4) in text

@@ -134,6 +134,91 @@ def test_reset_of_an_empty_recreated_hub_and_a_stale_intent() -> None:
     assert proc3.run().partitions["0"].ranges_written == [(0, 2)]
 
 
+def test_batch_key_names_the_hub_generation_only_after_a_recreation() -> None:
+    from ops.stats import batch_key
+
+    assert batch_key("0", 0, 9) == batch_key("0", 0, 9, None) == "0-0-9"  # unchanged
+    assert batch_key("0", 0, 9, 1_700_000_060_000) == "0-0-9-g1700000060000"
+    assert batch_key("0", 0, 9, 1) != batch_key("0", 0, 9, 2) != batch_key("0", 0, 9)
+
+
+def test_a_reset_after_recreation_keys_the_new_hubs_batches_apart_from_the_old_ones() -> None:
+    """The old hub's batches 0-0-9 and 0-10-19 stay; the new hub's 0..9 and later events land
+    under the generation's keys; a hub never re-created keeps plain keys throughout."""
+    hub = FakeHub(1)
+    hub.send_all(20)
+    backend = InMemoryBackend()
+    proc, store, sink = make(hub, backend, max_events_per_partition=10)
+    assert proc.run().complete and proc.run().complete
+    assert sorted(sink.sink) == [("0", 0, 9), ("0", 10, 19)]  # never re-created: plain keys
+    old = sink.rows()
+    hub.recreate()
+    gen = hub.created_ms
+    hub.send_all(10)
+    resetter = Processor(
+        config(on_checkpoint_ahead="reset_to_earliest", max_events_per_partition=10),
+        store,
+        hub,
+        sink,
+        owner_id="resetter",
+        claim=greedy_claim(store, "resetter"),
+    )
+    assert resetter.run().complete
+    assert sorted(sink.sink, key=str) == sorted(
+        [("0", 0, 9), ("0", 10, 19), ("0", 0, 9, gen)], key=str
+    )
+    assert sink.sink[("0", 0, 9)] == [(s, f"0-{s}".encode()) for s in range(10)]  # old rows
+    assert store.list_checkpoints()["0"].generation == gen
+    assert store.list_sdk_checkpoints()["0"].generation == gen
+    # Later runs (no reset) carry the generation forward.
+    hub.send_all(5)
+    later = make(hub, backend, owner="later")[0]
+    later.ingestor = sink
+    assert later.run().partitions["0"].ranges_written == [(10, 14)]
+    assert ("0", 10, 14, gen) in sink.sink and sink.sink[("0", 10, 19)] == [
+        (s, f"0-{s}".encode()) for s in range(10, 20)
+    ]
+    # Every old event and every new one, each once (the bodies repeat: "0-<seq>").
+    assert len(sink.rows()) == len(old) + 15
+
+
+def test_a_pending_intent_is_replayed_under_the_generation_it_was_recorded_with() -> None:
+    hub = FakeHub(1)
+    hub.send_all(10)
+    backend = InMemoryBackend()
+    proc, store, sink = make(hub, backend)
+    assert proc.run().complete  # checkpoint 9, plain key 0-0-9
+    hub.recreate()
+    hub.send_all(20)
+    gen = hub.created_ms
+    for intent_gen in (gen, None):
+        own = store.get_ownership("0")
+        assert own is not None
+        if intent_gen is not None:  # the reset, as a run with reset_to_earliest does it
+            own = store.claim("0", "resetter", own)
+            assert own is not None
+            own = store.reset_checkpoint(
+                own, -1, "-1", "re-created", hub_created_ms=gen, generation=gen
+            )
+            store.release(own)
+            own = store.get_ownership("0")
+            assert own is not None
+        start = 0 if intent_gen is not None else 10
+        crashed = store.claim("0", "crashed", own)
+        assert crashed is not None
+        # A crash after the intent (recorded with intent_gen, e.g. by an older version: None).
+        store.release(store.record_intent(crashed, start, start + 9, generation=intent_gen))
+        taker = make(hub, backend, owner=f"taker-{start}", max_events_per_partition=10)[0]
+        taker.ingestor = sink
+        report = taker.run()
+        assert report.partitions["0"].replayed_intents == [(start, start + 9, "crashed")]
+    # The replay used the intent's generation, not the partition's: 0-10-19 has none.
+    assert sorted(sink.sink, key=str) == sorted(
+        [("0", 0, 9), ("0", 0, 9, gen), ("0", 10, 19)], key=str
+    )
+    assert store.list_checkpoints()["0"].generation == gen
+
+
 def test_run_timeout_and_checkpoint_policy_are_validated() -> None:
     with pytest.raises(ConfigurationError, match=r"run_timeout_seconds: -1 must be >= 0"):
         config(run_timeout_seconds=-1)

@@ -1,6 +1,9 @@
-"""Reproduction (issue 9, open): a hub re-created under its name and reset to the earliest event
-writes batch keys the old hub already used (``<partition>-<start>-<end>``), and the dynamic
-overwrite replaces the old hub's batch in the sink: its events are lost from the output."""
+"""Issue 9: a hub re-created under its name and reset to the earliest event restarts its sequence
+numbers, so its batches would repeat the old hub's keys (``<partition>-<start>-<end>``) and the
+dynamic overwrite would replace the old hub's batch in the sink (10 of 20 old events lost). The
+reset records a hub generation that every later batch key of the partition names."""
+
+import re
 
 import pytest
 
@@ -10,7 +13,6 @@ from tests.test_edge_states_integration import run_in_process, send, write_confi
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
-@pytest.mark.xfail(strict=True, reason="batch keys do not name the hub generation (issue 9)")
 def test_a_reset_after_the_hub_was_recreated_keeps_the_old_hubs_batches(
     spark, eventhub_emulator, azurite_connection_string, container_name, tmp_path
 ):
@@ -25,6 +27,9 @@ def test_a_reset_after_the_hub_was_recreated_keeps_the_old_hubs_batches(
     hub = eventhub_emulator.create_hub(hub.name, partitions=1)
     new: dict[str, list[bytes]] = {}
     send(hub, new, 10, "new")
-    # Batch 0-0-9 again: replaces the old hub's 0-0-9 directory.
+    # Range 0..9 again, under the new hub's generation: the old hub's 0-0-9 batch stays.
     assert run_in_process(spark, config, env, "c", on_checkpoint_ahead="reset_to_earliest").complete
     assert_exactly_once(landed_events(tmp_path / "out"), sent_events(old) + sent_events(new))
+    batches = sorted(p.name for p in (tmp_path / "out").glob("eh_batch=*"))
+    assert len(batches) == 3 and batches[0] == "eh_batch=0-0-9", batches
+    assert re.fullmatch(r"eh_batch=0-0-9-g\d{13}", batches[1]) and batches[2] == "eh_batch=0-10-19"

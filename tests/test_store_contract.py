@@ -174,6 +174,35 @@ def test_checkpoint_clears_only_a_completed_intent(harness: Harness) -> None:
     assert store.list_sdk_checkpoints()["0"].sequence_number == 19
 
 
+def test_hub_generation_is_set_by_a_reset_and_carried_on_both_blobs(harness: Harness) -> None:
+    """A reset after a re-creation records the generation; claims, intents and checkpoints keep
+    it (on the ownership blob and the SDK blob); a later intent records the one it is keyed by."""
+    store = harness.make_store()
+    own = store.claim("5", "owner-a", None)
+    assert own is not None
+    own = store.checkpoint(own, 49, "4900", hub_created_ms=1000)
+    assert own.progress is not None and own.progress.generation is None
+    own = store.reset_checkpoint(own, -1, "-1", "re-created", hub_created_ms=2000, generation=2000)
+    own = store.record_intent(own, 0, 9, generation=2000)
+    assert own.intent is not None and own.intent.generation == 2000
+    fresh = harness.make_store()
+    taken = fresh.claim("5", "owner-b", fresh.get_ownership("5"))
+    assert taken is not None and taken.intent is not None and taken.intent.generation == 2000
+    taken = fresh.checkpoint(taken, 9, "900", hub_created_ms=2000)
+    assert taken.intent is None
+    assert taken.progress is not None and taken.progress.generation == 2000
+    sdk = fresh.list_sdk_checkpoints()["5"]
+    assert (sdk.sequence_number, sdk.generation) == (9, 2000)
+    assert fresh.list_checkpoints()["5"].generation == 2000
+    own_blob = harness.raw(fresh, "ownership", "5")
+    assert own_blob is not None and own_blob.metadata["ehigeneration"] == "2000"
+    assert "ehiintentgeneration" not in own_blob.metadata  # cleared with the intent
+    # A reset without a new generation (same hub, checkpoint edited ahead) keeps it.
+    taken = fresh.reset_checkpoint(taken, -1, "-1", "edited", hub_created_ms=2000)
+    assert taken.progress is not None and taken.progress.generation == 2000
+    assert fresh.list_sdk_checkpoints()["5"].generation == 2000
+
+
 def test_checkpoint_never_moves_backwards(harness: Harness) -> None:
     store = harness.make_store()
     own = store.claim("0", "owner-a", None)
