@@ -39,7 +39,7 @@ from resources.eventhubs_positions import (
 from resources.hub_client import EventHubClient, PartitionInfo
 from resources.spark_source._plan import input_partitions
 from resources.spark_source._range import PartitionRange
-from resources.spark_source._read import EventHubsInputPartition, read_range
+from resources.spark_source._read import read_input_partition
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -210,15 +210,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Receive one sub-range on an executor (the client is created here, never pickled)."""
-        if not isinstance(partition, EventHubsInputPartition):
-            return iter(())
-        return read_range(
-            partition.settings,
-            partition.range,
-            receive_timeout=partition.receive_timeout,
-            prefetch=partition.prefetch,
-            on_data_loss=partition.on_data_loss,
-        )
+        return read_input_partition(partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the offsets live in Spark's checkpointLocation, not in the hub."""

@@ -50,6 +50,22 @@ class EventHubsInputPartition(InputPartition):
         return f"EventHubsInputPartition({self.settings.eventhub_name}, {self.range})"
 
 
+def read_input_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """Receive one planned sub-range on an executor: the batch and the stream reader's ``read``.
+
+    The client is created here, never pickled; a partition of another source reads nothing.
+    """
+    if not isinstance(partition, EventHubsInputPartition):
+        return iter(())
+    return read_range(
+        partition.settings,
+        partition.range,
+        receive_timeout=partition.receive_timeout,
+        prefetch=partition.prefetch,
+        on_data_loss=partition.on_data_loss,
+    )
+
+
 def read_range(
     settings: EventHubSettings,
     rng: PartitionRange,

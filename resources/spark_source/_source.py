@@ -22,7 +22,7 @@ from resources.errors import (
 from resources.settings import EventHubSettings
 from resources.spark_source._options import ReadOptions
 from resources.spark_source._plan import ReadPlan
-from resources.spark_source._read import EventHubsInputPartition, read_range
+from resources.spark_source._read import read_input_partition
 from resources.spark_source._schema import eventhubs_schema
 
 if TYPE_CHECKING:
@@ -45,15 +45,7 @@ class EventHubsReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Receive one sub-range on an executor (the client is created here, never pickled)."""
-        if not isinstance(partition, EventHubsInputPartition):
-            return iter(())
-        return read_range(
-            partition.settings,
-            partition.range,
-            receive_timeout=partition.receive_timeout,
-            prefetch=partition.prefetch,
-            on_data_loss=partition.on_data_loss,
-        )
+        return read_input_partition(partition)
 
 
 class EventHubsDataSource(DataSource):
