@@ -18,7 +18,9 @@ from resources.ranges import SeqRange
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from ops.progress import ReadCounter
     from resources.settings import EventHubSettings, SinkSettings
+    from resources.spark_source import ReadOptions
 
 __all__ = ["Ingestor", "SparkIngestor"]
 
@@ -71,6 +73,8 @@ class SparkIngestor:
         sink: where to write.
         options: extra data-source options (prefetch, receive timeout, readers per partition).
         spark_factory: starts the session when ``spark`` is None (default: a local one).
+        read_counter: live read progress (the readers' running counts in the store); None
+            for none.
     """
 
     def __init__(
@@ -80,8 +84,10 @@ class SparkIngestor:
         sink: SinkSettings,
         options: Mapping[str, Any] | None = None,
         spark_factory: Callable[[], SparkSession] | None = None,
+        read_counter: ReadCounter | None = None,
     ) -> None:
         self._spark = spark
+        self.read_counter = read_counter
         self._factory = spark_factory
         self._location: str | None = None
         self.eventhub = eventhub
@@ -120,6 +126,11 @@ class SparkIngestor:
 
         return spark_task_counts(self._spark)
 
+    def read_counts(self) -> dict[str, int]:
+        """Events read so far per partition of the read in flight, as the readers last wrote
+        them ({} without a read counter or a read)."""
+        return {} if self.read_counter is None else self.read_counter.counts()
+
     def batch_written(
         self, partition_id: str, start: int, end: int, generation: int | None = None
     ) -> bool | None:
@@ -144,9 +155,7 @@ class SparkIngestor:
         only the expired head is missing); the batches keep the keys of the whole ranges.
         ``generations`` go into the batch keys (``ops.stats.batch_key``).
         """
-        from ops.write import write_batch
-        from resources.errors import SinkError
-        from resources.spark_source import PartitionRange, ReadOptions, read_eventhubs
+        from resources.spark_source import PartitionRange, ReadOptions
 
         options = ReadOptions(
             settings=self.eventhub,
@@ -155,7 +164,24 @@ class SparkIngestor:
             prefetch=int(self.options.get("prefetch", 300)),
             max_readers_per_partition=int(self.options.get("max_readers_per_partition", 1)),
             on_data_loss="skip" if expired_before else "fail",
+            progress=None if self.read_counter is None else self.read_counter.start(),
         )
+        try:
+            return self._read_write(options, ranges, generations)
+        finally:
+            if self.read_counter is not None:
+                self.read_counter.finish()
+
+    def _read_write(
+        self,
+        options: ReadOptions,
+        ranges: Mapping[str, SeqRange],
+        generations: Mapping[str, int] | None,
+    ) -> dict[str, PartitionWriteStats]:
+        from ops.write import write_batch
+        from resources.errors import SinkError
+        from resources.spark_source import read_eventhubs
+
         try:
             # The source checks the ranges against the service when the DataFrame is created.
             df = read_eventhubs(self.spark, options)

@@ -12,24 +12,33 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from resources.ranges import SeqRange
+from resources.read_progress import ProgressTarget, delete_progress, read_counts, totals
+
+if TYPE_CHECKING:
+    from resources.settings import StoreSettings
+    from resources.store import BlobBackend, HubRef
 
 __all__ = [
     "PHASES",
     "PartitionProgress",
     "PhaseClock",
     "ProgressFn",
+    "ReadCounter",
     "ReadTicker",
     "RunProgress",
     "phase",
     "spark_task_counts",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: The phases a run reports (``RunReport.phases``), in the order they first happen.
 PHASES = (
@@ -125,6 +134,8 @@ class PartitionProgress:
     landed_events: int = 0
     reading: SeqRange | None = None
     done: bool = False
+    #: Events of ``reading`` the readers reported so far (live read progress; 0 unknown).
+    read_events: int = 0
 
     @property
     def reading_events(self) -> int:
@@ -156,7 +167,12 @@ class RunProgress:
         """One line per update, e.g. for the event log or a non-terminal CLI."""
         done = sum(1 for p in self.partitions.values() if p.done)
         reading = [
-            f"{p.partition_id} [{p.reading[0]}, {p.reading[1]}] ({p.reading_events} events)"
+            f"{p.partition_id} [{p.reading[0]}, {p.reading[1]}] "
+            + (
+                f"({min(p.read_events, p.reading_events)}/{p.reading_events} events read)"
+                if p.read_events
+                else f"({p.reading_events} events)"
+            )
             for p in self.partitions.values()
             if p.reading is not None
         ]
@@ -237,3 +253,57 @@ def progress_targets(
         target = 0 if bound is None else max(0, bound - (-1 if cp is None else cp))
         out[pid] = PartitionProgress(pid, target_events=target, done=target == 0)
     return out
+
+
+class ReadCounter:
+    """The driver's side of live read progress (:mod:`resources.read_progress`).
+
+    One instance per run: :meth:`start` names a new folder for each read (the target goes to
+    the readers in the data-source options), :meth:`counts` lists it (one store call), and
+    :meth:`finish` deletes what the readers wrote. Nothing here can fail a read.
+    """
+
+    def __init__(
+        self,
+        store: StoreSettings,
+        backend: BlobBackend,
+        hub: HubRef,
+        owner_id: str,
+        interval: float,
+    ) -> None:
+        self.store = store
+        self.backend = backend
+        self.hub = hub
+        self.owner_id = owner_id
+        self.interval = interval
+        self.target: ProgressTarget | None = None
+        self._started = 0.0
+
+    def start(self) -> ProgressTarget:
+        """The target of the next read (a fresh folder, so no stale count is ever summed)."""
+        import uuid
+
+        self.target = ProgressTarget.for_read(
+            self.store, self.hub, self.owner_id, uuid.uuid4().hex[:12], self.interval
+        )
+        self._started = time.monotonic()
+        return self.target
+
+    def counts(self) -> dict[str, int]:
+        """Events read so far per partition of the read in flight ({} when none)."""
+        target = self.target
+        if target is None:
+            return {}
+        try:
+            found = totals(read_counts(self.backend, target.prefix))
+        except Exception:  # informational: a store hiccup only skips one update
+            logger.debug("could not list read progress", exc_info=True)
+            return {}
+        return found
+
+    def finish(self) -> None:
+        """Forget the read and delete its blobs. A read shorter than ``interval`` costs no
+        store call: its readers wrote nothing (each writes only after ``interval`` seconds)."""
+        target, self.target = self.target, None
+        if target is not None and time.monotonic() - self._started >= target.interval:
+            delete_progress(self.backend, target.prefix)

@@ -40,7 +40,14 @@ from ops.plan import (
     sink_layout,
     snapshot_bound,
 )
-from ops.progress import PhaseClock, ProgressFn, ReadTicker, RunProgress, progress_targets
+from ops.progress import (
+    PhaseClock,
+    ProgressFn,
+    ReadCounter,
+    ReadTicker,
+    RunProgress,
+    progress_targets,
+)
 from ops.stats import PartitionWriteStats
 from resources.config import IngestSpec, RunOptions, format_validation_error
 from resources.errors import (
@@ -864,6 +871,7 @@ class Processor:
         for pid, rng in ranges.items():
             if pid in self.progress.partitions:
                 self.progress.partitions[pid].reading = rng
+                self.progress.partitions[pid].read_events = 0
         self._emit("reading")
         timer = fault_timer("mid_read")
         try:
@@ -900,6 +908,13 @@ class Processor:
         self.progress.elapsed_seconds = time.monotonic() - self._started
         counts = getattr(self.ingestor, "task_counts", None)
         self.progress.spark_tasks = counts() if phase == "reading" and counts else None
+        read = getattr(self.ingestor, "read_counts", None)
+        if phase == "reading" and read is not None:
+            # Live counts the readers wrote to the store; never more than the range in flight.
+            for pid, n in read().items():
+                part = self.progress.partitions.get(pid)
+                if part is not None and part.reading is not None:
+                    part.read_events = max(part.read_events, n)
         if log:
             self.log.info(
                 f"progress hub={self.hub_desc} owner={self.owner_id}: {self.progress.line()}"
@@ -1136,7 +1151,7 @@ def run_ingestion(
     """
     clock = phases if phases is not None else PhaseClock()
     with clock.phase("management"):
-        hub, store, ingestor, me = _run_parts(config, spark, spark_factory, attempt)
+        hub, store, ingestor, me = _run_parts(config, spark, spark_factory, attempt, owner_id)
 
     def preflight() -> None:
         from ops.sink_checks import check_sink_layout
@@ -1214,6 +1229,7 @@ def _run_parts(
     spark: SparkSession | None,
     spark_factory: Callable[[], SparkSession] | None,
     attempt: int | None,
+    owner_id: str,
 ) -> tuple[HubClient, PartitionStore, SparkIngestor, OwnerInstance]:
     """The hub client, store, ingestor and owner instance of a run, after the checks that need
     no claim.
@@ -1253,6 +1269,13 @@ def _run_parts(
             "max_readers_per_partition": config.max_readers_per_partition,
         },
         spark_factory=spark_factory,
+        read_counter=(
+            ReadCounter(
+                config.store, store.backend, store.hub, owner_id, config.read_progress_seconds
+            )
+            if config.read_progress_seconds > 0
+            else None
+        ),
     )
     # A data source Spark does not have would fail at the first write, after the claims: ask
     # the session now (it starts here only for a format that needs the question).

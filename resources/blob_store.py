@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
     from resources.settings import StoreSettings
 
-__all__ = ["AzureBlobBackend"]
+__all__ = ["AzureBlobBackend", "container_client"]
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +126,44 @@ def _metadata(raw: Mapping[str, str | None] | None) -> dict[str, str]:
     return {k: ("" if v is None else v) for k, v in (raw or {}).items()}
 
 
+def container_client(settings: StoreSettings, **client_kwargs: Any) -> ContainerClient:
+    """A ``ContainerClient`` for ``settings`` with the bounded retries and timeouts below.
+
+    No request is made; :meth:`AzureBlobBackend.from_settings` checks the container. Errors
+    name the field, never the secret.
+    """
+    kwargs: dict[str, Any] = {
+        "retry_policy": LinearRetry(
+            backoff=RETRY_BACKOFF_SECONDS, retry_total=RETRY_TOTAL, random_jitter_range=0
+        ),
+        "connection_timeout": CONNECTION_TIMEOUT_SECONDS,
+        "read_timeout": READ_TIMEOUT_SECONDS,
+    }
+    kwargs.update(client_kwargs)
+    if settings.credential_type == "connection_string":
+        assert settings.connection_string is not None  # StoreSettings checked it
+        _validate_connection_string(settings.connection_string)
+        try:
+            return ContainerClient.from_connection_string(
+                settings.connection_string, settings.container, **kwargs
+            )
+        except ValueError as exc:
+            # The SDK's messages hold no secret, but redact anyway: they may in a future one.
+            raise ConfigurationError(f"{_CONN_FIELD}: {redact(str(exc))}") from exc
+    assert settings.account_url is not None
+    if not settings.account_url.lower().startswith(("http://", "https://")):
+        raise ConfigurationError(
+            f"account_url: {settings.account_url!r} must look like "
+            "'https://<account>.blob.core.windows.net'"
+        )
+    return ContainerClient(
+        settings.account_url,
+        settings.container,
+        credential=make_credential(settings.credential_type, settings.credential_options),
+        **kwargs,
+    )
+
+
 class AzureBlobBackend:
     """A :class:`~resources.store.BlobBackend` over one Blob container (thread-safe).
 
@@ -167,38 +205,7 @@ class AzureBlobBackend:
                 container with ``create_container=False``.
             StoreUnavailableError: the endpoint did not answer after bounded retries.
         """
-        kwargs: dict[str, Any] = {
-            "retry_policy": LinearRetry(
-                backoff=RETRY_BACKOFF_SECONDS, retry_total=RETRY_TOTAL, random_jitter_range=0
-            ),
-            "connection_timeout": CONNECTION_TIMEOUT_SECONDS,
-            "read_timeout": READ_TIMEOUT_SECONDS,
-        }
-        kwargs.update(client_kwargs)
-        if settings.credential_type == "connection_string":
-            assert settings.connection_string is not None  # StoreSettings checked it
-            _validate_connection_string(settings.connection_string)
-            try:
-                client = ContainerClient.from_connection_string(
-                    settings.connection_string, settings.container, **kwargs
-                )
-            except ValueError as exc:
-                # The SDK's messages hold no secret, but redact anyway: they may in a future one.
-                raise ConfigurationError(f"{_CONN_FIELD}: {exc}") from exc
-        else:
-            assert settings.account_url is not None
-            if not settings.account_url.lower().startswith(("http://", "https://")):
-                raise ConfigurationError(
-                    f"account_url: {settings.account_url!r} must look like "
-                    "'https://<account>.blob.core.windows.net'"
-                )
-            client = ContainerClient(
-                settings.account_url,
-                settings.container,
-                credential=make_credential(settings.credential_type, settings.credential_options),
-                **kwargs,
-            )
-        backend = cls(client)
+        backend = cls(container_client(settings, **client_kwargs))
         backend.ensure_container(create=settings.create_container)
         return backend
 

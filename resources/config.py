@@ -818,6 +818,12 @@ class RunOptions(StrictModel):
         default=True,
         description="Report how old the oldest unprocessed event of a lagging partition is.",
     )
+    read_progress_seconds: float = Field(
+        default=2.0,
+        description="Live read progress: each Spark reader writes its running count to a small "
+        "blob in the store at most this often (seconds), and the run shows events read of each "
+        "range while Spark reads (0: off; a read shorter than this writes nothing).",
+    )
 
     @field_validator("strategy", mode="before")
     @classmethod
@@ -884,6 +890,11 @@ class RunOptions(StrictModel):
     @classmethod
     def _timeout(cls, value: float | None) -> float | None:
         return _at_least(value, 0, " (0 gives up at once; unset waits while peers renew leases)")
+
+    @field_validator("read_progress_seconds")
+    @classmethod
+    def _read_progress(cls, value: float) -> float:
+        return _at_least(value, 0, " (2 is the default; 0 turns live read progress off)")
 
     @field_validator("join_grace_seconds")
     @classmethod

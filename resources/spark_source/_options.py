@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from resources.errors import ConfigurationError, RangeError
+from resources.read_progress import ProgressTarget
 from resources.settings import EventHubSettings
 from resources.spark_source._position import EventPosition
 from resources.spark_source._range import PartitionRange, parse_ranges
@@ -30,6 +31,7 @@ _OPTION_NAMES = (
     "max_readers_per_partition",
     "min_events_per_reader",
     "on_data_loss",
+    "progress",
 )
 # Spellings users bring from azure-event-hubs-spark or camelCase habits.
 _OPTION_ALIASES = {
@@ -74,6 +76,9 @@ class ReadOptions:
     max_readers_per_partition: int = 1
     min_events_per_reader: int = 10_000
     on_data_loss: OnDataLoss = "fail"
+    #: Where readers write their running counts (``resources.read_progress``); set by the
+    #: ingestion run, None for other reads. Holds the store's secret: not in ``repr``.
+    progress: ProgressTarget | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.receive_timeout, int | float) and self.receive_timeout > 0):
@@ -183,6 +188,8 @@ class ReadOptions:
                 kwargs[name] = _number(opts[name], name, int)
         if "on_data_loss" in opts:
             kwargs["on_data_loss"] = opts["on_data_loss"].strip().lower()
+        if opts.get("progress"):
+            kwargs["progress"] = ProgressTarget.from_option(opts["progress"])
         return cls(**kwargs)
 
     def to_options(self) -> dict[str, str]:
@@ -204,6 +211,8 @@ class ReadOptions:
             out["fully_qualified_namespace"] = s.fully_qualified_namespace
         if s.credential_options:
             out["credential_options"] = json.dumps(dict(s.credential_options))
+        if self.progress is not None:
+            out["progress"] = self.progress.to_option()
         if self.ranges is not None:
             out["ranges"] = json.dumps({r.partition_id: [r.start, r.end] for r in self.ranges})
         else:

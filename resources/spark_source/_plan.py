@@ -40,6 +40,7 @@ def input_partitions(
             receive_timeout=options.receive_timeout,
             prefetch=options.prefetch,
             on_data_loss=options.on_data_loss,
+            progress=options.progress,
         )
         for rng in ranges
         for sub in split_range(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -10,6 +11,7 @@ from pyspark.sql.datasource import InputPartition
 
 from resources.errors import DataLossError, EventHubIngestError, EventHubUnavailableError
 from resources.hub_client import EventHubClient
+from resources.read_progress import ProgressTarget, ProgressWriter, slow_read_delay
 from resources.settings import EventHubSettings
 from resources.spark_source._events import _ArrowBuilder
 from resources.spark_source._options import OnDataLoss
@@ -37,6 +39,7 @@ class EventHubsInputPartition(InputPartition):
         receive_timeout: float,
         prefetch: int,
         on_data_loss: OnDataLoss,
+        progress: ProgressTarget | None = None,
     ) -> None:
         super().__init__(rng)
         self.settings = settings
@@ -44,6 +47,7 @@ class EventHubsInputPartition(InputPartition):
         self.receive_timeout = receive_timeout
         self.prefetch = prefetch
         self.on_data_loss = on_data_loss
+        self.progress = progress
 
     def __repr__(self) -> str:
         # The settings hold a secret; the repr shows where, never how to authenticate.
@@ -63,6 +67,7 @@ def read_input_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
         receive_timeout=partition.receive_timeout,
         prefetch=partition.prefetch,
         on_data_loss=partition.on_data_loss,
+        progress=getattr(partition, "progress", None),
     )
 
 
@@ -74,10 +79,13 @@ def read_range(
     prefetch: int = 300,
     on_data_loss: OnDataLoss = "fail",
     batch_rows: int = _BATCH_ROWS,
+    progress: ProgressTarget | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Receive exactly the events of ``rng`` and yield them as Arrow record batches.
 
     Runs wherever it is called (a Spark task, a benchmark); creates and closes its own client.
+    With ``progress`` the running count goes to a small blob every few seconds
+    (:mod:`resources.read_progress`; a failed write is ignored).
 
     Raises:
         DataLossError: a sequence number of the range is missing and ``on_data_loss='fail'``.
@@ -97,6 +105,8 @@ def read_range(
         wait_seconds=receive_timeout,
     )
     where = f"Event Hub {settings.eventhub_name!r} consumer group {settings.consumer_group!r} {rng}"
+    tracker = None if progress is None else ProgressWriter(progress, rng.partition_id, rng.range)
+    slow = slow_read_delay()
 
     def lost(first: int, last: int) -> None:
         """A hole [first, last] in the range: fail, or log it and go on (skip)."""
@@ -141,6 +151,10 @@ def read_range(
                 expected = seq + 1
                 if len(builder) >= batch_rows:
                     yield builder.flush()
+            if tracker is not None:
+                tracker.update(expected - rng.start)
+            if slow:
+                time.sleep(slow)
             last_seen = events[-1].sequence_number
             if expected > rng.end or (last_seen is not None and last_seen > rng.end):
                 break
@@ -150,6 +164,9 @@ def read_range(
     if expected <= rng.end:
         # The partition moved past the range's end without delivering its tail.
         lost(expected, rng.end)
+    if tracker is not None:
+        tracker.update(expected - rng.start, final=True)
+        tracker.close()
     if len(builder):
         yield builder.flush()
 
