@@ -211,6 +211,63 @@ def dagster_run_is_dead(instance: dg.DagsterInstance) -> Callable[[str], bool]:
     return is_dead
 
 
+def dagster_runs_starting(
+    context: dg.AssetExecutionContext, asset_key: dg.AssetKey, targets: Sequence[str]
+) -> Callable[[], list[str]]:
+    """``expected_peers`` for the run: other runs of this asset over any of ``targets`` that
+    are queued, starting or started (they will join; counting them now leaves their share).
+
+    Two backfills launched seconds apart start their Spark sessions before either writes a
+    heartbeat; without this hint the first claims every partition and the second reads 0. A
+    run expected in vain (it waits on a pool slot, or fails) costs this one an extra claim
+    cycle, never a wrong claim: the hint only shrinks this run's share. Asked at most every
+    2 s (one query of the run storage).
+    """
+    instance, me = context.instance, context.run.run_id
+    wanted = set(targets)
+    pdef = context.assets_def.partitions_def
+    statuses = [
+        dg.DagsterRunStatus.QUEUED,
+        dg.DagsterRunStatus.STARTING,
+        dg.DagsterRunStatus.STARTED,
+    ]
+    cache: list[Any] = [float("-inf"), []]
+
+    def keys_of(run: dg.DagsterRun) -> set[str] | None:
+        tags = run.tags
+        if "dagster/partition" in tags:
+            return {tags["dagster/partition"]}
+        start = tags.get("dagster/asset_partition_range_start")
+        end = tags.get("dagster/asset_partition_range_end")
+        if start is None or end is None or pdef is None:
+            return None
+        try:
+            return set(
+                pdef.get_partition_keys_in_range(
+                    dg.PartitionKeyRange(start, end), dynamic_partitions_store=instance
+                )
+            )
+        except Exception:  # unknown keys: assume it overlaps (costs a cycle at most)
+            return None
+
+    def expected() -> list[str]:
+        if time.monotonic() - cache[0] < 2.0:
+            return list(cache[1])
+        found = []
+        for run in instance.get_runs(dg.RunsFilter(statuses=statuses), limit=100):
+            if run.run_id == me:
+                continue
+            if run.asset_selection is not None and asset_key not in run.asset_selection:
+                continue
+            keys = keys_of(run)
+            if keys is None or keys & wanted:
+                found.append(run.run_id)
+        cache[:] = [time.monotonic(), found]
+        return found
+
+    return expected
+
+
 def build_partitions_def(
     partition_ids: Sequence[str] | None, dynamic_name: str
 ) -> dg.StaticPartitionsDefinition | dg.DynamicPartitionsDefinition:
@@ -341,6 +398,9 @@ def build_eventhub_ingest_asset(
                 partition_ids=targets,
                 replay=replay,
                 is_owner_dead=dagster_run_is_dead(context.instance),
+                expected_peers=(
+                    None if replay else dagster_runs_starting(context, asset_key, targets)
+                ),
                 log=context.log,
                 # A step retry keeps the run id as owner id and starts after the failed
                 # attempt ended: it takes that attempt's leases over at once.

@@ -16,6 +16,13 @@ repeatable. Steps (see docs/run.md for where each crash lands):
 
 The kill is ``SIGKILL`` to this process: no ``finally``, no atexit, exactly like a lost VM.
 Unset (the default), every hook is a dictionary lookup and nothing else.
+
+Slow steps for timing tests (nothing is killed): ``EHINGEST_PAUSE="<step>:<seconds>[,...]"``
+sleeps at a step (the steps above, plus ``before_join``: before the run writes its first
+heartbeat, and ``spark_start``: before the run starts its Spark session), e.g. a slow Spark
+start that a concurrent run's claims overlap.
+``EHINGEST_SLOW_READ_SECONDS`` slows every reader on the executors
+(:mod:`resources.read_progress`).
 """
 
 from __future__ import annotations
@@ -25,10 +32,11 @@ import os
 import random
 import signal
 import threading
+import time
 
 from resources.errors import ConfigurationError
 
-__all__ = ["STEPS", "FaultPlan", "fault_point", "fault_timer"]
+__all__ = ["PAUSE_STEPS", "STEPS", "FaultPlan", "fault_point", "fault_timer", "pause_point"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +48,9 @@ STEPS = (
     "during_checkpoint",
     "after_checkpoint",
 )
+
+
+PAUSE_STEPS = (*STEPS, "before_join", "spark_start")
 
 
 class FaultPlan:
@@ -120,3 +131,26 @@ def fault_timer(step: str = "mid_read") -> threading.Timer | None:
     timer.daemon = True
     timer.start()
     return timer
+
+
+def pause_point(step: str) -> None:
+    """Sleep at ``step`` if ``EHINGEST_PAUSE`` names it (a timing-test hook; unset: nothing)."""
+    spec = os.environ.get("EHINGEST_PAUSE", "")
+    if not spec:
+        return
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        name, sep, raw = item.partition(":")
+        if name not in PAUSE_STEPS or not sep:
+            raise ConfigurationError(
+                f"EHINGEST_PAUSE: {item!r} is not '<step>:<seconds>'; valid steps: "
+                f"{', '.join(PAUSE_STEPS)}"
+            )
+        if name == step:
+            try:
+                seconds = float(raw)
+            except ValueError:
+                raise ConfigurationError(
+                    f"EHINGEST_PAUSE: {raw!r} for {step} is not a number of seconds"
+                ) from None
+            logger.warning("EHINGEST_PAUSE: pausing %.1f s at step %s", seconds, step)
+            time.sleep(seconds)

@@ -98,9 +98,11 @@ class SparkIngestor:
     def spark(self) -> SparkSession:
         """The session, started locally on first use when none was given."""
         if self._spark is None:
+            from ops.fault import pause_point
             from ops.progress import phase
 
             with phase("spark_start"):
+                pause_point("spark_start")
                 if self._factory is not None:
                     self._spark = self._factory()
                 else:
@@ -117,6 +119,11 @@ class SparkIngestor:
         if self.sink.path is not None and "://" not in self.sink.path:
             return os.path.abspath(self.sink.path)
         return self.sink.path or self.sink.table
+
+    def prepare(self) -> None:
+        """Start the session now if it is not running yet (the run calls it after claiming and
+        before recording intents, see ``ops.run``)."""
+        _ = self.spark
 
     def task_counts(self) -> tuple[int, int] | None:
         """(completed, total) Spark tasks of the read in flight; None under Spark Connect."""

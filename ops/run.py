@@ -19,14 +19,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict, InstanceOf, ValidationError, model_validator
 
-from ops.fault import fault_point, fault_timer
+from ops.fault import fault_point, fault_timer, pause_point
 from ops.hub import HubClient, PartitionInfo
 from ops.ingest import Ingestor
 from ops.lag import age_seconds, partition_lag
@@ -576,6 +576,13 @@ class Processor:
         infos: dict[str, PartitionInfo],
         reports: dict[str, PartitionReport],
     ) -> None:
+        prepare = getattr(self.ingestor, "prepare", None)
+        if prepare is not None:
+            # Spark starts between the claims and the intents: while it starts (seconds), a
+            # run that joined meanwhile can still take its share of leases not yet started
+            # (ops.balancing: unstarted surplus is stealable), so runs a few seconds apart
+            # split even a small backlog; a lone run waits no longer than before.
+            prepare()
         with self.clock.phase("planning"):
             steps, replayed, gens = self._plan_cycle(keeper, claimed, bounds, infos, reports)
         fault_point("after_intent")
@@ -1067,6 +1074,7 @@ def _default_claim(
     owner_id: str,
     is_owner_dead: Callable[[str], bool] | None,
     joined_at: list[float] | None = None,
+    expected_peers: Callable[[], Collection[str]] | None = None,
 ) -> ClaimFn:
     """The claim cycle of ``ops.balancing`` with this run's strategy and expiry.
 
@@ -1095,6 +1103,7 @@ def _default_claim(
             expiry=expiry,
             is_owner_dead=is_owner_dead,
             join_grace=config.join_grace_seconds,
+            expected_peers=expected_peers,
         )
 
     return claim
@@ -1114,6 +1123,7 @@ def run_ingestion(
     progress_interval: float = 10.0,
     attempt: int | None = None,
     phases: PhaseClock | None = None,
+    expected_peers: Callable[[], Collection[str]] | None = None,
 ) -> RunReport:
     """Bring ``partition_ids`` (default: all) up to their snapshot bound, exactly once.
 
@@ -1136,6 +1146,9 @@ def run_ingestion(
             the same owner id is then taken over at once.
         phases: the clock the run's phases are timed on (the CLI passes one holding its
             start-up); the report's ``phases`` has them.
+        expected_peers: owner ids an orchestrator knows are starting over the same
+            partitions (Dagster: runs launched, not yet heartbeating); they count as peers
+            when this run claims, so it leaves them their share (ops.balancing.cycle).
 
     Returns:
         The run report; ``complete`` is True iff every target reached its bound.
@@ -1175,7 +1188,7 @@ def run_ingestion(
     from ops.balancing.liveness import Heartbeat, take_owner_id, write_heartbeat
 
     joined_at: list[float] = []
-    claim = _default_claim(config, store, owner_id, is_owner_dead, joined_at)
+    claim = _default_claim(config, store, owner_id, is_owner_dead, joined_at, expected_peers)
     beat: list[Heartbeat] = []
 
     def heartbeat() -> None:
@@ -1184,6 +1197,7 @@ def run_ingestion(
         beat[:] = [write_heartbeat(store, owner_id, beat[0] if beat else None)]
 
     processor = Processor(config, store, hub, ingestor, claim=claim, heartbeat=heartbeat, **common)
+    pause_point("before_join")
     me.start()
     try:
         # One live process per owner id, before anything is claimed or read; this heartbeat

@@ -205,3 +205,85 @@ def test_two_concurrent_runs_over_the_same_partitions_split_the_work(
     assert a["events"] > 0 and b["events"] > 0, (a["events"], b["events"])
     assert a["events"] + b["events"] == 480
     assert_exactly_once(landed_events(out), sent_events(sent))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_two_runs_a_few_seconds_apart_split_a_small_backlog(
+    make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
+) -> None:
+    """A backlog far below max_events_per_cycle (one cycle each), the second run started
+    after the first claimed every partition: the first starts Spark before it records its
+    intents (slowed here by the EHINGEST_PAUSE hook, as a cold cluster start is), so the
+    second takes its share of the not yet started leases meanwhile; both read, each event
+    lands once."""
+    from resources.settings import EventHubSettings, StoreSettings
+    from resources.store import PartitionStore
+    from tests.landed import assert_exactly_once, landed_events, sent_events
+
+    hub = make_eventhub(partitions=4)
+    sent = {pid: [f"{pid}-{i}-small".encode() for i in range(25)] for pid in hub.partition_ids}
+    for pid, bodies in sent.items():
+        hub.send(pid, bodies)
+    env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
+    out = tmp_path / "out"
+    config = {
+        "eventhub": {"connection_string": "${EH_CONN}", "eventhub_name": hub.name},
+        "store": {"connection_string": "${ST_CONN}", "container": container_name},
+        "sink": {"format": "parquet", "path": str(out)},
+        "strategy": "balanced",
+        "lease_expiry_seconds": 30,
+        "report_lag_seconds": False,
+        "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": 1}},
+    }
+    path = tmp_path / "ehingest.yaml"
+    path.write_text(yaml.safe_dump(config))
+
+    def spawn(owner: str, extra: dict[str, str]) -> subprocess.Popen:
+        args = ["run", "--config", str(path), "--owner", owner, "--json"]
+        return subprocess.Popen(
+            [sys.executable, "-m", "cli.main", *args],
+            cwd=ROOT,
+            env={**os.environ, **env, **extra},
+            stdout=open(tmp_path / f"{owner}.json", "w"),
+            stderr=open(tmp_path / f"{owner}.log", "w"),
+            text=True,
+        )
+
+    ps = PartitionStore(
+        StoreSettings(
+            container=container_name, connection_string=azurite_connection_string
+        ).backend(),
+        EventHubSettings(eventhub_name=hub.name, connection_string=hub.connection_string).hub_ref(),
+    )
+    first = spawn("small-a", {"EHINGEST_PAUSE": "spark_start:20"})
+    second: subprocess.Popen | None = None
+    try:
+        # The first holds every partition, no intent recorded yet: it is starting Spark.
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            assert first.poll() is None, (tmp_path / "small-a.log").read_text()[-3000:]
+            owns = ps.list_ownership()
+            if len(owns) == 4 and all(o.owner_id == "small-a" for o in owns.values()):
+                assert all(o.intent is None for o in owns.values())
+                break
+            time.sleep(0.2)
+        second = spawn("small-b", {})
+        first.wait(600)
+        second.wait(600)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+    for owner, proc in (("small-a", first), ("small-b", second)):
+        assert proc is not None and proc.returncode == 0, (tmp_path / f"{owner}.log").read_text()[
+            -3000:
+        ]
+    a = json.loads((tmp_path / "small-a.json").read_text())
+    b = json.loads((tmp_path / "small-b.json").read_text())
+    assert a["complete"] and b["complete"]
+    read_a = {p for p, r in a["partitions"].items() if r["events"]}
+    read_b = {p for p, r in b["partitions"].items() if r["events"]}
+    assert read_a and read_b and not read_a & read_b, (read_a, read_b)
+    assert a["events"] + b["events"] == 100
+    assert_exactly_once(landed_events(out), sent_events(sent))

@@ -409,3 +409,72 @@ def test_lag_sensor_reports_the_check_without_a_run(
     assert md["total_lag_events"].value == sum(sent.values())
     assert md["partitions_behind"].value == 4
     assert md["partition_ids_over_threshold"].value == "partition ids 0, 1, 2, 3"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_run_leaves_a_starting_run_its_share_of_a_small_backlog(
+    make_eventhub: Callable[..., Any],
+    azurite_connection_string: str,
+    container_name: str,
+    tmp_path: Path,
+    spark: Any,
+) -> None:
+    """Two `dagster asset materialize` runs over the same keys, a backlog of one cycle: the
+    second is started (Dagster says so) but has not joined the store yet when the first claims
+    (held back by the EHINGEST_PAUSE hook, as a slow Spark start or a loaded machine does). The
+    first counts it as a peer (``expected_peers``) and claims only its share; the second claims
+    the rest when it joins; both read."""
+    hub = make_eventhub(partitions=4)
+    sent = _fill(hub, events=30)
+    sink = tmp_path / "sink"
+    home = tmp_path / "dagster_home"
+    env = _cli_env(hub, azurite_connection_string, container_name, sink, home)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.get_runs(limit=1)
+        instance.get_materialized_partitions(dg.AssetKey("eventhub_events"))
+
+    def spawn(name: str, extra: dict[str, str]) -> subprocess.Popen:
+        # The child keeps its own copy of the file descriptor.
+        with open(tmp_path / f"{name}.log", "w") as out:
+            return subprocess.Popen(
+                CLI, cwd=ROOT, env={**env, **extra}, stdout=out, stderr=subprocess.STDOUT
+            )
+
+    # The late run joins ~45 s after its body starts: after the first claimed (its start-up
+    # takes 10-40 s) and while the first still reads its share (its readers are slowed 40 s).
+    late = spawn("late", {"EHINGEST_PAUSE": "before_join:45"})
+    first: subprocess.Popen | None = None
+    try:
+        # The late run is in its asset body (it logged "ingesting"), paused before joining.
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            assert late.poll() is None, (tmp_path / "late.log").read_text()[-3000:]
+            if " ingesting " in (tmp_path / "late.log").read_text():
+                break
+            time.sleep(0.5)
+        first = spawn("first", {"EHINGEST_SLOW_READ_SECONDS": "40"})
+        first.wait(600)
+        late.wait(600)
+    finally:
+        for proc in (late, first):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+    for name, proc in (("first", first), ("late", late)):
+        assert proc is not None and proc.returncode == 0, (tmp_path / f"{name}.log").read_text()[
+            -4000:
+        ]
+    key = dg.AssetKey("eventhub_events")
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert instance.get_materialized_partitions(key) == {"0", "1", "2", "3"}
+        records = instance.fetch_materializations(key, limit=100).records
+    read_by: dict[str, set[str]] = {}
+    for r in records:
+        md = r.event_log_entry.asset_materialization.metadata  # type: ignore[union-attr]
+        if md.get("events") is not None and md["events"].value:
+            read_by.setdefault(r.event_log_entry.run_id, set()).add(
+                str(r.event_log_entry.asset_materialization.partition)  # type: ignore[union-attr]
+            )
+    assert len(read_by) == 2, read_by  # both runs read a share
+    per, total, distinct = _sink_counts(spark, sink)
+    assert per == sent and total == distinct == sum(sent.values())

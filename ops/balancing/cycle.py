@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -36,6 +36,7 @@ from resources.store import Ownership, PartitionStore
 
 __all__ = [
     "CyclePlan",
+    "ExpectedPeers",
     "build_view",
     "claim_cycle",
     "execute_claim",
@@ -46,6 +47,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+ExpectedPeers = Callable[[], Collection[str]]
+"""``expected_peers() -> owner ids``: peers an orchestrator knows are starting (a hint)."""
 
 RENEW_FRACTION = 0.5
 """Idle leases older than this fraction of the expiry are renewed by the cycle."""
@@ -90,13 +94,20 @@ def build_view(
     ownerships: Mapping[str, Ownership],
     heartbeats: Mapping[str, Heartbeat],
     is_owner_dead: DeathCheck | None = None,
+    expected: Collection[str] = (),
 ) -> BalanceView:
-    """The :class:`BalanceView` of ``owner_id`` from listed blobs (pure, no I/O)."""
+    """The :class:`BalanceView` of ``owner_id`` from listed blobs (pure, no I/O).
+
+    ``expected``: owners an orchestrator knows are starting (e.g. Dagster runs of the same
+    partitions, launched but not yet heartbeating); they count as live peers, so this owner
+    claims only its share and leaves theirs free for when they arrive.
+    """
     dead = _dead_check(is_owner_dead)
     live = {owner_id}
     live.update(
         o for o, hb in heartbeats.items() if hb.is_fresh(now, expiry) and o != "" and not dead(o)
     )
+    live.update(o for o in expected if o and not dead(o))
     holders: dict[str, str] = {}
     started: set[str] = set()
     lease_age: dict[str, float] = {}
@@ -150,10 +161,12 @@ def plan_claims(
     rng: random.Random | None = None,
     heartbeat: bool = True,
     heartbeats: Mapping[str, Heartbeat] | None = None,
+    expected_peers: ExpectedPeers | None = None,
 ) -> CyclePlan:
     """Look at the store once, write this owner's heartbeat, and decide what to claim.
 
     ``heartbeats``: a listing the caller just made (saves one storage call).
+    ``expected_peers``: owners about to join (see :func:`build_view`).
     """
     strategy = _resolve(strategy)
     if not owner_id:
@@ -174,7 +187,15 @@ def plan_claims(
     listed = store.list_ownership()
     ownerships = {wanted[p]: o for p, o in listed.items() if p in wanted}
     hb = write_heartbeat(store, owner_id, heartbeats.get(owner_id)) if heartbeat else None
-    view = build_view(owner_id, list(targets), now, expiry, ownerships, heartbeats, is_owner_dead)
+    expected: list[str] = []
+    if expected_peers is not None:
+        try:
+            expected = [o for o in expected_peers() if o != owner_id]
+        except Exception:  # a hint only: without it this owner claims as if alone
+            logger.warning("expected_peers failed; claiming without them", exc_info=True)
+    view = build_view(
+        owner_id, list(targets), now, expiry, ownerships, heartbeats, is_owner_dead, expected
+    )
     proposed = strategy.choose(view, rng or random.Random())
     claims, dropped, seen = [], [], set()
     for claim in proposed:
@@ -265,6 +286,7 @@ def claim_cycle(
     renew: bool = True,
     join_grace: float = 1.0,
     sleep: Callable[[float], None] = time.sleep,
+    expected_peers: ExpectedPeers | None = None,
 ) -> dict[str, Ownership]:
     """One balancing cycle for ``owner_id``; returns what it holds now among ``targets``.
 
@@ -295,6 +317,7 @@ def claim_cycle(
         is_owner_dead=is_owner_dead,
         rng=rng,
         heartbeats=heartbeats,
+        expected_peers=expected_peers,
     )
     won: dict[str, Ownership] = {}
     start, slept = time.monotonic(), 0.0
