@@ -51,7 +51,7 @@ RUN_KEYS = (
     "strategy, strategy_options, max_events_per_partition, max_events_per_cycle, "
     "lease_expiry_seconds, on_data_loss, on_checkpoint_ahead, receive_timeout_seconds, "
     "prefetch, max_readers_per_partition, "
-    "run_timeout_seconds, join_grace_seconds, report_lag_seconds"
+    "run_timeout_seconds, join_grace_seconds, report_lag_seconds, read_progress_seconds"
 )
 TOP_KEYS = f"{RUN_KEYS}, eventhub, store, sink, spark"
 COLUMNS = "partition, offset, sequenceNumber, enqueuedTime, publisher, partitionKey"
