@@ -25,6 +25,7 @@ from typing import Any, TextIO
 import click
 
 from cli.options import config_option, partition_option
+from resources.config import ON_CHECKPOINT_AHEAD
 from resources.errors import ConfigurationError, EventHubIngestError, RangeError, redact
 
 __all__ = ["ProgressPrinter", "exit_code_for", "format_report", "report_json", "run"]
@@ -192,7 +193,7 @@ def format_report(report: object) -> str:
 @click.option(
     "--on-checkpoint-ahead",
     "on_checkpoint_ahead",
-    type=click.Choice(["fail", "reset_to_earliest"]),
+    type=click.Choice(ON_CHECKPOINT_AHEAD),
     default=None,
     help="Override the config's on_checkpoint_ahead for this run: reset_to_earliest restarts "
     "partitions whose checkpoint is ahead of the hub (re-created hub, edited checkpoint) from "

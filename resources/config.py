@@ -46,6 +46,7 @@ from typing import Any, ClassVar, Literal, Self, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from resources.errors import ConfigurationError, redact
+from resources.limits import MAX_PREFETCH, MAX_READERS_PER_PARTITION, ON_DATA_LOSS, OnDataLoss
 from resources.settings import (
     EVENT_COLUMNS,
     EventHubSettings,
@@ -56,6 +57,10 @@ from resources.settings import (
 
 __all__ = [
     "DELTALAKE_FORMAT",
+    "MAX_PREFETCH",
+    "MAX_READERS_PER_PARTITION",
+    "ON_CHECKPOINT_AHEAD",
+    "ON_DATA_LOSS",
     "OUTPUT_COLUMNS",
     "PARTITION_COLUMNS",
     "SPARK_FORMATS",
@@ -84,8 +89,8 @@ StrategyName = Literal["greedy", "balanced", "eph", "equal", "jump_hash", "delay
 #: Balancing strategies (``ops.balancing.STRATEGIES`` has the implementations; a test keeps
 #: the two in step).
 STRATEGY_NAMES: tuple[str, ...] = get_args(StrategyName)
-OnDataLoss = Literal["fail", "skip"]
 OnCheckpointAhead = Literal["fail", "reset_to_earliest"]
+ON_CHECKPOINT_AHEAD: tuple[str, ...] = get_args(OnCheckpointAhead)
 
 #: Sink format for Delta tables written by delta-rs (``deltalake``), without Spark jars.
 DELTALAKE_FORMAT = "deltalake"
@@ -98,9 +103,6 @@ OUTPUT_COLUMNS: tuple[str, ...] = EVENT_COLUMNS
 PARTITION_COLUMNS: tuple[str, ...] = tuple(
     c for c in EVENT_COLUMNS if c not in ("body", "properties", "systemProperties")
 )
-#: Event Hubs allows 5 concurrent readers per partition and consumer group.
-MAX_READERS_PER_PARTITION = 5
-MAX_PREFETCH = 10_000
 
 
 class ConfigDeprecationWarning(FutureWarning):
@@ -113,6 +115,10 @@ class ConfigDeprecationWarning(FutureWarning):
 def _suggest(word: str, valid: tuple[str, ...] | list[str]) -> str:
     match = difflib.get_close_matches(word, list(valid), n=1, cutoff=0.6)
     return f"did you mean {match[0]!r}? " if match else ""
+
+
+def _quoted(values: tuple[str, ...]) -> str:
+    return ", ".join(repr(v) for v in values)
 
 
 def _show(value: Any) -> str:
@@ -802,7 +808,8 @@ class RunOptions(StrictModel):
     max_readers_per_partition: int = Field(
         default=1,
         description="Spark input partitions (concurrent readers) per Event Hub partition range "
-        f"(1..{MAX_READERS_PER_PARTITION}: Event Hubs allows 5 per partition and consumer group).",
+        f"(1..{MAX_READERS_PER_PARTITION}: Event Hubs allows {MAX_READERS_PER_PARTITION} per "
+        "partition and consumer group).",
     )
     run_timeout_seconds: float | None = Field(
         default=None,
@@ -838,15 +845,15 @@ class RunOptions(StrictModel):
     @field_validator("on_data_loss", mode="before")
     @classmethod
     def _on_data_loss(cls, value: Any) -> Any:
-        if isinstance(value, str) and value not in ("fail", "skip"):
-            raise ValueError(f"{value!r} is not valid; valid: 'fail', 'skip'")
+        if isinstance(value, str) and value not in ON_DATA_LOSS:
+            raise ValueError(f"{value!r} is not valid; valid: {_quoted(ON_DATA_LOSS)}")
         return value
 
     @field_validator("on_checkpoint_ahead", mode="before")
     @classmethod
     def _on_checkpoint_ahead(cls, value: Any) -> Any:
-        if isinstance(value, str) and value not in ("fail", "reset_to_earliest"):
-            raise ValueError(f"{value!r} is not valid; valid: 'fail', 'reset_to_earliest'")
+        if isinstance(value, str) and value not in ON_CHECKPOINT_AHEAD:
+            raise ValueError(f"{value!r} is not valid; valid: {_quoted(ON_CHECKPOINT_AHEAD)}")
         return value
 
     @field_validator("max_events_per_partition")

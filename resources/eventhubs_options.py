@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from resources.errors import ConfigurationError
+from resources.limits import MAX_READERS_PER_PARTITION
 from resources.settings import parse_connection_string
 from resources.spark_source._options import ReadOptions, _canonical_option
 from resources.spark_source._position import EventPosition
@@ -87,8 +88,9 @@ CONNECTOR_OPTIONS: dict[str, tuple[Literal["mapped", "refused"], str]] = {
     ),
     "eventhubs.useexclusivereceiver": (
         "refused",
-        "this source uses non-exclusive (non-epoch) readers only, up to 5 per partition and "
-        "consumer group; remove the option or set it to false",
+        "this source uses non-exclusive (non-epoch) readers only, up to "
+        f"{MAX_READERS_PER_PARTITION} per partition and consumer group; remove the option or set "
+        "it to false",
     ),
     "eventhubs.maxrateperpartition": (
         "refused",

@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from resources.errors import ConfigurationError, RangeError
+from resources.limits import MAX_PREFETCH, MAX_READERS_PER_PARTITION, ON_DATA_LOSS, OnDataLoss
 from resources.read_progress import ProgressTarget
 from resources.settings import EventHubSettings
 from resources.spark_source._position import EventPosition
 from resources.spark_source._range import PartitionRange, parse_ranges
-
-OnDataLoss = Literal["fail", "skip"]
 
 _OPTION_NAMES = (
     "connection_string",
@@ -55,8 +54,6 @@ _OPTION_ALIASES = {
     "ondataloss": "on_data_loss",
 }
 
-MAX_READERS_PER_PARTITION = 5
-
 
 @dataclass(frozen=True)
 class ReadOptions:
@@ -85,22 +82,25 @@ class ReadOptions:
             raise ConfigurationError(
                 f"receive_timeout: {self.receive_timeout!r} must be a number of seconds > 0"
             )
-        if not (isinstance(self.prefetch, int) and 1 <= self.prefetch <= 10_000):
-            raise ConfigurationError(f"prefetch: {self.prefetch!r} must be an integer 1..10000")
+        if not (isinstance(self.prefetch, int) and 1 <= self.prefetch <= MAX_PREFETCH):
+            raise ConfigurationError(
+                f"prefetch: {self.prefetch!r} must be an integer 1..{MAX_PREFETCH}"
+            )
         mr = self.max_readers_per_partition
         if not (isinstance(mr, int) and 1 <= mr <= MAX_READERS_PER_PARTITION):
             raise ConfigurationError(
                 f"max_readers_per_partition: {mr!r} must be an integer "
-                f"1..{MAX_READERS_PER_PARTITION} (Event Hubs allows 5 readers per partition "
-                "and consumer group)"
+                f"1..{MAX_READERS_PER_PARTITION} (Event Hubs allows {MAX_READERS_PER_PARTITION} "
+                "readers per partition and consumer group)"
             )
         if not (isinstance(self.min_events_per_reader, int) and self.min_events_per_reader >= 1):
             raise ConfigurationError(
                 f"min_events_per_reader: {self.min_events_per_reader!r} must be an integer >= 1"
             )
-        if self.on_data_loss not in ("fail", "skip"):
+        if self.on_data_loss not in ON_DATA_LOSS:
             raise ConfigurationError(
-                f"on_data_loss: {self.on_data_loss!r} is not valid; valid: 'fail', 'skip'"
+                f"on_data_loss: {self.on_data_loss!r} is not valid; valid: "
+                + ", ".join(repr(v) for v in ON_DATA_LOSS)
             )
         if self.ranges is not None:
             seen: set[str] = set()

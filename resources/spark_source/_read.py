@@ -11,10 +11,10 @@ from pyspark.sql.datasource import InputPartition
 
 from resources.errors import DataLossError, EventHubIngestError, EventHubUnavailableError
 from resources.hub_client import EventHubClient
+from resources.limits import OnDataLoss
 from resources.read_progress import ProgressTarget, ProgressWriter, slow_read_delay
 from resources.settings import EventHubSettings
 from resources.spark_source._events import _ArrowBuilder
-from resources.spark_source._options import OnDataLoss
 from resources.spark_source._range import PartitionRange
 from resources.spark_source._receiver import _BatchReceiver
 from resources.spark_source._schema import _arrow_schema

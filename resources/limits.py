@@ -1,0 +1,24 @@
+"""Event Hubs' reader limits and the data-loss choices, declared once.
+
+Read by the configuration model (``resources/config.py``) and the Spark source's reader options
+(``resources/spark_source/_options.py``, which runs on executors and so stays free of pydantic).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+__all__ = [
+    "MAX_PREFETCH",
+    "MAX_READERS_PER_PARTITION",
+    "ON_DATA_LOSS",
+    "OnDataLoss",
+]
+
+#: What a read does when events expired before being read: fail, or skip to what is retained.
+OnDataLoss = Literal["fail", "skip"]
+ON_DATA_LOSS: tuple[str, ...] = get_args(OnDataLoss)
+#: Event Hubs allows 5 concurrent (non-epoch) readers per partition and consumer group.
+MAX_READERS_PER_PARTITION = 5
+#: Largest prefetch (events buffered per receiver) a read accepts.
+MAX_PREFETCH = 10_000
