@@ -23,7 +23,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 import dagster as dg
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
 from dagster_project.checks import LastBatch, lag_check_spec, measure
 from dagster_project.metadata import (
@@ -32,7 +32,7 @@ from dagster_project.metadata import (
     partition_metadata,
 )
 from ops.run import IngestConfig, ReplaySpec, RunReport, run_ingestion
-from resources.config import RunOptions, format_validation_error
+from resources.config import OneLineErrors, RunOptions
 from resources.errors import ConfigurationError, EventHubIngestError
 from resources.ranges import SeqRange
 
@@ -85,7 +85,7 @@ class ResourceKeys:
         return {self.eventhub, self.partition_store, self.sink, self.pyspark}
 
 
-class IngestOptions(RunOptions):
+class IngestOptions(OneLineErrors, RunOptions):
     """How runs ingest (:class:`resources.config.RunOptions`) plus the lag check's thresholds.
 
     ``max_lag_events`` / ``max_lag_seconds``: thresholds of the lag check; the check exists only
@@ -106,12 +106,6 @@ class IngestOptions(RunOptions):
     freshness_fail_minutes: float | None = Field(
         default=None, description="Fail freshness when no batch landed for this long."
     )
-
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            raise ConfigurationError(format_validation_error(exc)) from None
 
     @field_validator("max_lag_events", "max_lag_seconds")
     @classmethod

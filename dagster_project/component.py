@@ -158,13 +158,7 @@ class SinkModel(_KeyChecked, dg.Resolvable, dg.Model, SinkConfig):
 
     def resource(self) -> SinkResource:
         """The :class:`SinkResource` this describes."""
-        return SinkResource(
-            format=self.format,
-            path=self.path,
-            table=self.table,
-            partition_by=self.partition_by,
-            shared=self.shared,
-        )
+        return SinkResource.from_config(self)
 
 
 class ScheduleModel(_KeyChecked, dg.Resolvable, dg.Model):

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Literal
+from typing import Any
 
 import dagster as dg
 from dagster_pyspark import PySparkResource
@@ -44,13 +44,17 @@ from pydantic import Field
 
 from resources.config import (
     EventHubConfig,
+    EventHubConnectionStringCredential,
     EventHubIdentityCredential,
+    OneLineErrors,
+    SinkConfig,
     StoreConfig,
+    StoreConnectionStringCredential,
     StoreIdentityCredential,
 )
 from resources.errors import ConfigurationError
 from resources.hub_client import EventHubClient
-from resources.settings import EventHubSettings, SinkSettings, StoreSettings
+from resources.settings import EventHubSettings, StoreSettings
 from resources.spark_session import SPARK_CONF_DIR
 from resources.store import HubRef, PartitionStore
 
@@ -69,18 +73,20 @@ __all__ = [
 ]
 
 
-class EventHubConnectionString(dg.Config):
-    """Authenticate to Event Hubs with a connection string (SAS key or the local emulator)."""
+class EventHubConnectionString(dg.Config, EventHubConnectionStringCredential):
+    """Authenticate to Event Hubs with a connection string (SAS key or the local emulator).
 
-    credential_type: Literal["connection_string"] = Field(
-        default="connection_string", description="Selects connection-string authentication."
-    )
-    connection_string: str = Field(
-        description=(
-            "Event Hubs connection string ('Endpoint=sb://...;SharedAccessKeyName=...;"
-            "SharedAccessKey=...'). Pass dg.EnvVar('EVENTHUB_CONNECTION_STRING') so the secret "
-            "never appears in the UI."
-        )
+    The fields of :class:`resources.config.EventHubConnectionStringCredential` (the YAML shape:
+    ``connection_string_env`` names the variable, read when the resource is used), plus
+    ``connection_string``, the value itself: pass ``dg.EnvVar("EVENTHUB_CONNECTION_STRING")``
+    so the UI shows the variable's name, never the secret.
+    """
+
+    connection_string: str | None = Field(
+        default=None,
+        description="The connection string ('Endpoint=sb://...;SharedAccessKeyName=...;"
+        "SharedAccessKey=...'); pass dg.EnvVar('EVENTHUB_CONNECTION_STRING'). Unset: read from "
+        "the variable connection_string_env names.",
     )
 
 
@@ -92,17 +98,18 @@ class EventHubIdentity(dg.Config, EventHubIdentityCredential):
     """
 
 
-class StoreConnectionString(dg.Config):
-    """Authenticate to Blob Storage with a connection string (account key, SAS or Azurite)."""
+class StoreConnectionString(dg.Config, StoreConnectionStringCredential):
+    """Authenticate to Blob Storage with a connection string (account key, SAS or Azurite).
 
-    credential_type: Literal["connection_string"] = Field(
-        default="connection_string", description="Selects connection-string authentication."
-    )
-    connection_string: str = Field(
-        description=(
-            "Blob Storage connection string. Pass dg.EnvVar('AZURE_STORAGE_CONNECTION_STRING') "
-            "so the secret never appears in the UI."
-        )
+    The fields of :class:`resources.config.StoreConnectionStringCredential`, plus
+    ``connection_string``, the value: pass ``dg.EnvVar("AZURE_STORAGE_CONNECTION_STRING")``.
+    """
+
+    connection_string: str | None = Field(
+        default=None,
+        description="Blob Storage connection string; pass dg.EnvVar("
+        "'AZURE_STORAGE_CONNECTION_STRING'). Unset: read from the variable "
+        "connection_string_env names.",
     )
 
 
@@ -155,7 +162,7 @@ class EventHubResource(dg.ConfigurableResource):
             credential = EventHubIdentity(**_credential_fields(cred))
         else:
             credential = EventHubConnectionString(
-                connection_string=dg.EnvVar(cred.connection_string_env)
+                **_credential_fields(cred), connection_string=dg.EnvVar(cred.connection_string_env)
             )
         return cls(
             eventhub_name=config.eventhub_name,
@@ -165,20 +172,15 @@ class EventHubResource(dg.ConfigurableResource):
 
     def settings(self) -> EventHubSettings:
         """The frozen, picklable settings the run and Spark executors use (validated here)."""
-        cred = self.credential
-        if isinstance(cred, EventHubConnectionString):
-            return EventHubSettings(
-                eventhub_name=self.eventhub_name or "",
-                consumer_group=self.consumer_group,
-                connection_string=cred.connection_string,
-            )
-        return EventHubSettings(
-            eventhub_name=self.eventhub_name or "",
-            consumer_group=self.consumer_group,
-            fully_qualified_namespace=cred.fully_qualified_namespace,
-            credential_type="default_azure_credential",
-            credential_options=cred.credential_options(),
+        config = EventHubConfig.from_dict(
+            {
+                "eventhub_name": self.eventhub_name,
+                "consumer_group": self.consumer_group,
+                "credential": _config_credential(self.credential),
+            },
+            where="eventhub",
         )
+        return config.settings(connection_string=_secret(self.credential))
 
     def partition_ids(self) -> list[str]:
         """The hub's current partition ids, in numeric order (a hub can gain partitions)."""
@@ -209,7 +211,7 @@ class PartitionStoreResource(dg.ConfigurableResource):
             credential = StoreIdentity(**_credential_fields(cred))
         else:
             credential = StoreConnectionString(
-                connection_string=dg.EnvVar(cred.connection_string_env)
+                **_credential_fields(cred), connection_string=dg.EnvVar(cred.connection_string_env)
             )
         return cls(
             container=config.container,
@@ -219,63 +221,35 @@ class PartitionStoreResource(dg.ConfigurableResource):
 
     def settings(self) -> StoreSettings:
         """The frozen, picklable store settings (validated here)."""
-        cred = self.credential
-        if isinstance(cred, StoreConnectionString):
-            return StoreSettings(
-                container=self.container,
-                connection_string=cred.connection_string,
-                create_container=self.create_container,
-            )
-        return StoreSettings(
-            container=self.container,
-            account_url=cred.account_url,
-            credential_type="default_azure_credential",
-            credential_options=cred.credential_options(),
-            create_container=self.create_container,
+        config = StoreConfig.from_dict(
+            {
+                "container": self.container,
+                "create_container": self.create_container,
+                "credential": _config_credential(self.credential),
+            },
+            where="store",
         )
+        return config.settings(connection_string=_secret(self.credential))
 
     def store(self, hub: HubRef) -> PartitionStore:
         """A :class:`PartitionStore` over this container for ``hub``."""
         return PartitionStore(self.settings().backend(), hub)
 
 
-class SinkResource(dg.ConfigurableResource):
-    """Where events land: a path or a table, in a Spark format (or ``deltalake``)."""
+class SinkResource(dg.ConfigurableResource, OneLineErrors, SinkConfig):
+    """Where events land: a path or a table, in a Spark format (or ``deltalake``).
 
-    format: str = Field(
-        default="parquet",
-        description=(
-            "Output format: any format the Spark session writes ('parquet', 'delta' on a "
-            "cluster with Delta) or 'deltalake' (Delta written from Arrow, no Spark jars)."
-        ),
-    )
-    path: str | None = Field(
-        default=None, description="Output folder or URI (give this or 'table', not both)."
-    )
-    table: str | None = Field(
-        default=None, description="Spark catalog table name (give this or 'path', not both)."
-    )
-    partition_by: list[str] = Field(
-        default_factory=list,
-        description="Extra columns to partition the output by (beyond what the writer uses).",
-    )
-    shared: bool = Field(
-        default=False,
-        description=(
-            "The local path is a volume every Spark node mounts at the same place. Without it a "
-            "local path is refused when Spark is not local (a cluster or Spark Connect)."
-        ),
-    )
+    The fields, their checks and :meth:`settings` are :class:`resources.config.SinkConfig`'s
+    (the ``sink:`` block of defs.yaml and of the ``ehingest`` config file), so a bad format or
+    ``partition_by`` column fails here, at construction. Example::
 
-    def settings(self) -> SinkSettings:
-        """The frozen, picklable sink settings (validated here)."""
-        return SinkSettings(
-            format=self.format,
-            path=self.path,
-            table=self.table,
-            partition_by=tuple(self.partition_by),
-            shared=self.shared,
-        )
+        SinkResource(path="/data/telemetry", partition_by=["partition"])
+    """
+
+    @classmethod
+    def from_config(cls, config: SinkConfig) -> SinkResource:
+        """The resource for a YAML-shaped :class:`resources.config.SinkConfig`."""
+        return cls(**{name: getattr(config, name) for name in SinkConfig.model_fields})
 
 
 # Loopback-only, quiet defaults for a local Spark: the driver must not bind a public address,
@@ -369,6 +343,16 @@ def local_pyspark_resource(
             if key not in user:
                 config.pop(key, None)
     return LocalPySparkResource(spark_config=config)
+
+
+def _config_credential(cred: Any) -> dict[str, Any]:
+    """The YAML shape of a resource's credential (without the secret value)."""
+    return {k: v for k, v in _credential_fields(cred).items() if k != "connection_string"}
+
+
+def _secret(cred: Any) -> str | None:
+    """The connection string a resource was given as a value (None: read the named variable)."""
+    return getattr(cred, "connection_string", None)
 
 
 def _credential_fields(cred: Any) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ConfigDict, InstanceOf, ValidationError, model_validator
+from pydantic import ConfigDict, InstanceOf, model_validator
 
 from ops.fault import fault_point, fault_timer, pause_point
 from ops.hub import HubClient, PartitionInfo
@@ -49,7 +49,7 @@ from ops.progress import (
     progress_targets,
 )
 from ops.stats import PartitionWriteStats
-from resources.config import IngestSpec, RunOptions, format_validation_error
+from resources.config import IngestSpec, OneLineErrors, RunOptions
 from resources.errors import (
     CheckpointAheadError,
     CheckpointRegressionError,
@@ -82,7 +82,7 @@ logger = logging.getLogger(__name__)
 ClaimFn = Callable[[Sequence[str]], Mapping[str, Ownership]]
 
 
-class IngestConfig(RunOptions):
+class IngestConfig(OneLineErrors, RunOptions):
     """Everything one run needs: the three places plus :class:`~resources.config.RunOptions`.
 
     The run options (strategy, bounds, timeouts, ...) are declared, described and validated
@@ -105,12 +105,6 @@ class IngestConfig(RunOptions):
     sink: InstanceOf[SinkSettings]
     poll_initial_seconds: float = 0.2
     poll_max_seconds: float = 5.0
-
-    def __init__(self, **data: Any) -> None:
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            raise ConfigurationError(format_validation_error(exc)) from None
 
     @model_validator(mode="after")
     def _strategy_options(self) -> IngestConfig:

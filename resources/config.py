@@ -73,6 +73,7 @@ __all__ = [
     "IngestSpec",
     "OnCheckpointAhead",
     "OnDataLoss",
+    "OneLineErrors",
     "RunOptions",
     "SinkConfig",
     "SparkConfig",
@@ -264,6 +265,21 @@ class StrictModel(BaseModel):
             return cls.model_validate(data)
         except ValidationError as exc:
             raise ConfigurationError(format_validation_error(exc, where)) from None
+
+
+class OneLineErrors(BaseModel):
+    """For a model built by hand (a resource, the run's config): a bad value raises
+    :class:`~resources.errors.ConfigurationError` in one line, not pydantic's dump.
+
+    Not for a model nested in another: pydantic calls a custom ``__init__`` when it validates a
+    nested model, and the error would lose its key path.
+    """
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ConfigurationError(format_validation_error(exc)) from None
 
 
 def _at_least(value: Any, low: float, hint: str = "", *, integer: bool = False) -> Any:

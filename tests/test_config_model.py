@@ -188,3 +188,73 @@ def test_identity_options_travel_to_the_executors_in_the_reader_options() -> Non
     )
     again = ReadOptions.from_options(ReadOptions(settings=settings).to_options()).settings
     assert again == settings
+
+
+def test_the_sink_resource_is_the_sink_config_and_keeps_storage_options() -> None:
+    from dagster_project.resources import SinkResource
+    from resources.config import SinkConfig
+
+    yaml_sink = SinkConfig.from_dict(
+        {
+            "format": "deltalake",
+            "path": "abfss://bronze@acct.dfs.core.windows.net/t",
+            "storage_options": {"account_name": "acct", "use_emulator": True},
+        },
+        where="sink",
+    )
+    resource = SinkResource.from_config(yaml_sink)
+    assert resource.settings() == yaml_sink.settings()
+    assert resource.settings().storage_options == {"account_name": "acct", "use_emulator": "True"}
+    # The same checks as the YAML, at construction, in one line.
+    with pytest.raises(ConfigurationError) as info:
+        SinkResource(path="/out", format="parqet")
+    assert str(info.value) == (
+        "format: 'parqet' is not a known format; did you mean 'parquet'? valid: parquet, delta, "
+        "orc, avro, json, iceberg, hudi, deltalake, or a data source's fully qualified class name"
+    )
+    with pytest.raises(ConfigurationError, match=r"^partition_by: 'partition_id' is not a column"):
+        SinkResource(path="/out", partition_by=["partition_id"])
+
+
+def test_the_resources_take_the_yaml_credential_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dagster_project.resources import (
+        EventHubConnectionString,
+        EventHubResource,
+        PartitionStoreResource,
+        StoreConnectionString,
+    )
+
+    monkeypatch.setenv("MY_EH", EH)
+    monkeypatch.setenv("MY_ST", ST)
+    # By the variable's name, as in YAML ...
+    by_name = EventHubResource(
+        eventhub_name="h", credential=EventHubConnectionString(connection_string_env="MY_EH")
+    )
+    # ... or by value (dg.EnvVar in a real project): the same settings.
+    by_value = EventHubResource(
+        eventhub_name="h", credential=EventHubConnectionString(connection_string=EH)
+    )
+    assert by_name.settings() == by_value.settings()
+    assert (
+        by_name.settings()
+        == EventHubConfig.from_dict(
+            {"eventhub_name": "h", "credential": {"connection_string_env": "MY_EH"}}
+        ).settings()
+    )
+    store = PartitionStoreResource(
+        container="state", credential=StoreConnectionString(connection_string_env="MY_ST")
+    )
+    assert (
+        store.settings()
+        == StoreConfig.from_dict(
+            {"container": "state", "credential": {"connection_string_env": "MY_ST"}}
+        ).settings()
+    )
+    unset = EventHubResource(
+        eventhub_name="h", credential=EventHubConnectionString(connection_string_env="NOT_SET_X")
+    )
+    with pytest.raises(ConfigurationError) as info:
+        unset.settings()
+    assert str(info.value).startswith(
+        "eventhub.credential.connection_string_env: environment variable NOT_SET_X is not set"
+    )
