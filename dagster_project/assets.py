@@ -17,13 +17,14 @@ Leases held by a run that Dagster knows to be failed or canceled are taken over 
 """
 
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any
 
 import dagster as dg
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from dagster_project.checks import LastBatch, lag_check_spec, measure
 from dagster_project.metadata import (
@@ -32,7 +33,13 @@ from dagster_project.metadata import (
     partition_metadata,
 )
 from ops.run import IngestConfig, ReplaySpec, RunReport, run_ingestion
-from resources.config import OneLineErrors, RunOptions
+from resources.config import (
+    AssetPolicies,
+    ConfigDeprecationWarning,
+    LagCheckOptions,
+    OneLineErrors,
+    RunOptions,
+)
 from resources.errors import ConfigurationError, EventHubIngestError
 from resources.ranges import SeqRange
 
@@ -85,46 +92,57 @@ class ResourceKeys:
         return {self.eventhub, self.partition_store, self.sink, self.pyspark}
 
 
-class IngestOptions(OneLineErrors, RunOptions):
-    """How runs ingest (:class:`resources.config.RunOptions`) plus the lag check's thresholds.
+class IngestOptions(OneLineErrors, RunOptions, AssetPolicies):
+    """How runs ingest (:class:`resources.config.RunOptions`), the asset's pool and freshness
+    (:class:`resources.config.AssetPolicies`) and its lag check
+    (:class:`resources.config.LagCheckOptions`; a check exists only when a threshold is set).
 
-    ``max_lag_events`` / ``max_lag_seconds``: thresholds of the lag check; the check exists only
-    when at least one is set. ``pool``: Dagster concurrency pool of the ingestion step (limit
-    it on the instance to at least the schedule's K). ``freshness_fail_minutes``: the asset's
-    freshness policy (fail when no partition landed a batch for this long; None: none). Bad
-    values raise ConfigurationError naming the key.
+    Bad values raise ConfigurationError naming the key. Example::
+
+        IngestOptions(strategy="balanced", lag_check=LagCheckOptions(max_lag_events=10_000))
     """
 
-    max_lag_events: int | None = Field(default=None, description="Max events behind the hub.")
-    max_lag_seconds: float | None = Field(default=None, description="Max age of unread events.")
-    lag_check_severity: Literal["WARN", "ERROR"] = Field(
-        default="WARN", description="Severity of a failed lag check."
-    )
-    pool: str | None = Field(
-        default="eventhub_ingest", description="Dagster concurrency pool of the ingestion step."
-    )
-    freshness_fail_minutes: float | None = Field(
-        default=None, description="Fail freshness when no batch landed for this long."
+    lag_check: LagCheckOptions | None = Field(
+        default=None, description="The lag check: thresholds, severity and its sensor."
     )
 
-    @field_validator("max_lag_events", "max_lag_seconds")
     @classmethod
-    def _lag(cls, value: float | None) -> float | None:
-        if value is not None and value < 0:
-            raise ValueError(f"{value} must be >= 0 (or unset for no check)")
-        return value
+    def upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """Accept the old flat lag keys (one release): moved into ``lag_check``."""
+        old = {k: data.pop(k) for k in _OLD_LAG_KEYS if k in data}
+        if not old:
+            return data
+        if data.get("lag_check") is not None:
+            raise ValueError(
+                f"give the lag check in one place: move {', '.join(old)} into lag_check"
+            )
+        warnings.warn(
+            f"IngestOptions({', '.join(old)}) is deprecated; pass lag_check=LagCheckOptions(...) "
+            "(the old keys stop working in the next release)",
+            ConfigDeprecationWarning,
+            stacklevel=2,
+        )
+        # The old keys' sensor started switched off (build_eventhub_ingest_defs' old default).
+        data["lag_check"] = {_OLD_LAG_KEYS[k]: v for k, v in old.items()} | {"running": False}
+        return data
 
-    @field_validator("freshness_fail_minutes")
-    @classmethod
-    def _freshness(cls, value: float | None) -> float | None:
-        if value is not None and value <= 0:
-            raise ValueError(f"{value} must be > 0 (or unset)")
-        return value
+    @property
+    def lag_thresholds(self) -> LagCheckOptions | None:
+        """The lag check when it has a threshold (None: the asset has no lag check)."""
+        check = self.lag_check
+        return check if check is not None and check.has_thresholds else None
 
     @property
     def has_lag_check(self) -> bool:
         """True when a lag threshold is configured."""
-        return self.max_lag_events is not None or self.max_lag_seconds is not None
+        return self.lag_thresholds is not None
+
+
+_OLD_LAG_KEYS = {
+    "max_lag_events": "max_lag_events",
+    "max_lag_seconds": "max_lag_seconds",
+    "lag_check_severity": "severity",
+}
 
 
 class IngestRunConfig(dg.Config):
@@ -342,7 +360,9 @@ def build_eventhub_ingest_asset(
         backfill_policy=policy,
         required_resource_keys=keys.all(),
         output_required=False,
-        check_specs=[lag_check_spec(asset_key, opts)] if opts.has_lag_check else None,
+        check_specs=(
+            [lag_check_spec(asset_key, opts.lag_thresholds)] if opts.lag_thresholds else None
+        ),
         group_name=group_name,
         kinds={"azure", "spark"},
         retry_policy=retry_policy if retry_policy is not None else default_retry_policy(),
@@ -441,7 +461,7 @@ def build_eventhub_ingest_asset(
         }
         check, summary = measure(
             asset_key,
-            opts if opts.has_lag_check else None,
+            opts.lag_thresholds,
             ingest_config.eventhub,
             store.store(ingest_config.eventhub.hub_ref()),
             partition_ids=partition_ids,

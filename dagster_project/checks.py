@@ -51,11 +51,16 @@ LAG_CHECK_NAME = "lag_within_threshold"
 
 
 class LagThresholds(Protocol):
-    """What the check needs to know (``IngestOptions`` provides it)."""
+    """What the check needs to know (:class:`resources.config.LagCheckOptions` provides it)."""
 
-    max_lag_events: int | None
-    max_lag_seconds: float | None
-    lag_check_severity: Literal["WARN", "ERROR"]
+    @property
+    def max_lag_events(self) -> int | None: ...
+
+    @property
+    def max_lag_seconds(self) -> float | None: ...
+
+    @property
+    def severity(self) -> Literal["WARN", "ERROR"]: ...
 
 
 class _Lag(Protocol):
@@ -105,7 +110,7 @@ def lag_check_result(
         asset_key=asset_key,
         check_name=LAG_CHECK_NAME,
         passed=not over,
-        severity=dg.AssetCheckSeverity(options.lag_check_severity),
+        severity=dg.AssetCheckSeverity(options.severity),
         description=(
             f"{len(behind)} of {len(reports)} partitions behind, {sum(lags)} events in total"
             + (f"; over the threshold: {label_ids(over)}" if over else "")
@@ -296,7 +301,7 @@ def measure(
                 asset_key=asset_key,
                 check_name=LAG_CHECK_NAME,
                 passed=False,
-                severity=dg.AssetCheckSeverity(options.lag_check_severity),
+                severity=dg.AssetCheckSeverity(options.severity),
                 description=f"lag not measured: {type(exc).__name__}: {exc}",
             ),
             None,

@@ -27,28 +27,44 @@ the network is checked when the definitions load (``dg check defs``).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 import dagster as dg
-from pydantic import BaseModel, Field, create_model, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from dagster_project.assets import IngestOptions, ResourceKeys, build_eventhub_ingest_asset
 from dagster_project.checks import build_lag_sensor
 from dagster_project.metadata import definition_metadata
 from dagster_project.resources import (
     EventHubResource,
+    LocalPySparkResource,
     PartitionStoreResource,
     SinkResource,
     local_pyspark_resource,
+    spark_resource,
 )
 from dagster_project.schedules import build_ingest_job, build_ingest_schedule
 from dagster_project.sensors import build_partition_sync_sensor
 from resources.config import (
+    AssetOptions,
+    ConfigDeprecationWarning,
     EventHubConfig,
+    LagCheckOptions,
     RunOptions,
+    ScheduleOptions,
     SinkConfig,
+    SparkConfig,
     StoreConfig,
+    format_validation_error,
     spark_conf_strings,
     unknown_key_message,
 )
@@ -60,6 +76,7 @@ __all__ = [
     "LagCheckModel",
     "ScheduleModel",
     "SinkModel",
+    "SparkModel",
     "StoreModel",
     "build_eventhub_ingest_defs",
     "coerce_partition_ids",
@@ -87,11 +104,28 @@ _KEY_CHECKED: dict[type, type[BaseModel]] = {}
 
 
 class _KeyChecked:
-    """Unknown keys in defs.yaml get a did-you-mean (Dagster's own message has none).
+    """defs.yaml's errors as the CLI words them: one line naming the key, value and what is valid.
 
     Dagster validates the YAML against a model derived from the class before anything of ours
-    runs; this adds our key check in front of that derived model.
+    runs; this adds our key check (with a did-you-mean, which Dagster's message lacks) in front
+    of that derived model. Values are checked when Dagster builds the class from the resolved
+    YAML: a failure there becomes one line per error with the key's full path (``sink.format:
+    ...``) instead of pydantic's dump.
     """
+
+    @classmethod
+    def resolve_from_model(cls, context: dg.ResolutionContext, model: BaseModel) -> Any:
+        try:
+            return super().resolve_from_model(context, model)  # type: ignore[misc]
+        except ValidationError as exc:
+            where = ".".join(str(part) for part in context.path)
+            message = format_validation_error(exc, where)
+        if context.path:
+            # A nested block (sink:, schedule:, ...): Dagster adds the file, line and snippet.
+            raise context.build_resolve_fn_exc(
+                [message + "\n"], field_name=str(context.path[-1]), model=model
+            )
+        raise ConfigurationError(message)
 
     @classmethod
     def model(cls) -> type[BaseModel]:
@@ -161,27 +195,34 @@ class SinkModel(_KeyChecked, dg.Resolvable, dg.Model, SinkConfig):
         return SinkResource.from_config(self)
 
 
-class ScheduleModel(_KeyChecked, dg.Resolvable, dg.Model):
-    """Every N minutes, K runs over every partition."""
-
-    every_minutes: int = Field(default=5, description="Period in minutes (divides an hour/day).")
-    runs: int = Field(default=1, description="K: parallel runs per tick; they share the work.")
-    cron_schedule: str | None = Field(default=None, description="Cron string (overrides N).")
-    running: bool = Field(default=False, description="Start the schedule switched on.")
+class ScheduleModel(_KeyChecked, dg.Resolvable, dg.Model, ScheduleOptions):
+    """Every N minutes, K runs over every partition (:class:`resources.config.ScheduleOptions`)."""
 
 
-class LagCheckModel(_KeyChecked, dg.Resolvable, dg.Model):
-    """Thresholds of the lag check (set at least one)."""
+class LagCheckModel(_KeyChecked, dg.Resolvable, dg.Model, LagCheckOptions):
+    """The lag check and its sensor (:class:`resources.config.LagCheckOptions`)."""
 
-    max_lag_events: int | None = Field(default=None, description="Max events behind the hub.")
-    max_lag_seconds: float | None = Field(default=None, description="Max age of unread events.")
-    severity: Literal["WARN", "ERROR"] = Field(default="WARN", description="Severity on failure.")
-    every_minutes: float = Field(
-        default=5,
-        description="A sensor also evaluates the check this often, from the hub and the "
-        "checkpoints without a run, so lag is reported while no ingestion runs.",
-    )
-    running: bool = Field(default=True, description="Start the check's sensor switched on.")
+
+def _resolve_spark_conf(context: dg.ResolutionContext, value: Any) -> dict[str, str]:
+    return spark_conf_strings(context.resolve_value(value))
+
+
+class SparkModel(_KeyChecked, dg.Resolvable, dg.Model, SparkConfig):
+    """How Spark starts (:class:`resources.config.SparkConfig`, the CLI file's ``spark:``)."""
+
+    # YAML writes numbers and booleans bare (shuffle partitions: 4); Spark gets strings.
+    conf: Annotated[
+        dict[str, str],
+        dg.Resolver(
+            _resolve_spark_conf,
+            model_field_type=dict[str, str | int | float | bool],
+            description=SparkConfig.model_fields["conf"].description,
+        ),
+    ] = Field(default_factory=dict, description=SparkConfig.model_fields["conf"].description)
+
+    def resource(self) -> LocalPySparkResource:
+        """The PySpark resource this describes."""
+        return spark_resource(self)
 
 
 def _resolve_partitions(context: dg.ResolutionContext, value: Any) -> list[str] | None:
@@ -198,7 +239,9 @@ ResolvedPartitionIds = Annotated[
 ]
 
 
-class EventHubIngestComponent(_KeyChecked, dg.Component, dg.Model, RunOptions, dg.Resolvable):
+class EventHubIngestComponent(
+    _KeyChecked, dg.Component, dg.Model, RunOptions, AssetOptions, dg.Resolvable
+):
     """Land an Azure Event Hub into a Spark sink, exactly once, in scheduled Dagster batches.
 
     Builds a partitioned asset (one partition per hub partition, with a lag check), its job, a
@@ -208,70 +251,72 @@ class EventHubIngestComponent(_KeyChecked, dg.Component, dg.Model, RunOptions, d
     the ``ehingest`` config file; everything is validated when the definitions load.
     """
 
-    asset_key: str = Field(default="eventhub_events", description="Asset key ('a/b' for a path).")
-    group_name: str | None = Field(default=None, description="Asset group in the UI.")
-    description: str | None = Field(default=None, description="Asset description in the UI.")
     eventhub: EventHubModel = Field(description="The Event Hub to read.")
     store: StoreModel = Field(description="The Blob container for leases and checkpoints.")
     sink: SinkModel = Field(description="Where events land.")
     partitions: ResolvedPartitionIds = None
-    partition_sync_interval_seconds: int = Field(
-        default=300, description="How often the sensor asks the hub for new partitions."
-    )
-    backfill_max_partitions_per_run: int | None = Field(
-        default=None,
-        description="UI backfills: None = one run per contiguous range; N = runs of <= N keys.",
-    )
-    pool: str | None = Field(
-        default="eventhub_ingest",
-        description="Dagster concurrency pool of the ingestion step; set its limit on the "
-        "instance to at least schedule.runs.",
-    )
-    freshness_fail_minutes: float | None = Field(
-        default=None,
-        description="Freshness policy: fail when no batch landed for this long (default: three "
-        "schedule periods when a schedule is set).",
-    )
     schedule: ScheduleModel | None = Field(default=None, description="Scheduled runs (optional).")
     lag_check: LagCheckModel | None = Field(default=None, description="Lag check (optional).")
-    spark_config: dict[str, str | int | float | bool] = Field(
-        default_factory=dict,
-        description="Spark settings over the local loopback defaults (numbers and booleans are "
-        "passed to Spark as strings).",
-    )
-    spark_remote: str | None = Field(
+    spark: SparkModel | None = Field(
         default=None,
-        description="Spark Connect URL ('sc://host:15002', Databricks serverless style) instead "
-        "of a local or cluster master; spark_config then holds session settings only.",
+        description="How Spark starts (master or remote, conf, app_name, ship_code), as in the "
+        "ehingest config file; unset: a local session with loopback defaults.",
     )
+    # Old spellings (one release): moved into ``spark`` with a deprecation warning.
+    spark_config: dict[str, str | int | float | bool] | None = Field(
+        default=None, description="Deprecated: write spark.conf (and spark.master)."
+    )
+    spark_remote: str | None = Field(default=None, description="Deprecated: write spark.remote.")
+
+    @classmethod
+    def upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """Accept the old ``spark_config`` / ``spark_remote`` keys (one release)."""
+        old = [k for k in ("spark_config", "spark_remote") if data.get(k) is not None]
+        for key in ("spark_config", "spark_remote"):
+            if key not in old:
+                data.pop(key, None)  # declared (so defs.yaml may still name them), but unset
+        if not old:
+            return data
+        if data.get("spark") is not None:
+            raise ValueError(
+                f"give the Spark settings in one place: move {', '.join(old)} into spark"
+            )
+        conf = dict(data.pop("spark_config", None) or {})
+        spark: dict[str, Any] = {}
+        if "spark.master" in conf:
+            spark["master"] = conf.pop("spark.master")
+        if conf:
+            spark["conf"] = conf
+        if "spark_remote" in data:
+            spark["remote"] = data.pop("spark_remote")
+        warnings.warn(
+            f"{', '.join(old)} are deprecated; write spark: {spark} (the old keys stop working "
+            "in the next release)",
+            ConfigDeprecationWarning,
+            stacklevel=2,
+        )
+        data["spark"] = SparkModel(**spark)
+        return data
 
     @field_validator("partitions", mode="before")
     @classmethod
     def _coerce_partitions(cls, value: Any) -> Any:
         return coerce_partition_ids(value)
 
-    @field_validator("spark_config", mode="before")
-    @classmethod
-    def _spark_strings(cls, value: Any) -> Any:
-        return spark_conf_strings(value)
-
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         """The asset, job, schedule, sensor and resources this component declares."""
-        lag = self.lag_check or LagCheckModel()
         options = IngestOptions(
             **self.run_options().model_dump(),
-            max_lag_events=lag.max_lag_events,
-            max_lag_seconds=lag.max_lag_seconds,
-            lag_check_severity=lag.severity,
             pool=self.pool,
             freshness_fail_minutes=self.freshness_fail_minutes,
+            lag_check=self.lag_check,
         )
         return build_eventhub_ingest_defs(
             key=self.asset_key.split("/"),
             eventhub=self.eventhub.resource(),
             partition_store=self.store.resource(),
             sink=self.sink.resource(),
-            pyspark=local_pyspark_resource(dict(self.spark_config), remote=self.spark_remote),
+            pyspark=self.spark.resource() if self.spark is not None else None,
             partition_ids=self.partitions,
             options=options,
             group_name=self.group_name,
@@ -279,8 +324,6 @@ class EventHubIngestComponent(_KeyChecked, dg.Component, dg.Model, RunOptions, d
             schedule=self.schedule,
             partition_sync_interval_seconds=self.partition_sync_interval_seconds,
             backfill_max_partitions_per_run=self.backfill_max_partitions_per_run,
-            lag_check_every_minutes=lag.every_minutes,
-            lag_check_running=lag.running,
         )
 
 
@@ -295,11 +338,9 @@ def build_eventhub_ingest_defs(
     options: IngestOptions | None = None,
     group_name: str | None = None,
     description: str | None = None,
-    schedule: ScheduleModel | None = None,
+    schedule: ScheduleOptions | None = None,
     partition_sync_interval_seconds: int = 300,
     backfill_max_partitions_per_run: int | None = None,
-    lag_check_every_minutes: float = 5,
-    lag_check_running: bool = False,
     retry_policy: dg.RetryPolicy | None = None,
 ) -> dg.Definitions:
     """Everything for one hub in Python: asset (+ lag check), job, schedule, sensor, resources.
@@ -341,17 +382,18 @@ def build_eventhub_ingest_defs(
     job = build_ingest_job(asset)
     schedules = []
     sensors = []
-    if opts.has_lag_check:
+    lag = opts.lag_thresholds
+    if lag is not None:
         sensors.append(
             build_lag_sensor(
                 asset_key,
-                opts,
+                lag,
                 eventhub_key=keys.eventhub,
                 partition_store_key=keys.partition_store,
                 partition_ids=partition_ids,
                 lease_expiry_seconds=opts.lease_expiry_seconds,
-                every_minutes=lag_check_every_minutes,
-                running=lag_check_running,
+                every_minutes=lag.every_minutes,
+                running=lag.running,
             )
         )
     if schedule is not None:

@@ -48,6 +48,7 @@ from resources.config import (
     EventHubIdentityCredential,
     OneLineErrors,
     SinkConfig,
+    SparkConfig,
     StoreConfig,
     StoreConnectionStringCredential,
     StoreIdentityCredential,
@@ -70,6 +71,7 @@ __all__ = [
     "StoreConnectionString",
     "StoreIdentity",
     "local_pyspark_resource",
+    "spark_resource",
 ]
 
 
@@ -343,6 +345,24 @@ def local_pyspark_resource(
             if key not in user:
                 config.pop(key, None)
     return LocalPySparkResource(spark_config=config)
+
+
+def spark_resource(config: SparkConfig) -> LocalPySparkResource:
+    """The PySpark resource for a :class:`resources.config.SparkConfig` (the CLI's ``spark:``).
+
+    Unset ``master`` keeps the local default (``local[*]`` with loopback pins); ``app_name``
+    is set only when given; ``ship_code: false`` tells the source the cluster has the package.
+    """
+    from resources.code_shipping import SHIP_CODE_CONF
+
+    conf: dict[str, Any] = dict(config.conf)
+    if config.master is not None:
+        conf["spark.master"] = config.master
+    if "app_name" in config.model_fields_set:
+        conf["spark.app.name"] = config.app_name
+    if not config.ship_code:
+        conf[SHIP_CODE_CONF] = "false"
+    return local_pyspark_resource(conf, remote=config.remote)
 
 
 def _config_credential(cred: Any) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from dagster_project.assets import RUNNER_TAG
-from resources.errors import ConfigurationError
+from resources.config import ScheduleOptions
 
 __all__ = ["RUNNER_TAG", "build_ingest_job", "build_ingest_schedule", "every_minutes_cron"]
 
@@ -32,15 +32,7 @@ UNFINISHED = [
 
 def every_minutes_cron(minutes: int) -> str:
     """A cron string for "every ``minutes`` minutes" (must divide an hour or a day evenly)."""
-    if 1 <= minutes < 60 and 60 % minutes == 0:
-        return "* * * * *" if minutes == 1 else f"*/{minutes} * * * *"
-    if minutes >= 60 and minutes % 60 == 0 and 24 % (minutes // 60) == 0:
-        hours = minutes // 60
-        return "0 * * * *" if hours == 1 else f"0 */{hours} * * *"
-    raise ConfigurationError(
-        f"schedule every_minutes: {minutes} does not divide an hour or a day evenly; use one of "
-        "1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60, 120, 180, ... or give a cron string"
-    )
+    return ScheduleOptions.from_dict({"every_minutes": minutes}, where="schedule").cron
 
 
 def build_ingest_job(
@@ -75,9 +67,11 @@ def build_ingest_schedule(
         name: schedule name (default ``{job}_schedule``).
         running: start the schedule switched on (default off, switch it on in the UI).
     """
-    if runs < 1:
-        raise ConfigurationError(f"schedule runs: {runs} must be >= 1 (parallel runs per tick)")
-    cron = cron_schedule or every_minutes_cron(every_minutes)
+    options = ScheduleOptions.from_dict(
+        {"every_minutes": every_minutes, "runs": runs, "cron_schedule": cron_schedule},
+        where="schedule",
+    )
+    cron = options.cron
     schedule_name = name or f"{job.name}_schedule"
 
     @dg.schedule(

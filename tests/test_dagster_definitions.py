@@ -34,6 +34,8 @@ from dagster_project.schedules import (
 )
 from dagster_project.sensors import partitions_to_add
 from ops.run import PartitionReport
+from resources.code_shipping import SHIP_CODE_CONF
+from resources.config import LagCheckOptions, SparkConfig
 from resources.errors import ConfigurationError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -121,10 +123,7 @@ def test_component_without_partitions_is_dynamic_with_a_sync_sensor() -> None:
         ("  partitions: []\n", "the list is empty"),
         ("  partitions: [0, [1]]\n", "partitions.list"),
         ("  backfill_max_partitions_per_run: 0\n", "backfill_max_partitions_per_run: 0"),
-        (
-            "  max_events_per_partition: 0\n",
-            "max_events_per_partition\n  Value error, 0 must be an integer >= 1",
-        ),
+        ("  max_events_per_partition: 0\n", "max_events_per_partition: 0 must be an integer >= 1"),
     ],
 )
 def test_component_bad_input_names_the_field(snippet: str, message: str) -> None:
@@ -132,6 +131,157 @@ def test_component_bad_input_names_the_field(snippet: str, message: str) -> None
     with pytest.raises(Exception) as info:
         component_defs(component=_component(text))
     assert message in str(info.value)
+
+
+def _without(yaml_text: str, key: str) -> str:
+    """``yaml_text`` without the top-level attribute ``key`` (and its indented block)."""
+    out, skipping = [], False
+    for line in yaml_text.splitlines():
+        if line.startswith("  ") and not line.startswith("   "):
+            skipping = line.startswith(f"  {key}:")
+        if not skipping:
+            out.append(line + "\n")
+    return "".join(out)
+
+
+@pytest.mark.parametrize(
+    ("snippet", "message"),
+    [
+        (
+            "  strategy: greedyy\n",
+            "strategy: 'greedyy' is not valid; did you mean 'greedy'? valid: greedy, balanced, "
+            "eph, equal, jump_hash, delay_race",
+        ),
+        ("  prefetch: 0\n", "prefetch: 0 must be 1..10000"),
+        (
+            "  max_readers_per_partition: 9\n",
+            "max_readers_per_partition: 9 must be 1..5 (Event Hubs allows 5 readers per "
+            "partition and consumer group)",
+        ),
+        (
+            "  freshness_fail_minutes: 0\n",
+            "freshness_fail_minutes: 0 must be > 0 (or unset)",
+        ),
+        (
+            "  sink: {path: /tmp/out, format: parqet}\n",
+            "sink.format: 'parqet' is not a known format; did you mean 'parquet'? valid: parquet, "
+            "delta, orc, avro, json, iceberg, hudi, deltalake, or a data source's fully qualified "
+            "class name",
+        ),
+        (
+            "  sink: {path: /tmp/out, partition_by: [partition_id]}\n",
+            "sink.partition_by: 'partition_id' is not a column of the output; did you mean "
+            "'partition'?",
+        ),
+        (
+            "  schedule: {every_minutes: 7}\n",
+            "schedule.every_minutes: 7 does not divide an hour or a day evenly",
+        ),
+        ("  schedule: {runs: 0}\n", "schedule.runs: 0 must be an integer >= 1"),
+        (
+            "  lag_check: {max_lag_events: -1}\n",
+            "lag_check.max_lag_events: -1 must be >= 0 (or unset for no threshold)",
+        ),
+        (
+            "  spark: {master: lcoal}\n",
+            "spark.master: 'lcoal' is not a Spark master; expected local, local[n]",
+        ),
+        (
+            "  spark: {master: 'local[2]', remote: 'sc://h:15002'}\n",
+            "spark: give master ('local[2]') or remote ('sc://h:15002'), not both",
+        ),
+    ],
+)
+def test_component_bad_values_fail_at_load_in_one_line(snippet: str, message: str) -> None:
+    text = _without(YAML, snippet.strip().split(":")[0])
+    with pytest.raises(Exception) as info:
+        component_defs(component=_component(text + snippet))
+    shown = str(info.value)
+    assert message in shown
+    # The CLI's wording, not pydantic's dump.
+    assert "validation error for" not in shown and "Value error," not in shown
+
+
+def test_component_spark_block_is_the_cli_spark_block() -> None:
+    text = YAML + (
+        "  spark:\n"
+        "    master: local[3]\n"
+        "    app_name: telemetry\n"
+        "    ship_code: false\n"
+        "    conf: {spark.sql.shuffle.partitions: 4, spark.sql.ansi.enabled: true}\n"
+    )
+    component = _component(text)
+    assert component.spark is not None
+    import yaml
+
+    cli = SparkConfig.from_dict(yaml.safe_load(text)["attributes"]["spark"], where="spark")
+    assert SparkConfig.model_validate(component.spark.model_dump()) == cli
+    conf = component_defs(component=component).resources["raw__telemetry_pyspark"].spark_config
+    assert conf["spark.master"] == "local[3]"
+    assert conf["spark.app.name"] == "telemetry"
+    assert conf["spark.sql.shuffle.partitions"] == "4"
+    assert conf["spark.sql.ansi.enabled"] == "true"
+    assert conf[SHIP_CODE_CONF] == "false"
+    assert conf["spark.driver.host"] == "127.0.0.1"  # a local master keeps the loopback pins
+
+
+def test_component_old_spark_keys_still_load_with_a_warning() -> None:
+    old = YAML + "  spark_config: {spark.master: 'local[2]', spark.sql.shuffle.partitions: 4}\n"
+    with pytest.warns(FutureWarning, match=r"spark_config are deprecated; write spark: "):
+        component = _component(old)
+    assert component.spark is not None
+    assert component.spark.master == "local[2]"
+    assert component.spark.conf == {"spark.sql.shuffle.partitions": "4"}
+    remote = YAML + "  spark_remote: sc://spark.example:15002\n"
+    with pytest.warns(FutureWarning, match=r"spark_remote are deprecated"):
+        assert _component(remote).spark.remote == "sc://spark.example:15002"  # type: ignore[union-attr]
+
+
+def test_dg_check_defs_names_a_bad_value_in_one_line(tmp_path: Path) -> None:
+    """A real ``dg check defs`` over a project whose defs.yaml has a typo."""
+    (tmp_path / "dg.toml").write_text(
+        'directory_type = "project"\n[project]\nroot_module = "badproj"\n'
+        'defs_module = "badproj.defs"\n'
+    )
+    package = tmp_path / "badproj"
+    (package / "defs" / "hub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "defs" / "__init__.py").write_text("")
+    (package / "definitions.py").write_text(
+        "from pathlib import Path\n\nimport dagster as dg\n\n\n@dg.definitions\n"
+        "def defs():\n"
+        "    return dg.load_from_defs_folder(path_within_project=Path(__file__).parent)\n"
+    )
+    (package / "defs" / "hub" / "defs.yaml").write_text(
+        _without(YAML, "sink") + "  sink: {path: /tmp/out, format: parqet}\n"
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env = {
+        **os.environ,
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+        "DAGSTER_HOME": str(home),
+        "VIRTUAL_ENV": sys.prefix,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]),
+    }
+    dg_bin = str(Path(sys.executable).with_name("dg"))
+    checked = subprocess.run(
+        [dg_bin, "check", "defs"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = checked.stdout + checked.stderr
+    assert checked.returncode != 0, out
+    assert (
+        "sink.format: 'parqet' is not a known format; did you mean 'parquet'? valid: parquet, "
+        "delta, orc, avro, json, iceberg, hudi, deltalake, or a data source's fully qualified "
+        "class name"
+    ) in out
+    assert "validation error for" not in out
 
 
 def test_component_old_credential_keys_still_load_with_a_warning() -> None:
@@ -307,13 +457,23 @@ def test_replay_run_config_is_validated_with_clear_messages() -> None:
         assert message in str(info.value)
 
 
+def test_old_flat_lag_keys_of_ingest_options_still_work_with_a_warning() -> None:
+    with pytest.warns(FutureWarning, match=r"IngestOptions\(max_lag_events\) is deprecated"):
+        opts = IngestOptions(max_lag_events=10)
+    assert opts.lag_check == LagCheckOptions(max_lag_events=10, running=False)
+    assert opts.has_lag_check
+    assert not IngestOptions(lag_check=LagCheckOptions(severity="ERROR")).has_lag_check
+    with pytest.raises(ConfigurationError, match=r"^lag_check.max_lag_events: -1 must be >= 0"):
+        IngestOptions(lag_check={"max_lag_events": -1})
+
+
 def _report(pid: str, lag_events: int | None, lag_seconds: float | None) -> PartitionReport:
     return PartitionReport(partition_id=pid, lag_events=lag_events, lag_seconds=lag_seconds)
 
 
 def test_lag_check_passes_within_and_fails_over_threshold() -> None:
     key = dg.AssetKey("events")
-    opts = IngestOptions(max_lag_events=10, max_lag_seconds=60.0)
+    opts = LagCheckOptions(max_lag_events=10, max_lag_seconds=60.0)
     ok = lag_check_result(key, opts, {"0": _report("0", 0, 0.0), "1": _report("1", 10, 59.0)})
     assert ok.passed
     assert ok.metadata["partition_ids_over_threshold"].value == "none"
