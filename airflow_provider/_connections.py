@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ops.run import IngestConfig
+from resources.config import RunOptions, SinkConfig, SparkConfig
 from resources.errors import ConfigurationError, redact
 from resources.settings import EventHubSettings, SinkSettings, StoreSettings
 
@@ -54,11 +54,8 @@ _SECRET_RE = re.compile(r"(?i)\b(SharedAccessKey|AccountKey|SharedAccessSignatur
 _EVENTHUB_EXTRA = {"eventhub_name", "consumer_group", "fully_qualified_namespace", "credential"}
 _STORE_EXTRA = {"container", "create_container", "account_url", "credential"}
 _SINK_EXTRA = {"format", "path", "table", "partition_by", "shared", "spark"}
-_SPARK_KEYS = {"master", "remote", "app_name", "conf", "ship_code"}
-# Run options a DAG may set on the operator (IngestConfig's fields besides the three services).
-RUN_OPTIONS = tuple(
-    name for name in IngestConfig.model_fields if name not in {"eventhub", "store", "sink"}
-)
+# Run options a DAG may set on the operator: resources/config.py RunOptions.
+RUN_OPTIONS = tuple(RunOptions.model_fields)
 
 
 class ConnectionLike(Protocol):
@@ -73,45 +70,11 @@ class ConnectionLike(Protocol):
     def extra_dejson(self) -> dict[str, Any]: ...
 
 
-@dataclass(frozen=True)
-class SparkSettings:
-    """How the task starts its SparkSession (``extra.spark`` of the sink connection).
-
-    ``master`` (``local[2]`` by default, or a cluster) or ``remote`` (a Spark Connect
-    ``sc://`` URL); ``ship_code=False`` when the cluster already has this package installed.
-    """
-
-    master: str = "local[2]"
-    remote: str | None = None
-    app_name: str = "ehingest-airflow"
-    conf: Mapping[str, str] = field(default_factory=dict)
-    ship_code: bool = True
-
-    @property
-    def is_local(self) -> bool:
-        """True for a local master (the sink may then be any local path)."""
-        from resources.spark_kind import is_local_master
-
-        return self.remote is None and is_local_master(self.master)
-
-    def factory(self) -> Callable[[], Any]:
-        """A function starting this session when the run has something to read."""
-
-        def start() -> Any:
-            from resources.code_shipping import SHIP_CODE_CONF
-            from resources.spark_session import spark_session
-
-            conf = dict(self.conf)
-            if not self.ship_code:
-                conf[SHIP_CODE_CONF] = "false"
-            return spark_session(
-                self.app_name,
-                master=None if self.remote else self.master,
-                remote=self.remote,
-                conf=conf,
-            )
-
-        return start
+#: How the task starts its SparkSession (``extra.spark`` of the sink connection): the
+#: :class:`resources.config.SparkConfig` of the CLI's ``spark:`` block.
+SparkSettings = SparkConfig
+#: The Spark application name of Airflow tasks (when ``extra.spark.app_name`` is not given).
+AIRFLOW_APP_NAME = "ehingest-airflow"
 
 
 def _extra(conn: ConnectionLike, role: str, valid: set[str]) -> dict[str, Any]:
@@ -236,30 +199,9 @@ def sink_settings(conn: ConnectionLike) -> SinkSettings:
     """Where events land, from the sink connection's extra."""
     role = "sink"
     extra = _extra(conn, role, _SINK_EXTRA)
-    partition_by = extra.get("partition_by", [])
-    if isinstance(partition_by, str):
-        partition_by = [partition_by]
-    if not isinstance(partition_by, list) or not all(isinstance(c, str) for c in partition_by):
-        raise ConfigurationError(
-            f"Airflow connection {conn.conn_id!r} ({role}): extra.partition_by="
-            f"{redact(repr(partition_by))} must be a list of column names"
-        )
-    shared = extra.get("shared", False)
-    if not isinstance(shared, bool):
-        raise ConfigurationError(
-            f"Airflow connection {conn.conn_id!r} ({role}): extra.shared={redact(repr(shared))} "
-            "must be true or false"
-        )
+    fields = {k: v for k, v in extra.items() if k != "spark"}
     sink: SinkSettings = _wrap(
-        conn,
-        role,
-        lambda: SinkSettings(
-            format=str(extra.get("format") or "parquet"),
-            path=extra.get("path"),
-            table=extra.get("table"),
-            partition_by=tuple(partition_by),
-            shared=shared,
-        ),
+        conn, role, lambda: SinkConfig.from_dict(fields, where="extra").settings()
     )
     spark = spark_settings(conn)
     from ops.sink_checks import check_sink_reachable
@@ -268,13 +210,7 @@ def sink_settings(conn: ConnectionLike) -> SinkSettings:
     _wrap(
         conn,
         role,
-        lambda: check_sink_reachable(
-            sink,
-            local=spark.is_local,
-            engine=f"Spark Connect {spark.remote!r}"
-            if spark.remote
-            else f"master {spark.master!r}",
-        ),
+        lambda: check_sink_reachable(sink, local=spark.is_local, engine=spark.engine),
     )
     return sink
 
@@ -283,36 +219,12 @@ def spark_settings(conn: ConnectionLike) -> SparkSettings:
     """The SparkSession settings in the sink connection's ``extra.spark`` (defaults: local[2])."""
     role = "sink"
     spark = _extra(conn, role, _SINK_EXTRA).get("spark") or {}
-    if not isinstance(spark, Mapping) or set(spark) - _SPARK_KEYS:
-        raise ConfigurationError(
-            f"Airflow connection {conn.conn_id!r} ({role}): extra.spark must be a mapping with "
-            f"the keys {', '.join(sorted(_SPARK_KEYS))}"
-        )
-    conf = spark.get("conf") or {}
-    if not isinstance(conf, Mapping):
-        raise ConfigurationError(
-            f"Airflow connection {conn.conn_id!r} ({role}): extra.spark.conf must be a mapping "
-            "of Spark settings"
-        )
-    remote = spark.get("remote")
-    if remote is not None and ("master" in spark or not str(remote).startswith("sc://")):
-        raise ConfigurationError(
-            f"Airflow connection {conn.conn_id!r} ({role}): extra.spark.remote must be a Spark "
-            "Connect URL ('sc://host:port') and excludes extra.spark.master"
-        )
-    ship_code = spark.get("ship_code", True)
-    if not isinstance(ship_code, bool):
-        raise ConfigurationError(
-            f"Airflow connection {conn.conn_id!r} ({role}): extra.spark.ship_code must be true "
-            "or false"
-        )
-    return SparkSettings(
-        master=str(spark.get("master") or "local[2]"),
-        remote=str(remote) if remote is not None else None,
-        app_name=str(spark.get("app_name") or "ehingest-airflow"),
-        conf={str(k): str(v) for k, v in conf.items()},
-        ship_code=ship_code,
+    if isinstance(spark, Mapping) and "app_name" not in spark:
+        spark = {**spark, "app_name": AIRFLOW_APP_NAME}
+    config: SparkConfig = _wrap(
+        conn, role, lambda: SparkConfig.from_dict(spark, where="extra.spark")
     )
+    return config
 
 
 def ingest_config(
@@ -322,26 +234,8 @@ def ingest_config(
     options: Mapping[str, Any] | None = None,
 ) -> IngestConfig:
     """The run's ``IngestConfig``; ``options`` are the operator's run options (validated)."""
-    opts = dict(options or {})
-    unknown = sorted(set(opts) - set(RUN_OPTIONS))
-    if unknown:
-        raise ConfigurationError(
-            f"options.{unknown[0]}: unknown run option; valid: {', '.join(RUN_OPTIONS)}"
-        )
-    if "strategy" in opts:
-        from ops.balancing import STRATEGIES
-
-        if opts["strategy"] not in STRATEGIES:
-            raise ConfigurationError(
-                f"options.strategy: {redact(repr(opts['strategy']))} is not valid; valid: "
-                f"{', '.join(STRATEGIES)}"
-            )
-    try:
-        return IngestConfig(eventhub=eventhub, store=store, sink=sink, **opts)
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"options.{exc}") from None
-    except TypeError as exc:  # e.g. a string where a number belongs
-        raise ConfigurationError(f"options: {redact(str(exc))}") from None
+    run = RunOptions.from_dict(dict(options or {}), where="options")
+    return IngestConfig(eventhub=eventhub, store=store, sink=sink, **run.model_dump())
 
 
 def partition_list(partition_ids: Sequence[str | int] | str | None) -> list[str] | None:

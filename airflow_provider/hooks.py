@@ -100,7 +100,7 @@ class EventHubIngestHook(BaseHook):
 
     def get_spark_factory(self) -> Callable[[], Any]:
         """Starts the SparkSession the sink connection asks for (local[2] by default)."""
-        return spark_settings(self._connection(self.sink_conn_id, "sink")).factory()
+        return spark_settings(self._connection(self.sink_conn_id, "sink")).session_factory()
 
     def get_ingest_config(self, options: Mapping[str, Any] | None = None) -> IngestConfig:
         """The run configuration: the three connections plus the operator's run options."""

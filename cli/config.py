@@ -83,22 +83,13 @@ class CliConfig:
 
     def spark_factory(self) -> Callable[[], Any]:
         """A function starting the SparkSession this config asks for (when needed)."""
-
-        def start() -> Any:
-            from resources.code_shipping import SHIP_CODE_CONF
-            from resources.spark_session import spark_session
-
-            conf = dict(self.spark_conf)
-            if not self.spark_ship_code:
-                conf[SHIP_CODE_CONF] = "false"
-            return spark_session(
-                self.spark_app_name,
-                master=None if self.spark_remote else self.spark_master,
-                remote=self.spark_remote,
-                conf=conf,
-            )
-
-        return start
+        return SparkConfig(
+            master=None if self.spark_remote else self.spark_master,
+            remote=self.spark_remote,
+            app_name=self.spark_app_name,
+            conf=dict(self.spark_conf),
+            ship_code=self.spark_ship_code,
+        ).session_factory()
 
 
 def _show(value: Any) -> str:
@@ -218,22 +209,16 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> CliConfig:
         **spec.run_options().model_dump(),
     )
     spark = spec.spark
-    master = spark.effective_master
     from ops.sink_checks import check_sink_reachable
-    from resources.spark_kind import is_local_master
 
     # Before anything is claimed or a JVM starts: a local sink path a cluster cannot share.
     try:
-        check_sink_reachable(
-            ingest.sink,
-            local=spark.remote is None and is_local_master(master),
-            engine=f"Spark Connect {spark.remote!r}" if spark.remote else f"master {master!r}",
-        )
+        check_sink_reachable(ingest.sink, local=spark.is_local, engine=spark.engine)
     except ConfigurationError as exc:
         raise ConfigurationError(f"sink.path: {exc}") from None
     return CliConfig(
         ingest=ingest,
-        spark_master=master,
+        spark_master=spark.effective_master,
         spark_app_name=spark.app_name,
         spark_conf=dict(spark.conf),
         spark_remote=spark.remote,

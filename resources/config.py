@@ -40,7 +40,7 @@ import difflib
 import os
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -759,6 +759,36 @@ class SparkConfig(StrictModel):
     def effective_master(self) -> str | None:
         """The master to start (None with Spark Connect)."""
         return None if self.remote else (self.master or DEFAULT_SPARK_MASTER)
+
+    @property
+    def is_local(self) -> bool:
+        """True for a local master (the sink may then be any local path)."""
+        from resources.spark_kind import is_local_master
+
+        return self.remote is None and is_local_master(self.effective_master)
+
+    @property
+    def engine(self) -> str:
+        """How errors name this engine: ``master 'local[2]'`` or ``Spark Connect 'sc://...'``."""
+        if self.remote:
+            return f"Spark Connect {self.remote!r}"
+        return f"master {self.effective_master!r}"
+
+    def session_factory(self) -> Callable[[], Any]:
+        """A function starting this SparkSession (a run calls it when it has something to read)."""
+
+        def start() -> Any:
+            from resources.code_shipping import SHIP_CODE_CONF
+            from resources.spark_session import spark_session
+
+            conf = dict(self.conf)
+            if not self.ship_code:
+                conf[SHIP_CODE_CONF] = "false"
+            return spark_session(
+                self.app_name, master=self.effective_master, remote=self.remote, conf=conf
+            )
+
+        return start
 
 
 def spark_conf_strings(value: Any) -> Any:

@@ -118,10 +118,25 @@ def test_store_sink_and_options() -> None:
         hub, store, sink, {"strategy": "jump_hash", "max_events_per_partition": 7}
     )
     assert (config.strategy, config.max_events_per_partition) == ("jump_hash", 7)
+    # The run options, the sink and extra.spark are the CLI's models (resources/config.py).
     with pytest.raises(
-        ConfigurationError, match=r"options\.max_events: unknown run option; valid: strategy"
+        ConfigurationError,
+        match=r"^options\.max_events: unknown key; did you mean 'max_events_per_cycle'\? "
+        r"valid keys: strategy, strategy_options, max_events_per_partition,",
     ):
         ingest_config(hub, store, sink, {"max_events": 7})
+    with pytest.raises(
+        ConfigurationError,
+        match=r"^Airflow connection 'sk' \(sink\): extra\.format: 'parqet' is not a known "
+        r"format; did you mean 'parquet'\?",
+    ):
+        sink_settings(Conn("sk", extra={"path": "/p", "format": "parqet"}))
+    with pytest.raises(
+        ConfigurationError,
+        match=r"^Airflow connection 'sk' \(sink\): extra\.spark\.mastr: unknown key; did you "
+        r"mean 'master'\? valid keys: master, remote, app_name, conf, ship_code$",
+    ):
+        sink_settings(Conn("sk", extra={"path": "/p", "spark": {"mastr": "local[2]"}}))
     with pytest.raises(ConfigurationError, match=r"options\.strategy: 'fastest' is not valid"):
         ingest_config(hub, store, sink, {"strategy": "fastest"})
     with pytest.raises(ConfigurationError, match=r"options\.max_events_per_partition: 0 must be"):
