@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from resources.errors import EventHubUnavailableError, RangeError
 from resources.eventhubs_options import Bound, PositionSpec, SourceOptions, own_to_bound
-from resources.hub_client import EventHubClient, PartitionInfo
+from resources.hub_client import EventHubClient, PartitionInfo, receive_one
 from resources.spark_source._options import ReadOptions
 from resources.spark_source._plan import ReadPlan, plan_read
 from resources.spark_source._range import PartitionRange
@@ -74,45 +74,16 @@ def _first_sequence_number_at(
     wait_seconds: float,
 ) -> int:
     """Sequence number of the first event at (or after) ``position``; known to exist."""
-    client = settings.consumer_client()
-    found: list[int] = []
-    errors: list[BaseException] = []
-    done = threading.Event()
-
-    def on_event(_ctx: Any, event: Any) -> None:
-        if event is not None and not found:
-            found.append(int(event.sequence_number))
-            done.set()
-
-    def on_error(_ctx: Any, exc: Exception) -> None:
-        errors.append(exc)
-        done.set()
-
-    def run() -> None:
-        try:
-            client.receive(
-                on_event,
-                partition_id=partition_id,
-                starting_position=position,
-                starting_position_inclusive=inclusive,
-                prefetch=1,
-                on_error=on_error,
-            )
-        except Exception as exc:  # handed to the caller below
-            errors.append(exc)
-            done.set()
-
-    thread = threading.Thread(target=run, name=f"eventhubs-probe-{partition_id}", daemon=True)
-    thread.start()
-    done.wait(wait_seconds)
-    try:
-        client.close()
-    except Exception:  # closing must not mask the result
-        logger.debug("closing the probe client of partition %s failed", partition_id)
-    thread.join(5)
-    if found:
-        return found[0]
-    detail = f": {type(errors[0]).__name__}" if errors else ""
+    got = receive_one(
+        settings.consumer_client(),
+        partition_id,
+        position,
+        wait_seconds=wait_seconds,
+        inclusive=inclusive,
+    )
+    if got.event is not None:
+        return int(got.event.sequence_number)
+    detail = f": {type(got.error).__name__}" if got.error is not None else ""
     raise EventHubUnavailableError(
         f"Event Hub {settings.eventhub_name!r} partition {partition_id}: no event received at "
         f"position {position!s} within {wait_seconds:g}s (receive_timeout){detail}"

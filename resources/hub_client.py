@@ -105,6 +105,73 @@ def _is_unauthorized(exc: BaseException) -> bool:
     return "amqp:unauthorized-access" in text or "Status code: 401" in text
 
 
+@dataclass
+class Received:
+    """What :func:`receive_one` saw: the first event, whether the receiver attached, an error."""
+
+    event: Any | None = None
+    #: The receiver attached: an event arrived, or an empty ``max_wait_time`` tick did.
+    attached: bool = False
+    error: BaseException | None = None
+
+
+def receive_one(
+    client: EventHubConsumerClient,
+    partition_id: str,
+    starting_position: Any,
+    *,
+    wait_seconds: float,
+    inclusive: bool = False,
+    max_wait_time: float | None = None,
+    join_seconds: float = 5.0,
+) -> Received:
+    """Receive at most one event of ``partition_id`` at ``starting_position``, then close
+    ``client``.
+
+    The SDK's ``receive`` blocks, so it runs on a daemon thread; this waits until the first
+    callback (an event, or an empty tick every ``max_wait_time`` seconds), an error, or
+    ``wait_seconds``, whichever comes first. Used for a partition's first event at a position,
+    the age of the oldest unprocessed event, and whether a consumer group exists.
+    """
+    out = Received()
+    done = threading.Event()
+
+    def on_event(_context: Any, event: Any) -> None:
+        if not done.is_set():
+            out.attached, out.event = True, event
+            done.set()
+
+    def on_error(_context: Any, error: BaseException) -> None:
+        out.error = out.error or error
+        done.set()
+
+    def receive() -> None:
+        try:
+            client.receive(
+                on_event,
+                partition_id=partition_id,
+                starting_position=starting_position,
+                starting_position_inclusive=inclusive,
+                on_error=on_error,
+                max_wait_time=max_wait_time,
+                prefetch=1,
+            )
+        except Exception as exc:  # handed to the caller
+            out.error = out.error or exc
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=receive, name=f"receive-one-{partition_id}", daemon=True)
+    thread.start()
+    done.wait(wait_seconds)
+    try:
+        client.close()
+    except Exception:  # closing must not mask the result
+        logger.debug("closing the receiver of partition %s failed", partition_id, exc_info=True)
+    thread.join(join_seconds)
+    return out
+
+
 class EventHubClient:
     """Management calls of one hub over ``azure-eventhub``, failing with clear errors.
 
@@ -287,41 +354,16 @@ class EventHubClient:
         if group.lower() == "$default":
             return
         pid = self.partition_ids()[0]
-        outcome: list[BaseException | None] = []
-        done = threading.Event()
-        client = self.settings.consumer_client(retry_total=0)
-
-        def on_event(_context: Any, _event: Any) -> None:
-            outcome.append(None)  # attached: an event or an empty max_wait_time tick
-            done.set()
-
-        def on_error(_context: Any, error: BaseException) -> None:
-            outcome.append(error)
-            done.set()
-
-        def receive() -> None:
-            try:
-                client.receive(
-                    on_event,
-                    partition_id=pid,
-                    starting_position="@latest",
-                    on_error=on_error,
-                    max_wait_time=0.5,
-                    prefetch=1,
-                )
-            except Exception as exc:
-                outcome.append(exc)
-            finally:
-                done.set()
-
-        thread = threading.Thread(target=receive, name="check-consumer-group", daemon=True)
-        thread.start()
-        done.wait(timeout)
-        client.close()
-        thread.join(5)
-        error = next((e for e in outcome if e is not None), None) if outcome else None
-        if outcome and outcome[0] is None:
+        got = receive_one(
+            self.settings.consumer_client(retry_total=0),
+            pid,
+            "@latest",
+            wait_seconds=timeout,
+            max_wait_time=0.5,
+        )
+        if got.attached:
             return
+        error = got.error
         if error is not None and _is_not_found(error):
             hub = f"{self.settings.namespace}/{self.settings.eventhub_name}"
             raise ConfigurationError(
@@ -331,36 +373,18 @@ class EventHubClient:
 
     def enqueued_time_of(self, partition_id: str, sequence_number: int) -> datetime | None:
         """Enqueued time of event ``sequence_number`` (None if not received in time)."""
-        got: list[datetime | None] = []
-        done = threading.Event()
-        client = self._client()
-
-        def on_event(_context: Any, event: Any) -> None:
-            if event is not None and not done.is_set():
-                got.append(utc(event.enqueued_time))
-                done.set()
-
-        def receive() -> None:
-            try:
-                client.receive(
-                    on_event,
-                    partition_id=partition_id,
-                    starting_position=sequence_number,
-                    starting_position_inclusive=True,
-                    prefetch=1,
-                    max_wait_time=self.peek_timeout,
-                )
-            except Exception:  # lag is informational; the caller shows None
-                logger.debug("peek failed partition=%s", partition_id, exc_info=True)
-            finally:
-                done.set()
-
-        thread = threading.Thread(target=receive, name=f"peek-{partition_id}", daemon=True)
-        thread.start()
-        done.wait(self.peek_timeout)
-        client.close()
-        thread.join(self.peek_timeout)
-        return got[0] if got else None
+        got = receive_one(
+            self._client(),
+            partition_id,
+            sequence_number,
+            wait_seconds=self.peek_timeout,
+            inclusive=True,
+            max_wait_time=self.peek_timeout,
+            join_seconds=self.peek_timeout,
+        )
+        if got.error is not None:  # lag is informational; the caller shows None
+            logger.debug("peek failed partition=%s: %r", partition_id, got.error)
+        return utc(got.event.enqueued_time) if got.event is not None else None
 
     def enqueued_times(self, wanted: dict[str, int]) -> dict[str, datetime | None]:
         """:meth:`enqueued_time_of` for several partitions at once (threads, bounded)."""
