@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
 from dagster_pyspark import PySparkResource
-from pydantic import Field
+from pydantic import BaseModel, Field, ValidatorFunctionWrapHandler, field_validator
 
 from resources.config import (
     EventHubConfig,
@@ -73,6 +74,19 @@ __all__ = [
     "local_pyspark_resource",
     "spark_resource",
 ]
+
+
+class _EnvVarsCheckedWhenSet(BaseModel):
+    """A ``dg.EnvVar`` value is checked when Dagster sets the variable's value, at run time.
+
+    The checks of resources/config.py would otherwise judge the variable's name (a container
+    given as ``dg.EnvVar("CONTAINER")`` is not a container name).
+    """
+
+    @field_validator("*", mode="wrap")
+    @classmethod
+    def _later(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        return value if isinstance(value, dg.EnvVar) else handler(value)
 
 
 class EventHubConnectionString(dg.Config, EventHubConnectionStringCredential):
@@ -122,10 +136,14 @@ class StoreIdentity(dg.Config, StoreIdentityCredential):
     """
 
 
-class EventHubResource(dg.ConfigurableResource):
+class EventHubResource(
+    dg.ConfigurableResource, _EnvVarsCheckedWhenSet, OneLineErrors, EventHubConfig
+):
     """The Event Hub to read, and the consumer group whose checkpoints this pipeline owns.
 
-    Example::
+    The fields and their checks are :class:`resources.config.EventHubConfig`'s (the
+    ``eventhub:`` block of defs.yaml and of the ``ehingest`` file); the connection-string
+    credential may also carry the value itself, as ``dg.EnvVar``. Example::
 
         EventHubResource(
             eventhub_name="telemetry",
@@ -135,22 +153,15 @@ class EventHubResource(dg.ConfigurableResource):
         )
     """
 
-    eventhub_name: str | None = Field(
-        default=None,
-        description="Name of the Event Hub (the entity, not the namespace); may be omitted when "
-        "the connection string has EntityPath.",
-    )
-    consumer_group: str = Field(
-        default="$Default",
-        description=(
-            "Consumer group to read as. Checkpoints are kept per consumer group, so use one that "
-            "no other reader checkpoints into (unless it is an EventProcessorClient you migrate)."
-        ),
-    )
     credential: EventHubConnectionString | EventHubIdentity = Field(
         discriminator="credential_type",
         description="How to authenticate: a connection string, or DefaultAzureCredential.",
     )
+
+    @field_validator("credential", mode="before")
+    @classmethod
+    def _tag(cls, value: Any) -> Any:
+        return value  # the discriminator picks the class (the YAML's picker would pick its own)
 
     @classmethod
     def from_config(cls, config: EventHubConfig) -> EventHubResource:
@@ -172,37 +183,35 @@ class EventHubResource(dg.ConfigurableResource):
             credential=credential,
         )
 
-    def settings(self) -> EventHubSettings:
+    def settings(
+        self, env: Mapping[str, str] | None = None, *, connection_string: str | None = None
+    ) -> EventHubSettings:
         """The frozen, picklable settings the run and Spark executors use (validated here)."""
-        config = EventHubConfig.from_dict(
-            {
-                "eventhub_name": self.eventhub_name,
-                "consumer_group": self.consumer_group,
-                "credential": _config_credential(self.credential),
-            },
-            where="eventhub",
-        )
-        return config.settings(connection_string=_secret(self.credential))
+        secret = connection_string or _secret(self.credential)
+        return super().settings(env, connection_string=secret)
 
     def partition_ids(self) -> list[str]:
         """The hub's current partition ids, in numeric order (a hub can gain partitions)."""
         return EventHubClient(self.settings(), retry_total=None).partition_ids()
 
 
-class PartitionStoreResource(dg.ConfigurableResource):
-    """The Blob container holding leases and checkpoints (the Azure SDK's layout)."""
+class PartitionStoreResource(
+    dg.ConfigurableResource, _EnvVarsCheckedWhenSet, OneLineErrors, StoreConfig
+):
+    """The Blob container holding leases and checkpoints (the Azure SDK's layout).
 
-    container: str = Field(
-        description="Blob container for ownership and checkpoint blobs, e.g. 'eventhub-state'."
-    )
-    create_container: bool = Field(
-        default=True,
-        description="Create the container if it is missing (False: fail with a clear error).",
-    )
+    The fields and their checks are :class:`resources.config.StoreConfig`'s (``store:``).
+    """
+
     credential: StoreConnectionString | StoreIdentity = Field(
         discriminator="credential_type",
         description="How to authenticate: a connection string, or DefaultAzureCredential.",
     )
+
+    @field_validator("credential", mode="before")
+    @classmethod
+    def _tag(cls, value: Any) -> Any:
+        return value  # the discriminator picks the class
 
     @classmethod
     def from_config(cls, config: StoreConfig) -> PartitionStoreResource:
@@ -221,24 +230,19 @@ class PartitionStoreResource(dg.ConfigurableResource):
             credential=credential,
         )
 
-    def settings(self) -> StoreSettings:
+    def settings(
+        self, env: Mapping[str, str] | None = None, *, connection_string: str | None = None
+    ) -> StoreSettings:
         """The frozen, picklable store settings (validated here)."""
-        config = StoreConfig.from_dict(
-            {
-                "container": self.container,
-                "create_container": self.create_container,
-                "credential": _config_credential(self.credential),
-            },
-            where="store",
-        )
-        return config.settings(connection_string=_secret(self.credential))
+        secret = connection_string or _secret(self.credential)
+        return super().settings(env, connection_string=secret)
 
     def store(self, hub: HubRef) -> PartitionStore:
         """A :class:`PartitionStore` over this container for ``hub``."""
         return PartitionStore(self.settings().backend(), hub)
 
 
-class SinkResource(dg.ConfigurableResource, OneLineErrors, SinkConfig):
+class SinkResource(dg.ConfigurableResource, _EnvVarsCheckedWhenSet, OneLineErrors, SinkConfig):
     """Where events land: a path or a table, in a Spark format (or ``deltalake``).
 
     The fields, their checks and :meth:`settings` are :class:`resources.config.SinkConfig`'s
@@ -363,11 +367,6 @@ def spark_resource(config: SparkConfig) -> LocalPySparkResource:
     if not config.ship_code:
         conf[SHIP_CODE_CONF] = "false"
     return local_pyspark_resource(conf, remote=config.remote)
-
-
-def _config_credential(cred: Any) -> dict[str, Any]:
-    """The YAML shape of a resource's credential (without the secret value)."""
-    return {k: v for k, v in _credential_fields(cred).items() if k != "connection_string"}
 
 
 def _secret(cred: Any) -> str | None:

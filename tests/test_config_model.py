@@ -258,3 +258,26 @@ def test_the_resources_take_the_yaml_credential_shape(monkeypatch: pytest.Monkey
     assert str(info.value).startswith(
         "eventhub.credential.connection_string_env: environment variable NOT_SET_X is not set"
     )
+
+
+def test_resources_check_an_env_var_value_when_it_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dagster as dg
+
+    from dagster_project.resources import PartitionStoreResource, StoreConnectionString
+
+    monkeypatch.setenv("MY_CONTAINER", "leases-x")
+    monkeypatch.setenv("MY_ST", ST)
+    # The variable's name is not judged as a container name; its value is, when Dagster sets it.
+    resource = PartitionStoreResource(
+        container=dg.EnvVar("MY_CONTAINER"),
+        credential=StoreConnectionString(connection_string=dg.EnvVar("MY_ST")),
+    )
+
+    @dg.asset(required_resource_keys={"store"})
+    def probe(context) -> str:  # type: ignore[no-untyped-def]
+        return context.resources.store.settings().container
+
+    result = dg.materialize([probe], resources={"store": resource})
+    assert result.output_for_node("probe") == "leases-x"
+    with pytest.raises(ConfigurationError, match=r"^container: 'Bad_Name' is not a valid Blob"):
+        PartitionStoreResource(container="Bad_Name", credential=StoreConnectionString())
