@@ -10,6 +10,9 @@ Three connections, one per service, so each can be shared and rotated on its own
   ``extra.container`` (leases and checkpoints), ``extra.create_container`` (default true).
   Without a password: ``host`` (or ``extra.account_url``) = ``https://acct.blob.core.windows.net``
   and ``extra.credential = "default_azure_credential"``.
+- Either ``extra.credential`` may instead be a mapping of DefaultAzureCredential's options, the
+  YAML's ``credential:`` keys (``managed_identity_client_id``, ``tenant_id``, ``exclude_*``),
+  validated by ``resources/config.py``.
 - Sink (``eventhub_sink_default``): ``extra.format`` (default ``parquet``), ``extra.path`` or
   ``extra.table``, ``extra.partition_by``, ``extra.shared`` (a local path every node mounts);
   optional ``extra.spark`` = ``{"master": ... or "remote": "sc://...", "app_name": ...,
@@ -28,7 +31,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ops.run import IngestConfig
-from resources.config import RunOptions, SinkConfig, SparkConfig
+from resources.config import (
+    EventHubIdentityCredential,
+    RunOptions,
+    SinkConfig,
+    SparkConfig,
+    StoreIdentityCredential,
+)
 from resources.errors import ConfigurationError, redact
 from resources.settings import EventHubSettings, SinkSettings, StoreSettings
 
@@ -104,17 +113,37 @@ def _no_secret_in_extra(conn_id: str, role: str, node: Any, key: str) -> None:
         )
 
 
-def _credential(conn: ConnectionLike, role: str, extra: Mapping[str, Any]) -> str:
+def _credential(
+    conn: ConnectionLike, role: str, extra: Mapping[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """The credential type and, for DefaultAzureCredential, its options (``extra.credential``:
+    the string ``default_azure_credential``, or a mapping of the options as in YAML)."""
     value = extra.get("credential")
     if value is None:
-        return "connection_string"
+        return "connection_string", {}
+    if isinstance(value, Mapping):
+        return "default_azure_credential", dict(value)
     if value not in _CREDENTIALS:
         raise ConfigurationError(
             f"Airflow connection {conn.conn_id!r} ({role}): extra.credential={redact(repr(value))}"
             f" is not valid; valid: {', '.join(_CREDENTIALS)} (or put a connection string in "
             "the password field)"
         )
-    return str(value)
+    return str(value), {}
+
+
+def _identity(
+    conn: ConnectionLike,
+    role: str,
+    model: type[EventHubIdentityCredential] | type[StoreIdentityCredential],
+    where: tuple[str, str | None],
+    options: Mapping[str, Any],
+) -> Any:
+    """The identity credential of ``extra.credential``, validated by the YAML's model."""
+    key, value = where
+    fields = {**({key: value} if value else {}), **options}
+    fields["credential_type"] = "default_azure_credential"
+    return _wrap(conn, role, lambda: model.from_dict(fields, where="extra.credential"))
 
 
 def _wrap(conn: ConnectionLike, role: str, build: Callable[[], Any]) -> Any:
@@ -128,13 +157,24 @@ def eventhub_settings(conn: ConnectionLike) -> EventHubSettings:
     """The Event Hubs settings of an Airflow connection (see the module docstring)."""
     role = "Event Hubs"
     extra = _extra(conn, role, _EVENTHUB_EXTRA)
-    credential = _credential(conn, role, extra)
+    credential, options = _credential(conn, role, extra)
     conn_str = conn.password or None
     if conn_str and credential != "connection_string":
         raise ConfigurationError(
             f"Airflow connection {conn.conn_id!r} ({role}): give either a connection string "
             "(password) or extra.credential with a namespace (host), not both"
         )
+    namespace = extra.get("fully_qualified_namespace") or conn.host or None
+    identity_options: tuple[tuple[str, Any], ...] = ()
+    if credential != "connection_string":
+        ident = _identity(
+            conn,
+            role,
+            EventHubIdentityCredential,
+            ("fully_qualified_namespace", namespace),
+            options,
+        )
+        namespace, identity_options = ident.fully_qualified_namespace, ident.credential_options()
     name = extra.get("eventhub_name") or conn.schema
     if not name and conn_str:
         # The SDK accepts a hub named by EntityPath in the connection string: so do we.
@@ -153,8 +193,9 @@ def eventhub_settings(conn: ConnectionLike) -> EventHubSettings:
             eventhub_name=str(name),
             consumer_group=str(extra.get("consumer_group") or "$Default"),
             connection_string=conn_str,
-            fully_qualified_namespace=extra.get("fully_qualified_namespace") or conn.host or None,
+            fully_qualified_namespace=namespace,
             credential_type=credential,  # type: ignore[arg-type]
+            credential_options=identity_options,
         ),
     )
 
@@ -163,7 +204,7 @@ def store_settings(conn: ConnectionLike) -> StoreSettings:
     """The lease and checkpoint store settings of an Airflow connection."""
     role = "storage"
     extra = _extra(conn, role, _STORE_EXTRA)
-    credential = _credential(conn, role, extra)
+    credential, options = _credential(conn, role, extra)
     container = extra.get("container")
     if not container:
         raise ConfigurationError(
@@ -182,14 +223,22 @@ def store_settings(conn: ConnectionLike) -> StoreSettings:
             f"Airflow connection {conn.conn_id!r} ({role}): give either a connection string "
             "(password) or extra.credential with an account URL (host), not both"
         )
+    account_url = extra.get("account_url") or conn.host or None
+    identity_options: tuple[tuple[str, Any], ...] = ()
+    if credential != "connection_string":
+        ident = _identity(
+            conn, role, StoreIdentityCredential, ("account_url", account_url), options
+        )
+        account_url, identity_options = ident.account_url, ident.credential_options()
     return _wrap(
         conn,
         role,
         lambda: StoreSettings(
             container=str(container),
             connection_string=conn_str,
-            account_url=extra.get("account_url") or conn.host or None,
+            account_url=account_url,
             credential_type=credential,  # type: ignore[arg-type]
+            credential_options=identity_options,
             create_container=create,
         ),
     )

@@ -16,6 +16,7 @@ from typing import Any
 
 from ops.hub import HubClient
 from ops.status import partition_status
+from resources.credentials import CredentialOptions, identity_kwargs
 from resources.errors import (
     ConfigurationError,
     EventHubUnavailableError,
@@ -143,14 +144,12 @@ def _aio_consumer(eventhub: EventHubSettings) -> Any:
             eventhub_name=eventhub.eventhub_name,
             retry_total=2,
         )
-    from azure.identity.aio import DefaultAzureCredential
-
     assert eventhub.fully_qualified_namespace is not None
     return EventHubConsumerClient(
         eventhub.fully_qualified_namespace,
         eventhub.eventhub_name,
         eventhub.consumer_group,
-        DefaultAzureCredential(),
+        _aio_credential(eventhub.credential_options),
         retry_total=2,
     )
 
@@ -163,12 +162,20 @@ def _aio_container(store: StoreSettings) -> Any:
         return ContainerClient.from_connection_string(
             store.connection_string, store.container, retry_total=2
         )
-    from azure.identity.aio import DefaultAzureCredential
-
     assert store.account_url is not None
     return ContainerClient(
-        store.account_url, store.container, credential=DefaultAzureCredential(), retry_total=2
+        store.account_url,
+        store.container,
+        credential=_aio_credential(store.credential_options),
+        retry_total=2,
     )
+
+
+def _aio_credential(options: CredentialOptions) -> Any:
+    """DefaultAzureCredential (aio) with the connection's identity options, as the sync path."""
+    from azure.identity.aio import DefaultAzureCredential
+
+    return DefaultAzureCredential(**identity_kwargs(options))
 
 
 async def _ahub(eventhub: EventHubSettings, partition_ids: Sequence[str] | None) -> _SnapshotHub:

@@ -13,7 +13,13 @@ from resources.errors import ConfigurationError
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
 
-__all__ = ["CredentialOptions", "CredentialType", "make_credential", "parse_connection_string"]
+__all__ = [
+    "CredentialOptions",
+    "CredentialType",
+    "identity_kwargs",
+    "make_credential",
+    "parse_connection_string",
+]
 
 CredentialType = Literal["connection_string", "default_azure_credential"]
 #: ``DefaultAzureCredential`` options as plain pairs (``resources.config.IdentityOptions``).
@@ -28,6 +34,17 @@ _TENANT_KWARGS = (
 )
 
 
+def identity_kwargs(options: CredentialOptions) -> dict[str, Any]:
+    """``DefaultAzureCredential`` keyword arguments for ``options`` (sync or ``aio`` alike):
+    ``tenant_id`` becomes the tenant of every credential that takes one."""
+    kwargs = dict(options)
+    tenant = kwargs.pop("tenant_id", None)
+    if tenant:
+        for name in _TENANT_KWARGS:
+            kwargs.setdefault(name, tenant)
+    return kwargs
+
+
 def make_credential(
     credential_type: CredentialType, options: CredentialOptions = ()
 ) -> TokenCredential:
@@ -39,12 +56,7 @@ def make_credential(
     if credential_type == "default_azure_credential":
         from azure.identity import DefaultAzureCredential
 
-        kwargs = dict(options)
-        tenant = kwargs.pop("tenant_id", None)
-        if tenant:
-            for name in _TENANT_KWARGS:
-                kwargs.setdefault(name, tenant)
-        return DefaultAzureCredential(**kwargs)
+        return DefaultAzureCredential(**identity_kwargs(options))
     raise ConfigurationError(
         f"credential_type={credential_type!r} has no token credential; valid: "
         "'default_azure_credential' (or give a connection string)"

@@ -59,6 +59,19 @@ def test_eventhub_connection_fields() -> None:
         )
     )
     assert s.credential_type == "default_azure_credential"
+    # DefaultAzureCredential's options as in YAML (resources/config.py IdentityOptions).
+    s = eventhub_settings(
+        Conn(
+            host="ns.servicebus.windows.net",
+            schema="t",
+            extra={"credential": {"managed_identity_client_id": "cid", "tenant_id": "tn"}},
+        )
+    )
+    assert (s.credential_type, s.fully_qualified_namespace) == (
+        "default_azure_credential",
+        "ns.servicebus.windows.net",
+    )
+    assert s.credential_options == (("managed_identity_client_id", "cid"), ("tenant_id", "tn"))
 
 
 @pytest.mark.parametrize(
@@ -85,6 +98,21 @@ def test_eventhub_connection_fields() -> None:
         (
             Conn("eh", schema="t", extra={"credential": "managed"}),
             "extra.credential='managed' is not valid; valid: default_azure_credential",
+        ),
+        (
+            Conn(
+                "eh",
+                schema="t",
+                host="ns.servicebus.windows.net",
+                extra={"credential": {"managed_identity_clientid": "x"}},
+            ),
+            "Airflow connection 'eh' (Event Hubs): extra.credential.managed_identity_clientid: "
+            "unknown key; did you mean 'managed_identity_client_id'?",
+        ),
+        (
+            Conn("eh", schema="t", extra={"credential": "default_azure_credential"}),
+            "Airflow connection 'eh' (Event Hubs): extra.credential.fully_qualified_namespace: "
+            "required",
         ),
     ],
 )
