@@ -383,28 +383,51 @@ def mode_pipeline_warm(**kwargs: Any) -> dict:
 
 
 def run_cli(
-    conn: str, store: str, workdir: str, parallelism: int, max_readers: int, container: str
+    conn: str,
+    store: str,
+    workdir: str,
+    parallelism: int,
+    max_readers: int,
+    container: str,
+    *,
+    spark: dict[str, Any] | None = None,
+    sink: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+    max_events_per_partition: int = 1_000_000_000,
 ) -> dict:
     """``ehingest run`` as a scheduler starts it: process start to exit, nothing warm.
 
-    CPU seconds are those of the whole process tree (the CLI, its JVM, Spark's Python workers),
-    sampled every 0.1 s and from ``wait4`` for the CLI itself; driver peak RSS is the CLI's.
+    ``spark`` is the config's ``spark:`` section (default ``local[parallelism]``), ``sink``
+    extra sink keys (``shared: true`` for a cluster), ``env`` the process environment
+    (default this one). CPU seconds are those of the whole process tree (the CLI, its JVM,
+    Spark's Python workers), sampled every 0.1 s and from ``wait4`` for the CLI itself; driver
+    peak RSS is the CLI's.
     """
     config = os.path.join(workdir, f"{container}.yaml")
+    doc = {
+        "eventhub": {
+            "eventhub_name": HUB,
+            "credential": {"connection_string_env": "BENCH_EH_CONN"},
+        },
+        "store": {"container": container, "credential": {"connection_string_env": "BENCH_ST_CONN"}},
+        "sink": {
+            "format": "parquet",
+            "path": os.path.join(workdir, "cli-" + container),
+            **(sink or {}),
+        },
+        "strategy": "greedy",
+        "max_events_per_partition": max_events_per_partition,
+        "max_readers_per_partition": max_readers,
+        "spark": spark or {"master": f"local[{parallelism}]"},
+    }
     with open(config, "w") as f:
-        f.write(
-            f"eventhub: {{eventhub_name: {HUB}, credential: "
-            "{connection_string_env: BENCH_EH_CONN}}\n"
-            f"store: {{container: {container}, credential: "
-            "{connection_string_env: BENCH_ST_CONN}}\n"
-            f"sink: {{format: parquet, path: {os.path.join(workdir, 'cli-' + container)}}}\n"
-            "strategy: greedy\n"
-            "max_events_per_partition: 1000000000\n"
-            f"max_readers_per_partition: {max_readers}\n"
-            f"spark: {{master: 'local[{parallelism}]'}}\n"
-        )
+        json.dump(doc, f)  # JSON is YAML
     exe = str(Path(sys.executable).with_name("ehingest"))
-    env = {**os.environ, "BENCH_EH_CONN": conn, "BENCH_ST_CONN": store}
+    env = {
+        **(env if env is not None else os.environ),
+        "BENCH_EH_CONN": conn,
+        "BENCH_ST_CONN": store,
+    }
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed CLI has its bytecode cached
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.services import ConnectServer, executor_venv, standalone_cluster
+from emulator.spark_cluster import ConnectServer, executor_venv, standalone_cluster
 
 
 @dataclass

@@ -21,8 +21,8 @@ def main(args: dict) -> dict:
     from dagster_project.assets import IngestOptions
     from dagster_project.component import build_eventhub_ingest_defs
     from dagster_project.resources import SinkResource, local_pyspark_resource
+    from emulator.spark_cluster import APP_CONF
     from resources.settings import EventHubSettings, StoreSettings
-    from tests.cluster.services import APP_CONF
     from tests.fixtures.dagster import eventhub_resource, store_resource
 
     if args["engine"] == "connect":

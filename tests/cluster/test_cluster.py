@@ -20,10 +20,10 @@ import yaml
 from azure.storage.blob import ContainerClient
 
 from emulator.azurite import ROOT
+from emulator.spark_cluster import APP_CONF, spark_env
 from resources.settings import StoreSettings
 from resources.store import PartitionStore
 from tests.cluster.conftest import Cluster
-from tests.cluster.services import APP_CONF, spark_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 

@@ -1,5 +1,8 @@
 """A real Spark standalone cluster and a Spark Connect server, from the pip pyspark, on loopback.
 
+The third local stand-in beside Azurite (:mod:`emulator.azurite`) and the Event Hubs emulator:
+used by the ``cluster`` test tier (tests/cluster/) and by bench/cluster_throughput.py.
+
 The executors' Python is a separate venv built from the lock WITHOUT this project (and without
 pyspark, which Spark puts on its workers' path itself, nor Dagster, which no executor imports):
 like the executors of any real cluster, it has the dependencies and never the repository, so the
@@ -183,7 +186,13 @@ def standalone_cluster(
 class ConnectServer:
     """A Spark Connect server process on a cluster; :meth:`url` waits until it listens."""
 
-    def __init__(self, master_url: str, executor_python: Path, workdir: Path) -> None:
+    def __init__(
+        self,
+        master_url: str,
+        executor_python: Path,
+        workdir: Path,
+        conf: dict[str, str] | None = None,
+    ) -> None:
         home = spark_home()
         env = spark_env(executor_python)
         # spark-submit sizes this server like a daemon (SPARK_DAEMON_MEMORY), not by driver memory.
@@ -192,6 +201,7 @@ class ConnectServer:
         self.log = workdir / "connect.log"
         conf = {
             **APP_CONF,
+            **(conf or {}),
             "spark.connect.grpc.binding.port": str(self.port),
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.driver.host": "127.0.0.1",
@@ -223,9 +233,14 @@ class ConnectServer:
 
 
 @contextlib.contextmanager
-def connect_server(master_url: str, executor_python: Path, workdir: Path) -> Iterator[str]:
-    """A Spark Connect server running on ``master_url``; yields ``sc://127.0.0.1:<port>``."""
-    server = ConnectServer(master_url, executor_python, workdir)
+def connect_server(
+    master_url: str, executor_python: Path, workdir: Path, conf: dict[str, str] | None = None
+) -> Iterator[str]:
+    """A Spark Connect server running on ``master_url``; yields ``sc://127.0.0.1:<port>``.
+
+    ``conf`` overrides :data:`APP_CONF` (e.g. ``spark.cores.max`` to give it the whole worker).
+    """
+    server = ConnectServer(master_url, executor_python, workdir, conf)
     try:
         yield server.url()
     finally:
