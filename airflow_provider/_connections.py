@@ -12,7 +12,7 @@ Three connections, one per service, so each can be shared and rotated on its own
   and ``extra.credential = "default_azure_credential"``.
 - Either ``extra.credential`` may instead be a mapping of DefaultAzureCredential's options, the
   YAML's ``credential:`` keys (``managed_identity_client_id``, ``tenant_id``, ``exclude_*``),
-  validated by ``resources/config.py``.
+  validated by ``resources/config/``.
 - Sink (``eventhub_sink_default``): ``extra.format`` (default ``parquet``), ``extra.path`` or
   ``extra.table``, ``extra.partition_by``, ``extra.shared`` (a local path every node mounts);
   optional ``extra.spark`` = ``{"master": ... or "remote": "sc://...", "app_name": ...,
@@ -63,7 +63,7 @@ _SECRET_RE = re.compile(r"(?i)\b(SharedAccessKey|AccountKey|SharedAccessSignatur
 _EVENTHUB_EXTRA = {"eventhub_name", "consumer_group", "fully_qualified_namespace", "credential"}
 _STORE_EXTRA = {"container", "create_container", "account_url", "credential"}
 _SINK_EXTRA = {"format", "path", "table", "partition_by", "shared", "spark"}
-# Run options a DAG may set on the operator: resources/config.py RunOptions.
+# Run options a DAG may set on the operator: resources/config/ RunOptions.
 RUN_OPTIONS = tuple(RunOptions.model_fields)
 
 

@@ -19,7 +19,7 @@ pyproject.toml), so ``dg list components`` shows it and ``dg scaffold defs`` can
       schedule: {every_minutes: 5, runs: 2}
       lag_check: {max_lag_events: 10000}
 
-The keys are those of ``resources/config.py`` (the ``ehingest`` config file takes the same).
+The keys are those of ``resources/config/`` (the ``ehingest`` config file takes the same).
 Secrets are named by environment variable (``connection_string_env``) and reach Dagster as
 ``dg.EnvVar``: the UI shows the variable's name, never its value. Everything checkable without
 the network is checked when the definitions load (``dg check defs``).

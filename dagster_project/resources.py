@@ -79,7 +79,7 @@ __all__ = [
 class _EnvVarsCheckedWhenSet(BaseModel):
     """A ``dg.EnvVar`` value is checked when Dagster sets the variable's value, at run time.
 
-    The checks of resources/config.py would otherwise judge the variable's name (a container
+    The checks of resources/config/ would otherwise judge the variable's name (a container
     given as ``dg.EnvVar("CONTAINER")`` is not a container name).
     """
 

@@ -1,6 +1,6 @@
 """Event Hubs' reader limits and the data-loss choices, declared once.
 
-Read by the configuration model (``resources/config.py``) and the Spark source's reader options
+Read by the configuration model (``resources/config/``) and the Spark source's reader options
 (``resources/spark_source/_options.py``, which runs on executors and so stays free of pydantic).
 """
 

@@ -1,4 +1,4 @@
-"""The one configuration model (resources/config.py): declared once, read by every surface."""
+"""The one configuration model (resources/config/): declared once, read by every surface."""
 
 from __future__ import annotations
 

@@ -59,7 +59,7 @@ def test_eventhub_connection_fields() -> None:
         )
     )
     assert s.credential_type == "default_azure_credential"
-    # DefaultAzureCredential's options as in YAML (resources/config.py IdentityOptions).
+    # DefaultAzureCredential's options as in YAML (resources/config/ IdentityOptions).
     s = eventhub_settings(
         Conn(
             host="ns.servicebus.windows.net",
@@ -146,7 +146,7 @@ def test_store_sink_and_options() -> None:
         hub, store, sink, {"strategy": "jump_hash", "max_events_per_partition": 7}
     )
     assert (config.strategy, config.max_events_per_partition) == ("jump_hash", 7)
-    # The run options, the sink and extra.spark are the CLI's models (resources/config.py).
+    # The run options, the sink and extra.spark are the CLI's models (resources/config/).
     with pytest.raises(
         ConfigurationError,
         match=r"^options\.max_events: unknown key; did you mean 'max_events_per_cycle'\? "

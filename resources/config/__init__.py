@@ -1,0 +1,115 @@
+"""The one configuration model: every setting declared once, with its default, limits and help.
+
+Every surface reads these classes: the ``ehingest`` YAML (``cli/config.py``), the Dagster
+Component's ``defs.yaml`` and resources (``dagster_project/``), the asset's run config, and the
+run itself (:class:`ops.run.IngestConfig` extends :class:`RunOptions`). Everything that can be
+checked without the network is checked here, at load: names of strategies and formats, the sink's
+``partition_by`` columns against the output schema, reader limits, numbers. Unknown keys are
+rejected with a did-you-mean.
+
+Build from a plain dict (YAML, an Airflow connection, a test)::
+
+    spec = IngestSpec.from_dict({
+        "eventhub": {"eventhub_name": "telemetry"},        # connection string from
+        "store": {"container": "ehingest-state"},          # EVENTHUB_CONNECTION_STRING and
+        "sink": {"path": "/data/telemetry"},               # AZURE_STORAGE_CONNECTION_STRING
+        "strategy": "balanced",
+    })
+    config = IngestConfig.from_spec(spec)                 # ops.run.IngestConfig
+
+Credentials have one shape everywhere: a connection string named by an environment variable, or
+``DefaultAzureCredential`` with its options::
+
+    eventhub:
+      eventhub_name: telemetry
+      credential: {connection_string_env: EVENTHUB_CONNECTION_STRING}
+    store:
+      container: ehingest-state
+      credential:
+        credential_type: default_azure_credential
+        account_url: https://myaccount.blob.core.windows.net
+        managed_identity_client_id: 00000000-0000-0000-0000-000000000000
+
+Errors raised by :meth:`StrictModel.from_dict` are :class:`~resources.errors.ConfigurationError`
+whose message names the key path, the (redacted) value and what is valid.
+"""
+
+from __future__ import annotations
+
+from resources.config._credentials import (
+    EventHubConnectionStringCredential,
+    EventHubIdentityCredential,
+    IdentityOptions,
+    StoreConnectionStringCredential,
+    StoreIdentityCredential,
+)
+from resources.config._dagster import (
+    AssetOptions,
+    AssetPolicies,
+    LagCheckOptions,
+    LagSeverity,
+    ScheduleOptions,
+)
+from resources.config._model import (
+    ConfigDeprecationWarning,
+    OneLineErrors,
+    StrictModel,
+    format_validation_error,
+    unknown_key_message,
+)
+from resources.config._places import EventHubConfig, StoreConfig
+from resources.config._run import (
+    ON_CHECKPOINT_AHEAD,
+    STRATEGY_NAMES,
+    IngestSpec,
+    OnCheckpointAhead,
+    RunOptions,
+    StrategyName,
+)
+from resources.config._sink import (
+    DELTALAKE_FORMAT,
+    OUTPUT_COLUMNS,
+    PARTITION_COLUMNS,
+    SPARK_FORMATS,
+    SinkConfig,
+)
+from resources.config._spark import DEFAULT_SPARK_MASTER, SparkConfig, spark_conf_strings
+from resources.limits import MAX_PREFETCH, MAX_READERS_PER_PARTITION, ON_DATA_LOSS, OnDataLoss
+
+__all__ = [
+    "DEFAULT_SPARK_MASTER",
+    "DELTALAKE_FORMAT",
+    "MAX_PREFETCH",
+    "MAX_READERS_PER_PARTITION",
+    "ON_CHECKPOINT_AHEAD",
+    "ON_DATA_LOSS",
+    "OUTPUT_COLUMNS",
+    "PARTITION_COLUMNS",
+    "SPARK_FORMATS",
+    "STRATEGY_NAMES",
+    "AssetOptions",
+    "AssetPolicies",
+    "ConfigDeprecationWarning",
+    "EventHubConfig",
+    "EventHubConnectionStringCredential",
+    "EventHubIdentityCredential",
+    "IdentityOptions",
+    "IngestSpec",
+    "LagCheckOptions",
+    "LagSeverity",
+    "OnCheckpointAhead",
+    "OnDataLoss",
+    "OneLineErrors",
+    "RunOptions",
+    "ScheduleOptions",
+    "SinkConfig",
+    "SparkConfig",
+    "StoreConfig",
+    "StoreConnectionStringCredential",
+    "StoreIdentityCredential",
+    "StrategyName",
+    "StrictModel",
+    "format_validation_error",
+    "spark_conf_strings",
+    "unknown_key_message",
+]

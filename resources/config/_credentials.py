@@ -1,0 +1,138 @@
+"""Credentials: one shape for the Event Hub and the store, in YAML, resources and the CLI."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+
+from resources.config._model import StrictModel, _show, _suggest, format_validation_error
+from resources.errors import ConfigurationError
+
+
+class IdentityOptions(StrictModel):
+    """Options of azure-identity's ``DefaultAzureCredential`` (Entra ID, no secret in config)."""
+
+    managed_identity_client_id: str | None = Field(
+        default=None,
+        description="Client id of a user-assigned managed identity (unset: system-assigned).",
+    )
+    tenant_id: str | None = Field(
+        default=None,
+        description="Entra tenant for the credentials that take one (workload identity, "
+        "Visual Studio Code, shared cache, interactive browser).",
+    )
+    exclude_environment_credential: bool = Field(default=False, description="Skip AZURE_* env.")
+    exclude_workload_identity_credential: bool = Field(
+        default=False, description="Skip workload identity (Kubernetes)."
+    )
+    exclude_managed_identity_credential: bool = Field(
+        default=False, description="Skip managed identity."
+    )
+    exclude_shared_token_cache_credential: bool = Field(
+        default=False, description="Skip the shared token cache."
+    )
+    exclude_cli_credential: bool = Field(default=False, description="Skip the Azure CLI login.")
+    exclude_developer_cli_credential: bool = Field(
+        default=False, description="Skip the Azure Developer CLI login."
+    )
+    exclude_powershell_credential: bool = Field(default=False, description="Skip Azure PowerShell.")
+    exclude_visual_studio_code_credential: bool = Field(
+        default=False, description="Skip Visual Studio Code."
+    )
+    exclude_broker_credential: bool = Field(
+        default=False, description="Skip the broker (WAM) login."
+    )
+    exclude_interactive_browser_credential: bool = Field(
+        default=True, description="Skip the interactive browser login (skipped by default)."
+    )
+
+    def credential_options(self) -> tuple[tuple[str, Any], ...]:
+        """The options as plain, picklable pairs (what the settings carry to executors)."""
+        out: list[tuple[str, Any]] = []
+        for name in IdentityOptions.model_fields:
+            value = getattr(self, name)
+            if value != IdentityOptions.model_fields[name].default:
+                out.append((name, value))
+        return tuple(out)
+
+
+class EventHubConnectionStringCredential(StrictModel):
+    """An Event Hubs connection string, read from an environment variable (never from a file)."""
+
+    credential_type: Literal["connection_string"] = Field(
+        default="connection_string", description="Selects connection-string authentication."
+    )
+    connection_string_env: str = Field(
+        default="EVENTHUB_CONNECTION_STRING",
+        description="Name of the environment variable holding the connection string "
+        "('Endpoint=sb://...;SharedAccessKeyName=...;SharedAccessKey=...[;EntityPath=hub]').",
+    )
+
+
+class EventHubIdentityCredential(IdentityOptions):
+    """DefaultAzureCredential for a namespace (managed identity, workload identity, CLI)."""
+
+    credential_type: Literal["default_azure_credential"] = Field(
+        default="default_azure_credential", description="Selects DefaultAzureCredential."
+    )
+    fully_qualified_namespace: str = Field(
+        description="The namespace host, e.g. 'myns.servicebus.windows.net'."
+    )
+
+
+class StoreConnectionStringCredential(StrictModel):
+    """A Blob Storage connection string, read from an environment variable."""
+
+    credential_type: Literal["connection_string"] = Field(
+        default="connection_string", description="Selects connection-string authentication."
+    )
+    connection_string_env: str = Field(
+        default="AZURE_STORAGE_CONNECTION_STRING",
+        description="Name of the environment variable holding the connection string.",
+    )
+
+
+class StoreIdentityCredential(IdentityOptions):
+    """DefaultAzureCredential for a storage account."""
+
+    credential_type: Literal["default_azure_credential"] = Field(
+        default="default_azure_credential", description="Selects DefaultAzureCredential."
+    )
+    account_url: str = Field(
+        description="The Blob service URL, e.g. 'https://myaccount.blob.core.windows.net'."
+    )
+
+
+def _pick_credential(
+    value: Any, by_string: type[StrictModel], by_identity: type[StrictModel]
+) -> Any:
+    """Validate a credential mapping as the class its ``credential_type`` names.
+
+    ``credential_type`` defaults to ``connection_string``. (A pydantic discriminator would do
+    this, but Dagster's component schema cannot carry one.)
+    """
+    if not isinstance(value, Mapping):
+        return value
+    kind = value.get("credential_type", "connection_string")
+    classes = {"connection_string": by_string, "default_azure_credential": by_identity}
+    if kind not in classes:
+        raise ValueError(
+            f"credential_type {_show(kind)} is not valid; {_suggest(str(kind), list(classes))}"
+            "valid: connection_string, default_azure_credential"
+        )
+    try:
+        return classes[kind].model_validate(value)
+    except ValidationError as exc:
+        raise ValueError(format_validation_error(exc)) from None
+
+
+def _env_value(env_name: str, where: str, env: Mapping[str, str]) -> str:
+    value = env.get(env_name)
+    if not value:
+        raise ConfigurationError(
+            f"{where}.credential.connection_string_env: environment variable {env_name} is not "
+            "set (or empty); export the connection string in it before running"
+        )
+    return value

@@ -1,0 +1,125 @@
+"""How Dagster declares the pipeline: the asset, its schedule, its lag check."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from resources.config._model import StrictModel, _above, _at_least
+
+LagSeverity = Literal["WARN", "ERROR"]
+
+
+class AssetPolicies(StrictModel):
+    """How Dagster runs and judges the asset: its concurrency pool and freshness policy."""
+
+    pool: str | None = Field(
+        default="eventhub_ingest",
+        description="Dagster concurrency pool of the ingestion step; set its limit on the "
+        "instance to at least schedule.runs.",
+    )
+    freshness_fail_minutes: float | None = Field(
+        default=None,
+        description="Freshness policy: fail when no batch landed for this long (default: three "
+        "schedule periods when a schedule is set).",
+    )
+
+    @field_validator("freshness_fail_minutes")
+    @classmethod
+    def _freshness(cls, value: float | None) -> float | None:
+        return _above(value, 0, " (or unset)")
+
+
+class AssetOptions(AssetPolicies):
+    """How the Dagster asset is declared (defs.yaml's top-level keys beside the run options)."""
+
+    asset_key: str = Field(default="eventhub_events", description="Asset key ('a/b' for a path).")
+    group_name: str | None = Field(default=None, description="Asset group in the UI.")
+    description: str | None = Field(default=None, description="Asset description in the UI.")
+    partition_sync_interval_seconds: int = Field(
+        default=300, description="How often the sensor asks the hub for new partitions (>= 1)."
+    )
+    backfill_max_partitions_per_run: int | None = Field(
+        default=None,
+        description="UI backfills: unset = one run per contiguous range; N = runs of <= N keys.",
+    )
+
+    @field_validator("partition_sync_interval_seconds", "backfill_max_partitions_per_run")
+    @classmethod
+    def _positive(cls, value: int | None) -> int | None:
+        return _at_least(value, 1, integer=True)
+
+
+class ScheduleOptions(StrictModel):
+    """Every N minutes (or on a cron string), K runs over every partition."""
+
+    every_minutes: int = Field(
+        default=5, description="Period in minutes; divides an hour or a day (1, 5, 15, 60, ...)."
+    )
+    runs: int = Field(default=1, description="K: parallel runs per tick (>= 1); they share work.")
+    cron_schedule: str | None = Field(default=None, description="Cron string (overrides N).")
+    running: bool = Field(default=False, description="Start the schedule switched on.")
+
+    @field_validator("every_minutes")
+    @classmethod
+    def _period(cls, value: int) -> int:
+        if _every_minutes_cron(value) is None:
+            raise ValueError(
+                f"{value} does not divide an hour or a day evenly; use one of 1, 2, 3, 4, 5, 6, "
+                "10, 12, 15, 20, 30, 60, 120, 180, ... or give a cron string"
+            )
+        return value
+
+    @field_validator("runs")
+    @classmethod
+    def _runs(cls, value: int) -> int:
+        return _at_least(value, 1, " (parallel runs per tick)", integer=True)
+
+    @property
+    def cron(self) -> str:
+        """The cron string of the schedule: ``cron_schedule``, or every ``every_minutes``."""
+        return self.cron_schedule or str(_every_minutes_cron(self.every_minutes))
+
+
+def _every_minutes_cron(minutes: int) -> str | None:
+    """A cron string for "every ``minutes`` minutes" (None unless it divides an hour or a day)."""
+    if 1 <= minutes < 60 and 60 % minutes == 0:
+        return "* * * * *" if minutes == 1 else f"*/{minutes} * * * *"
+    if minutes >= 60 and minutes % 60 == 0 and 24 % (minutes // 60) == 0:
+        hours = minutes // 60
+        return "0 * * * *" if hours == 1 else f"0 */{hours} * * *"
+    return None
+
+
+class LagCheckOptions(StrictModel):
+    """The lag check: thresholds (set at least one for a check), severity, and its sensor."""
+
+    max_lag_events: int | None = Field(
+        default=None, description="Max events behind the hub (>= 0)."
+    )
+    max_lag_seconds: float | None = Field(
+        default=None, description="Max age of the oldest unread event, seconds (>= 0)."
+    )
+    severity: LagSeverity = Field(default="WARN", description="Severity on failure.")
+    every_minutes: float = Field(
+        default=5,
+        description="A sensor also evaluates the check this often, from the hub and the "
+        "checkpoints without a run, so lag is reported while no ingestion runs (> 0).",
+    )
+    running: bool = Field(default=True, description="Start the check's sensor switched on.")
+
+    @field_validator("max_lag_events", "max_lag_seconds")
+    @classmethod
+    def _threshold(cls, value: float | None) -> float | None:
+        return _at_least(value, 0, " (or unset for no threshold)")
+
+    @field_validator("every_minutes")
+    @classmethod
+    def _every(cls, value: float) -> float:
+        return _above(value, 0)
+
+    @property
+    def has_thresholds(self) -> bool:
+        """True when a threshold is set (otherwise there is no check)."""
+        return self.max_lag_events is not None or self.max_lag_seconds is not None

@@ -1,0 +1,201 @@
+"""The base of every config model: strict keys with a did-you-mean, one-line errors, checks."""
+
+from __future__ import annotations
+
+import difflib
+import warnings
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self, get_args
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from resources.errors import ConfigurationError, redact
+
+
+class ConfigDeprecationWarning(FutureWarning):
+    """A configuration key that still works but will be removed in the next release.
+
+    A ``FutureWarning`` so that it is shown by default to whoever runs the CLI or Dagster.
+    """
+
+
+def _suggest(word: str, valid: tuple[str, ...] | list[str]) -> str:
+    match = difflib.get_close_matches(word, list(valid), n=1, cutoff=0.6)
+    return f"did you mean {match[0]!r}? " if match else ""
+
+
+def _quoted(values: tuple[str, ...]) -> str:
+    return ", ".join(repr(v) for v in values)
+
+
+def _show(value: Any) -> str:
+    return redact(repr(value))
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("connection_string", "default_azure_credential") and out.endswith(
+            "credential"
+        ):
+            continue  # the union's tag: the path reads better without it
+        elif "function-" in str(part) or "[" in str(part):
+            continue  # pydantic's internal validator names
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def format_validation_error(exc: ValidationError, prefix: str = "") -> str:
+    """One line per error: ``key.path: what is wrong; what is valid`` (values redacted)."""
+    lines: list[str] = []
+    for err in exc.errors():
+        path = ".".join(p for p in (prefix, _loc(tuple(err["loc"]))) if p)
+        kind = err["type"]
+        value = err.get("input")
+        msg = err["msg"]
+        if kind == "value_error":
+            text = msg.removeprefix("Value error, ")
+            # A model-level check names its key first ("key: ..."): put it on the path.
+            head, sep, rest = text.partition(": ")
+            if sep and path and head.isidentifier():
+                same = path == head or path.endswith("." + head)
+                lines.append(f"{path}: {rest}" if same else f"{path}.{head}: {rest}")
+                continue
+        elif kind == "missing":
+            text = "required"
+        elif kind == "literal_error":
+            expected = [a.strip().strip("'") for a in err["ctx"]["expected"].split(" or ")]
+            expected = [e for part in expected for e in part.split(", ")]
+            expected = [e.strip("'") for e in expected]
+            hint = _suggest(str(value), expected) if isinstance(value, str) else ""
+            text = f"{_show(value)} is not valid; {hint}valid: {', '.join(expected)}"
+        elif kind in ("int_type", "int_parsing", "int_from_float"):
+            text = f"{_show(value)} must be an integer"
+        elif kind in ("float_type", "float_parsing"):
+            text = f"{_show(value)} must be a number"
+        elif kind in ("bool_type", "bool_parsing"):
+            text = f"{_show(value)} must be true or false"
+        elif kind == "string_type":
+            text = f"{_show(value)} must be a string"
+        elif kind in ("dict_type", "model_type", "model_attributes_type", "mapping_type"):
+            text = f"must be a mapping of keys, got {_show(value)}"
+        elif kind in ("list_type", "tuple_type"):
+            text = f"{_show(value)} must be a list"
+        elif kind == "extra_forbidden":
+            text = "unknown key"
+        elif kind == "union_tag_invalid":
+            text = (
+                f"credential_type {_show(err['ctx'].get('tag'))} is not valid; valid: "
+                "connection_string, default_azure_credential"
+            )
+        else:
+            text = redact(msg)
+        lines.append(f"{path}: {text}" if path else text)
+    return "; ".join(lines)
+
+
+def unknown_key_message(key: str, valid: list[str]) -> str:
+    """``key: unknown key; did you mean 'x'? valid keys: ...`` (one wording everywhere)."""
+    return f"{key}: unknown key; {_suggest(key, valid)}valid keys: {', '.join(valid)}"
+
+
+def _field_names(cls: type[BaseModel]) -> list[str]:
+    names: list[str] = []
+    for name, info in cls.model_fields.items():
+        names.append(info.alias or name)
+    return names
+
+
+class StrictModel(BaseModel):
+    """Base of every config model: frozen, unknown keys rejected with a did-you-mean.
+
+    Numbers and booleans are checked strictly (``"5"`` is not an integer, ``1`` is not true):
+    a quoted number in YAML is a mistake worth reporting, not guessing.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=False)
+
+    #: Old key -> new key; accepted with a :class:`ConfigDeprecationWarning` for one release.
+    renamed_keys: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """Rewrite deprecated spellings (warning once per key); the default changes nothing."""
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_keys(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        data = cls.upgrade(dict(data))
+        for old, new in cls.renamed_keys.items():
+            if old in data:
+                if new in data:
+                    raise ValueError(f"give {new} only ({old} is its old name)")
+                warnings.warn(
+                    f"{old} is deprecated; write {new} (the old key stops working in the next "
+                    "release)",
+                    ConfigDeprecationWarning,
+                    stacklevel=2,
+                )
+                data[new] = data.pop(old)
+        valid = _field_names(cls)
+        for key in data:
+            if key not in valid:
+                raise ValueError(
+                    f"{key}: unknown key; {_suggest(str(key), valid)}valid keys: {', '.join(valid)}"
+                )
+        for name, info in cls.model_fields.items():
+            if name not in data or data[name] is None:
+                continue
+            value = data[name]
+            kinds = {a for a in (info.annotation, *get_args(info.annotation)) if a is not None}
+            if bool in kinds and not isinstance(value, bool):
+                raise ValueError(f"{name}: {_show(value)} must be true or false")
+            if kinds & {int, float} and not kinds & {str, bool}:
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    what = "an integer" if float not in kinds else "a number"
+                    raise ValueError(f"{name}: {_show(value)} must be {what}")
+                if float not in kinds and not isinstance(value, int):
+                    raise ValueError(f"{name}: {_show(value)} must be an integer")
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Any, *, where: str = "") -> Self:
+        """Validate ``data`` (a plain mapping, e.g. loaded YAML); raise ConfigurationError."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigurationError(format_validation_error(exc, where)) from None
+
+
+class OneLineErrors(BaseModel):
+    """For a model built by hand (a resource, the run's config): a bad value raises
+    :class:`~resources.errors.ConfigurationError` in one line, not pydantic's dump.
+
+    Not for a model nested in another: pydantic calls a custom ``__init__`` when it validates a
+    nested model, and the error would lose its key path.
+    """
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ConfigurationError(format_validation_error(exc)) from None
+
+
+def _at_least(value: Any, low: float, hint: str = "", *, integer: bool = False) -> Any:
+    if value is not None and value < low:
+        what = "an integer " if integer else ""
+        raise ValueError(f"{value:g} must be {what}>= {low:g}{hint}")
+    return value
+
+
+def _above(value: Any, low: float, hint: str = "") -> Any:
+    if value is not None and not value > low:
+        raise ValueError(f"{value:g} must be > {low:g}{hint}")
+    return value

@@ -1,0 +1,206 @@
+"""How runs ingest: the run options, and the whole pipeline spec the CLI and defs.yaml load."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Self, get_args
+
+from pydantic import Field, ValidationError, field_validator
+
+from resources.config._model import (
+    StrictModel,
+    _above,
+    _at_least,
+    _quoted,
+    _suggest,
+    format_validation_error,
+)
+from resources.config._places import EventHubConfig, StoreConfig
+from resources.config._sink import SinkConfig
+from resources.errors import ConfigurationError
+from resources.limits import MAX_PREFETCH, MAX_READERS_PER_PARTITION, ON_DATA_LOSS, OnDataLoss
+
+StrategyName = Literal["greedy", "balanced", "eph", "equal", "jump_hash", "delay_race"]
+#: Balancing strategies (``ops.balancing.STRATEGIES`` has the implementations; a test keeps
+#: the two in step).
+STRATEGY_NAMES: tuple[str, ...] = get_args(StrategyName)
+OnCheckpointAhead = Literal["fail", "reset_to_earliest"]
+ON_CHECKPOINT_AHEAD: tuple[str, ...] = get_args(OnCheckpointAhead)
+
+
+class RunOptions(StrictModel):
+    """How one run claims, reads and waits; the same keys in defs.yaml, the CLI and run config."""
+
+    strategy: StrategyName = Field(
+        default="balanced",
+        description=f"Balancing strategy: {', '.join(STRATEGY_NAMES)} (docs/balancing.md).",
+    )
+    strategy_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Options of the strategy (delay_race: min_grab_time, ...).",
+    )
+    max_events_per_partition: int = Field(
+        default=100_000, description="At most this many new events per partition per run (>= 1)."
+    )
+    max_events_per_cycle: int | None = Field(
+        default=20_000,
+        description="At most this many events per partition in one claim cycle (>= 1): a run "
+        "checkpoints in batches of this size and releases its leases between them, so a "
+        "concurrent run over the same partitions claims its share, and the landed count moves "
+        "at each batch. Unset reads a run's whole range in one cycle (one Spark job).",
+    )
+    lease_expiry_seconds: float = Field(
+        default=60.0,
+        description="A lease not renewed for this long (on the store's clock) may be taken over.",
+    )
+    on_data_loss: OnDataLoss = Field(
+        default="fail",
+        description="When events expired before being read: 'fail', or 'skip' (continue at the "
+        "earliest retained event and report the gap).",
+    )
+    on_checkpoint_ahead: OnCheckpointAhead = Field(
+        default="fail",
+        description="A checkpoint the hub cannot have produced (past its last event, negative, "
+        "or written for a hub since deleted and re-created): 'fail' (before anything is "
+        "claimed), or 'reset_to_earliest' (move it back to just before the earliest retained "
+        "event, drop its pending intent, record the reset in the report and the blobs' "
+        "ehireset metadata). Opt in once, for the run that should reset.",
+    )
+    receive_timeout_seconds: float = Field(
+        default=30.0, description="Event Hubs receive timeout per read, seconds (> 0)."
+    )
+    prefetch: int = Field(
+        default=300, description=f"Events prefetched per receiver (1..{MAX_PREFETCH})."
+    )
+    max_readers_per_partition: int = Field(
+        default=1,
+        description="Spark input partitions (concurrent readers) per Event Hub partition range "
+        f"(1..{MAX_READERS_PER_PARTITION}: Event Hubs allows {MAX_READERS_PER_PARTITION} per "
+        "partition and consumer group).",
+    )
+    run_timeout_seconds: float | None = Field(
+        default=None,
+        description="Stop waiting for live peers after this long (the run then reports the "
+        "partitions not up to date); unset waits while peers renew their leases.",
+    )
+    join_grace_seconds: float = Field(
+        default=1.0,
+        description="On its first cycle a run waits this long after its heartbeat so runs of one "
+        "schedule tick see each other; 0 for a single owner.",
+    )
+    report_lag_seconds: bool = Field(
+        default=True,
+        description="Report how old the oldest unprocessed event of a lagging partition is.",
+    )
+    read_progress_seconds: float = Field(
+        default=2.0,
+        description="Live read progress: each Spark reader writes its running count to a small "
+        "blob in the store at most this often (seconds), and the run shows events read of each "
+        "range while Spark reads (0: off; a read shorter than this writes nothing).",
+    )
+
+    @field_validator("strategy", mode="before")
+    @classmethod
+    def _strategy(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in STRATEGY_NAMES:
+            raise ValueError(
+                f"{value!r} is not valid; {_suggest(value, STRATEGY_NAMES)}valid: "
+                f"{', '.join(STRATEGY_NAMES)}"
+            )
+        return value
+
+    @field_validator("on_data_loss", mode="before")
+    @classmethod
+    def _on_data_loss(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in ON_DATA_LOSS:
+            raise ValueError(f"{value!r} is not valid; valid: {_quoted(ON_DATA_LOSS)}")
+        return value
+
+    @field_validator("on_checkpoint_ahead", mode="before")
+    @classmethod
+    def _on_checkpoint_ahead(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in ON_CHECKPOINT_AHEAD:
+            raise ValueError(f"{value!r} is not valid; valid: {_quoted(ON_CHECKPOINT_AHEAD)}")
+        return value
+
+    @field_validator("max_events_per_partition")
+    @classmethod
+    def _max_events(cls, value: int) -> int:
+        return _at_least(value, 1, integer=True)
+
+    @field_validator("max_events_per_cycle")
+    @classmethod
+    def _max_cycle(cls, value: int | None) -> int | None:
+        return _at_least(value, 1, integer=True)
+
+    @field_validator("lease_expiry_seconds")
+    @classmethod
+    def _lease(cls, value: float) -> float:
+        return _above(value, 0, " (60 is typical)")
+
+    @field_validator("receive_timeout_seconds")
+    @classmethod
+    def _receive(cls, value: float) -> float:
+        return _above(value, 0, " (30 is typical)")
+
+    @field_validator("prefetch")
+    @classmethod
+    def _prefetch(cls, value: int) -> int:
+        if not 1 <= value <= MAX_PREFETCH:
+            raise ValueError(f"{value!r} must be 1..{MAX_PREFETCH}")
+        return value
+
+    @field_validator("max_readers_per_partition")
+    @classmethod
+    def _readers(cls, value: int) -> int:
+        if not 1 <= value <= MAX_READERS_PER_PARTITION:
+            raise ValueError(
+                f"{value!r} must be 1..{MAX_READERS_PER_PARTITION} (Event Hubs allows "
+                f"{MAX_READERS_PER_PARTITION} readers per partition and consumer group)"
+            )
+        return value
+
+    @field_validator("run_timeout_seconds")
+    @classmethod
+    def _timeout(cls, value: float | None) -> float | None:
+        return _at_least(value, 0, " (0 gives up at once; unset waits while peers renew leases)")
+
+    @field_validator("read_progress_seconds")
+    @classmethod
+    def _read_progress(cls, value: float) -> float:
+        return _at_least(value, 0, " (2 is the default; 0 turns live read progress off)")
+
+    @field_validator("join_grace_seconds")
+    @classmethod
+    def _grace(cls, value: float) -> float:
+        return _at_least(value, 0, " (1 is the default; 0 for one owner)")
+
+    def run_options(self) -> RunOptions:
+        """Just the run options (drops what a subclass adds)."""
+        return RunOptions.model_validate(
+            {name: getattr(self, name) for name in RunOptions.model_fields}
+        )
+
+    def with_overrides(self, **overrides: Any) -> Self:
+        """A copy with ``overrides`` applied and validated (None leaves a value unchanged)."""
+        changes = {k: v for k, v in overrides.items() if v is not None}
+        return self.replace(**changes) if changes else self
+
+    def replace(self, **changes: Any) -> Self:
+        """A validated copy with ``changes`` (``dataclasses.replace`` for these models)."""
+        data = {name: getattr(self, name) for name in type(self).model_fields}
+        data.update(changes)
+        try:
+            return type(self).model_validate(data)
+        except ValidationError as exc:
+            raise ConfigurationError(format_validation_error(exc)) from None
+
+
+class IngestSpec(RunOptions):
+    """Everything one pipeline needs: where to read, where to keep state, where to write, how.
+
+    The document the CLI reads (plus ``spark``) and the core of the Component's defs.yaml.
+    """
+
+    eventhub: EventHubConfig = Field(description="The Event Hub to read.")
+    store: StoreConfig = Field(description="The Blob container for leases and checkpoints.")
+    sink: SinkConfig = Field(description="Where events land.")
