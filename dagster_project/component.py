@@ -35,6 +35,7 @@ import dagster as dg
 from pydantic import (
     BaseModel,
     Field,
+    PrivateAttr,
     ValidationError,
     create_model,
     field_validator,
@@ -107,19 +108,28 @@ class _KeyChecked:
     """defs.yaml's errors as the CLI words them: one line naming the key, value and what is valid.
 
     Dagster validates the YAML against a model derived from the class before anything of ours
-    runs; this adds our key check (with a did-you-mean, which Dagster's message lacks) in front
-    of that derived model. Values are checked when Dagster builds the class from the resolved
-    YAML: a failure there becomes one line per error with the key's full path (``sink.format:
-    ...``) instead of pydantic's dump.
+    runs. Our key check sits in front of that derived model: it sets unknown keys aside (so
+    Dagster's schema check does not dump pydantic's errors for them, one per branch of a
+    template-or-block union) and :meth:`resolve_from_model` reports them as one line with a
+    did-you-mean, at the key's file and line. Values are checked when Dagster builds the class
+    from the resolved YAML: a failure there becomes one line per error with the key's full path
+    (``sink.format: ...``) instead of pydantic's dump.
     """
 
     @classmethod
     def resolve_from_model(cls, context: dg.ResolutionContext, model: BaseModel) -> Any:
-        try:
-            return super().resolve_from_model(context, model)  # type: ignore[misc]
-        except ValidationError as exc:
+        unknown = getattr(model, "_unknown_keys", None)
+        if unknown:
+            valid = _shown_keys(cls)  # type: ignore[arg-type]
+            message = "; ".join(unknown_key_message(key, valid) for key in sorted(unknown))
             where = ".".join(str(part) for part in context.path)
-            message = format_validation_error(exc, where)
+            message = f"{where}.{message}" if where else message
+        else:
+            try:
+                return super().resolve_from_model(context, model)  # type: ignore[misc]
+            except ValidationError as exc:
+                where = ".".join(str(part) for part in context.path)
+                message = format_validation_error(exc, where)
         if context.path:
             # A nested block (sink:, schedule:, ...): Dagster adds the file, line and snippet.
             raise context.build_resolve_fn_exc(
@@ -131,23 +141,51 @@ class _KeyChecked:
     def model(cls) -> type[BaseModel]:
         if cls not in _KEY_CHECKED:
             base: type[BaseModel] = super().model()  # type: ignore[misc]
-            valid = list(base.model_fields)
+            valid = set(base.model_fields)
 
-            def check(data: Any) -> Any:
-                if isinstance(data, Mapping):
-                    for key in data:
-                        if key not in valid:
-                            raise ValueError(unknown_key_message(str(key), valid))
-                return data
+            def set_aside(data: Any, handler: Any) -> Any:
+                unknown = (
+                    {str(k): v for k, v in data.items() if k not in valid}
+                    if isinstance(data, Mapping)
+                    else {}
+                )
+                if unknown:
+                    data = {k: v for k, v in data.items() if k in valid}
+                instance = handler(data)
+                if unknown:
+                    instance._unknown_keys = unknown
+                return instance
 
-            _KEY_CHECKED[cls] = create_model(
+            derived = create_model(
                 base.__name__,
                 __base__=base,
                 __validators__={
-                    "_did_you_mean": model_validator(mode="before")(check)  # type: ignore[dict-item]
+                    "_did_you_mean": model_validator(mode="wrap")(set_aside)  # type: ignore[dict-item]
                 },
+                _unknown_keys=(dict[str, Any], PrivateAttr(default_factory=dict)),
             )
+            # Dagster records each YAML key's file and line on the attribute of that name.
+            derived.__getattr__ = _unknown_key_attribute  # type: ignore[method-assign]
+            _KEY_CHECKED[cls] = derived
         return _KEY_CHECKED[cls]
+
+
+def _unknown_key_attribute(self: BaseModel, name: str) -> Any:
+    """An unknown key's value, set aside by the key check (then pydantic's own lookup)."""
+    private = object.__getattribute__(self, "__pydantic_private__") or {}
+    unknown = private.get("_unknown_keys") or {}
+    if name in unknown:
+        return unknown[name]
+    return BaseModel.__getattr__(self, name)  # type: ignore[misc]
+
+
+def _shown_keys(model: type[BaseModel]) -> list[str]:
+    """The keys an unknown-key message offers: every field but the deprecated spellings."""
+    return [
+        name
+        for name, info in model.model_fields.items()
+        if not (info.description or "").startswith("Deprecated")
+    ]
 
 
 class EventHubModel(_KeyChecked, dg.Resolvable, dg.Model, EventHubConfig):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ConfigDict, InstanceOf, model_validator
+from pydantic import ConfigDict, InstanceOf
 
 from ops.fault import fault_point, fault_timer, pause_point
 from ops.hub import HubClient, PartitionInfo
@@ -105,14 +105,6 @@ class IngestConfig(OneLineErrors, RunOptions):
     sink: InstanceOf[SinkSettings]
     poll_initial_seconds: float = 0.2
     poll_max_seconds: float = 5.0
-
-    @model_validator(mode="after")
-    def _strategy_options(self) -> IngestConfig:
-        if self.strategy_options:
-            from ops.balancing import get_strategy
-
-            get_strategy(self.strategy, **self.strategy_options)  # ConfigurationError if bad
-        return self
 
     @classmethod
     def from_spec(

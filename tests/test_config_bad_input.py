@@ -174,8 +174,20 @@ CASES: list[tuple[str, dict[str, Any], dict[str, str], str]] = [
         "strategy-options-not-taken",
         {"strategy_options": {"delay": 1}},
         {},
-        "strategy='greedy': invalid options ['delay']: Greedy() takes no arguments. Only "
-        "delay_race takes options (delay, min_grab_time).",
+        "strategy_options: strategy 'greedy' takes no options (got delay); only delay_race does",
+    ),
+    (
+        "strategy-options-unknown-key",
+        {"strategy": "delay_race", "strategy_options": {"min_grab": 5}},
+        {},
+        "strategy_options.min_grab: unknown key; did you mean 'min_grab_time'? valid keys: "
+        "delay, min_grab_time, lookahead",
+    ),
+    (
+        "strategy-options-bad-value",
+        {"strategy": "delay_race", "strategy_options": {"delay": 0}},
+        {},
+        "strategy_options.delay: 0 must be > 0 (seconds)",
     ),
     (
         "sink-path-and-table",

@@ -190,16 +190,41 @@ def _without(yaml_text: str, key: str) -> str:
             "  spark: {master: 'local[2]', remote: 'sc://h:15002'}\n",
             "spark: give master ('local[2]') or remote ('sc://h:15002'), not both",
         ),
+        (
+            "  strategy_options: {delay: 1}\n",
+            "strategy_options: strategy 'balanced' takes no options (got delay); only delay_race "
+            "does",
+        ),
+        (
+            "  strategy: delay_race\n  strategy_options: {delay: -1}\n",
+            "strategy_options.delay: -1 must be > 0 (seconds)",
+        ),
+        # Unknown keys: one line with a did-you-mean; the deprecated spellings are not offered.
+        (
+            "  stratgy: greedy\n",
+            "stratgy: unknown key; did you mean 'strategy'? valid keys: pool, ",
+        ),
+        (
+            "  sink: {path: /tmp/out, formt: parquet}\n",
+            "sink.formt: unknown key; did you mean 'format'? valid keys: format, path, table, "
+            "partition_by, shared, storage_options",
+        ),
+        (
+            "  eventhub: {eventhub_name: telemetry, credentail: {}}\n",
+            "eventhub.credentail: unknown key; did you mean 'credential'? valid keys: "
+            "eventhub_name, consumer_group, credential\n",
+        ),
     ],
 )
 def test_component_bad_values_fail_at_load_in_one_line(snippet: str, message: str) -> None:
     text = _without(YAML, snippet.strip().split(":")[0])
     with pytest.raises(Exception) as info:
         component_defs(component=_component(text + snippet))
-    shown = str(info.value)
+    shown = str(info.value) + "\n"
     assert message in shown
     # The CLI's wording, not pydantic's dump.
     assert "validation error for" not in shown and "Value error," not in shown
+    assert "spark_config" not in shown and "spark_remote" not in shown
 
 
 def test_component_spark_block_is_the_cli_spark_block() -> None:

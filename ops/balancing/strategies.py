@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ops.balancing.base import BalanceView, BalancingStrategy, Claim
+from resources.config import DelayRaceOptions, check_strategy_options
 from resources.errors import ConfigurationError
 
 __all__ = [
@@ -208,6 +209,9 @@ class JumpHash:
         return claims
 
 
+_DELAY_RACE = DelayRaceOptions()
+
+
 @dataclass(frozen=True)
 class DelayRace:
     """``delay_race``: contenders race for each open lease mark; the less loaded waits less.
@@ -224,16 +228,17 @@ class DelayRace:
     mark's opening loses it to any contender: the failure the ``slow_owner`` scenario measures.
     """
 
-    delay: float = 0.05
-    min_grab_time: float = 10.0
-    lookahead: float = 10.0
+    # Defaults and limits are DelayRaceOptions' (resources/config/, strategy_options).
+    delay: float = _DELAY_RACE.delay
+    min_grab_time: float = _DELAY_RACE.min_grab_time
+    lookahead: float = _DELAY_RACE.lookahead
     name: str = "delay_race"
 
     def __post_init__(self) -> None:
-        for key in ("delay", "min_grab_time", "lookahead"):
-            value = getattr(self, key)
-            if not isinstance(value, int | float) or value <= 0:
-                raise ConfigurationError(f"delay_race: {key}={value!r} must be > 0 (seconds)")
+        DelayRaceOptions.from_dict(
+            {"delay": self.delay, "min_grab_time": self.min_grab_time, "lookahead": self.lookahead},
+            where="delay_race",
+        )
 
     def _opens_in(self, view: BalanceView, p: str) -> float | None:
         """Seconds until ``p``'s mark opens (0: open now), None if not within the lookahead."""
@@ -291,10 +296,5 @@ def get_strategy(name: str, **options: object) -> BalancingStrategy:
         raise ConfigurationError(
             f"strategy={name!r} is not a balancing strategy; valid: {', '.join(STRATEGIES)}"
         )
-    try:
-        return factory(**options)
-    except TypeError as exc:
-        raise ConfigurationError(
-            f"strategy={name!r}: invalid options {sorted(options)}: {exc}. "
-            "Only delay_race takes options (delay, min_grab_time)."
-        ) from exc
+    check_strategy_options(name, options)
+    return factory(**options)

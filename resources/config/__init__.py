@@ -61,10 +61,13 @@ from resources.config._places import EventHubConfig, StoreConfig
 from resources.config._run import (
     ON_CHECKPOINT_AHEAD,
     STRATEGY_NAMES,
+    STRATEGY_OPTIONS,
+    DelayRaceOptions,
     IngestSpec,
     OnCheckpointAhead,
     RunOptions,
     StrategyName,
+    check_strategy_options,
 )
 from resources.config._sink import (
     DELTALAKE_FORMAT,
@@ -87,9 +90,11 @@ __all__ = [
     "PARTITION_COLUMNS",
     "SPARK_FORMATS",
     "STRATEGY_NAMES",
+    "STRATEGY_OPTIONS",
     "AssetOptions",
     "AssetPolicies",
     "ConfigDeprecationWarning",
+    "DelayRaceOptions",
     "EventHubConfig",
     "EventHubConnectionStringCredential",
     "EventHubIdentityCredential",
@@ -109,6 +114,7 @@ __all__ = [
     "StoreIdentityCredential",
     "StrategyName",
     "StrictModel",
+    "check_strategy_options",
     "format_validation_error",
     "spark_conf_strings",
     "unknown_key_message",

@@ -146,9 +146,7 @@ class StrictModel(BaseModel):
         valid = _field_names(cls)
         for key in data:
             if key not in valid:
-                raise ValueError(
-                    f"{key}: unknown key; {_suggest(str(key), valid)}valid keys: {', '.join(valid)}"
-                )
+                raise ValueError(unknown_key_message(str(key), valid))
         for name, info in cls.model_fields.items():
             if name not in data or data[name] is None:
                 continue

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal, Self, get_args
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from resources.config._model import (
     StrictModel,
@@ -27,6 +28,50 @@ OnCheckpointAhead = Literal["fail", "reset_to_earliest"]
 ON_CHECKPOINT_AHEAD: tuple[str, ...] = get_args(OnCheckpointAhead)
 
 
+class DelayRaceOptions(StrictModel):
+    """Options of the ``delay_race`` strategy (``strategy_options``; docs/balancing.md)."""
+
+    delay: float = Field(
+        default=0.05, description="Seconds a contender waits per partition it holds (> 0)."
+    )
+    min_grab_time: float = Field(
+        default=10.0,
+        description="A holder's mark opens this many seconds after it last wrote it (> 0; keep "
+        "it under half the lease expiry).",
+    )
+    lookahead: float = Field(
+        default=10.0,
+        description="Seconds an owner looks ahead for marks about to open: one polling "
+        "interval (> 0).",
+    )
+
+    @field_validator("delay", "min_grab_time", "lookahead")
+    @classmethod
+    def _positive(cls, value: float) -> float:
+        return _above(value, 0, " (seconds)")
+
+
+#: Strategy name -> the model of its ``strategy_options`` (the others take none).
+STRATEGY_OPTIONS: dict[str, type[StrictModel]] = {"delay_race": DelayRaceOptions}
+
+
+def check_strategy_options(strategy: str, options: Mapping[str, Any]) -> None:
+    """Raise :class:`~resources.errors.ConfigurationError` unless ``options`` suit ``strategy``.
+
+    The one check of ``strategy_options``, at load and where a strategy is built.
+    """
+    if not options:
+        return
+    model = STRATEGY_OPTIONS.get(strategy)
+    if model is None:
+        takes = ", ".join(sorted(STRATEGY_OPTIONS))
+        raise ConfigurationError(
+            f"strategy_options: strategy {strategy!r} takes no options (got "
+            f"{', '.join(sorted(map(str, options)))}); only {takes} does"
+        )
+    model.from_dict(options, where="strategy_options")
+
+
 class RunOptions(StrictModel):
     """How one run claims, reads and waits; the same keys in defs.yaml, the CLI and run config."""
 
@@ -36,7 +81,8 @@ class RunOptions(StrictModel):
     )
     strategy_options: dict[str, Any] = Field(
         default_factory=dict,
-        description="Options of the strategy (delay_race: min_grab_time, ...).",
+        description="Options of the strategy; only delay_race takes any (delay, "
+        "min_grab_time, lookahead: DelayRaceOptions).",
     )
     max_events_per_partition: int = Field(
         default=100_000, description="At most this many new events per partition per run (>= 1)."
@@ -107,6 +153,11 @@ class RunOptions(StrictModel):
                 f"{', '.join(STRATEGY_NAMES)}"
             )
         return value
+
+    @model_validator(mode="after")
+    def _strategy_options(self) -> Self:
+        check_strategy_options(self.strategy, self.strategy_options)
+        return self
 
     @field_validator("on_data_loss", mode="before")
     @classmethod
