@@ -377,7 +377,9 @@ def build_eventhub_ingest_defs(
     group_name: str | None = None,
     description: str | None = None,
     schedule: ScheduleOptions | None = None,
-    partition_sync_interval_seconds: int = 300,
+    partition_sync_interval_seconds: int = AssetOptions.model_fields[
+        "partition_sync_interval_seconds"
+    ].default,
     backfill_max_partitions_per_run: int | None = None,
     retry_policy: dg.RetryPolicy | None = None,
 ) -> dg.Definitions:

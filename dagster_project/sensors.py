@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import dagster as dg
 
 from dagster_project.resources import EventHubResource
+from resources.config import AssetOptions
 from resources.hub_client import sort_partition_ids
 
 __all__ = ["build_partition_sync_sensor", "partitions_to_add"]
@@ -27,7 +28,9 @@ def build_partition_sync_sensor(
     *,
     eventhub_resource_key: str = "eventhub",
     name: str | None = None,
-    minimum_interval_seconds: int = 300,
+    minimum_interval_seconds: int = AssetOptions.model_fields[
+        "partition_sync_interval_seconds"
+    ].default,
     running: bool = True,
 ) -> dg.SensorDefinition:
     """A sensor adding every partition id the hub reports to ``partitions_def``.

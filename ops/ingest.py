@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ops.stats import PartitionWriteStats
+from resources.limits import (
+    DEFAULT_PREFETCH,
+    DEFAULT_READERS_PER_PARTITION,
+    DEFAULT_RECEIVE_TIMEOUT_SECONDS,
+)
 from resources.ranges import SeqRange
 
 if TYPE_CHECKING:
@@ -71,7 +76,8 @@ class SparkIngestor:
             run with nothing to read never starts a JVM.
         eventhub: the hub to read.
         sink: where to write.
-        options: extra data-source options (prefetch, receive timeout, readers per partition).
+        receive_timeout_seconds / prefetch / max_readers_per_partition: the reader settings
+            (:class:`resources.config.RunOptions`; their defaults are ``resources.limits``').
         spark_factory: starts the session when ``spark`` is None (default: a local one).
         read_counter: live read progress (the readers' running counts in the store); None
             for none.
@@ -82,7 +88,10 @@ class SparkIngestor:
         spark: SparkSession | None,
         eventhub: EventHubSettings,
         sink: SinkSettings,
-        options: Mapping[str, Any] | None = None,
+        *,
+        receive_timeout_seconds: float = DEFAULT_RECEIVE_TIMEOUT_SECONDS,
+        prefetch: int = DEFAULT_PREFETCH,
+        max_readers_per_partition: int = DEFAULT_READERS_PER_PARTITION,
         spark_factory: Callable[[], SparkSession] | None = None,
         read_counter: ReadCounter | None = None,
     ) -> None:
@@ -92,7 +101,9 @@ class SparkIngestor:
         self._location: str | None = None
         self.eventhub = eventhub
         self.sink = sink
-        self.options = dict(options or {})
+        self.receive_timeout_seconds = receive_timeout_seconds
+        self.prefetch = prefetch
+        self.max_readers_per_partition = max_readers_per_partition
 
     @property
     def spark(self) -> SparkSession:
@@ -167,9 +178,9 @@ class SparkIngestor:
         options = ReadOptions(
             settings=self.eventhub,
             ranges=tuple(PartitionRange(p, s, e) for p, (s, e) in ranges.items()),
-            receive_timeout=float(self.options.get("receive_timeout_seconds", 30.0)),
-            prefetch=int(self.options.get("prefetch", 300)),
-            max_readers_per_partition=int(self.options.get("max_readers_per_partition", 1)),
+            receive_timeout=self.receive_timeout_seconds,
+            prefetch=self.prefetch,
+            max_readers_per_partition=self.max_readers_per_partition,
             on_data_loss="skip" if expired_before else "fail",
             progress=None if self.read_counter is None else self.read_counter.start(),
         )

@@ -1263,11 +1263,9 @@ def _run_parts(
         spark,
         config.eventhub,
         config.sink,
-        options={
-            "prefetch": config.prefetch,
-            "receive_timeout_seconds": config.receive_timeout_seconds,
-            "max_readers_per_partition": config.max_readers_per_partition,
-        },
+        receive_timeout_seconds=config.receive_timeout_seconds,
+        prefetch=config.prefetch,
+        max_readers_per_partition=config.max_readers_per_partition,
         spark_factory=spark_factory,
         read_counter=(
             ReadCounter(

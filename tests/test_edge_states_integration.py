@@ -214,7 +214,7 @@ def _crash_after_write(spark, cfg, owner: str) -> None:
     from resources.store import PartitionStore
 
     store = PartitionStore(cfg.store.backend(), cfg.eventhub.hub_ref())
-    real = SparkIngestor(spark, cfg.eventhub, cfg.sink, options={"receive_timeout_seconds": 10})
+    real = SparkIngestor(spark, cfg.eventhub, cfg.sink, receive_timeout_seconds=10)
 
     class CrashAfterWrite:
         output_location = None

@@ -18,7 +18,15 @@ from resources.config._model import (
 from resources.config._places import EventHubConfig, StoreConfig
 from resources.config._sink import SinkConfig
 from resources.errors import ConfigurationError
-from resources.limits import MAX_PREFETCH, MAX_READERS_PER_PARTITION, ON_DATA_LOSS, OnDataLoss
+from resources.limits import (
+    DEFAULT_PREFETCH,
+    DEFAULT_READERS_PER_PARTITION,
+    DEFAULT_RECEIVE_TIMEOUT_SECONDS,
+    MAX_PREFETCH,
+    MAX_READERS_PER_PARTITION,
+    ON_DATA_LOSS,
+    OnDataLoss,
+)
 
 StrategyName = Literal["greedy", "balanced", "eph", "equal", "jump_hash", "delay_race"]
 #: Balancing strategies (``ops.balancing.STRATEGIES`` has the implementations; a test keeps
@@ -112,13 +120,14 @@ class RunOptions(StrictModel):
         "ehireset metadata). Opt in once, for the run that should reset.",
     )
     receive_timeout_seconds: float = Field(
-        default=30.0, description="Event Hubs receive timeout per read, seconds (> 0)."
+        default=DEFAULT_RECEIVE_TIMEOUT_SECONDS,
+        description="Event Hubs receive timeout per read, seconds (> 0).",
     )
     prefetch: int = Field(
-        default=300, description=f"Events prefetched per receiver (1..{MAX_PREFETCH})."
+        default=DEFAULT_PREFETCH, description=f"Events prefetched per receiver (1..{MAX_PREFETCH})."
     )
     max_readers_per_partition: int = Field(
-        default=1,
+        default=DEFAULT_READERS_PER_PARTITION,
         description="Spark input partitions (concurrent readers) per Event Hub partition range "
         f"(1..{MAX_READERS_PER_PARTITION}: Event Hubs allows {MAX_READERS_PER_PARTITION} per "
         "partition and consumer group).",

@@ -8,7 +8,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from resources.errors import ConfigurationError, RangeError
-from resources.limits import MAX_PREFETCH, MAX_READERS_PER_PARTITION, ON_DATA_LOSS, OnDataLoss
+from resources.limits import (
+    DEFAULT_PREFETCH,
+    DEFAULT_READERS_PER_PARTITION,
+    DEFAULT_RECEIVE_TIMEOUT_SECONDS,
+    MAX_PREFETCH,
+    MAX_READERS_PER_PARTITION,
+    ON_DATA_LOSS,
+    OnDataLoss,
+)
 from resources.read_progress import ProgressTarget
 from resources.settings import EventHubSettings
 from resources.spark_source._position import EventPosition
@@ -68,9 +76,9 @@ class ReadOptions:
     starting_position: EventPosition = field(default_factory=lambda: EventPosition("earliest"))
     ending_position: EventPosition = field(default_factory=lambda: EventPosition("latest"))
     partition_ids: tuple[str, ...] | None = None
-    receive_timeout: float = 30.0
-    prefetch: int = 300
-    max_readers_per_partition: int = 1
+    receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT_SECONDS
+    prefetch: int = DEFAULT_PREFETCH
+    max_readers_per_partition: int = DEFAULT_READERS_PER_PARTITION
     min_events_per_reader: int = 10_000
     on_data_loss: OnDataLoss = "fail"
     #: Where readers write their running counts (``resources.read_progress``); set by the

@@ -11,7 +11,7 @@ from pyspark.sql.datasource import InputPartition
 
 from resources.errors import DataLossError, EventHubIngestError, EventHubUnavailableError
 from resources.hub_client import EventHubClient
-from resources.limits import OnDataLoss
+from resources.limits import DEFAULT_PREFETCH, DEFAULT_RECEIVE_TIMEOUT_SECONDS, OnDataLoss
 from resources.read_progress import ProgressTarget, ProgressWriter, slow_read_delay
 from resources.settings import EventHubSettings
 from resources.spark_source._events import _ArrowBuilder
@@ -75,8 +75,8 @@ def read_range(
     settings: EventHubSettings,
     rng: PartitionRange,
     *,
-    receive_timeout: float = 30.0,
-    prefetch: int = 300,
+    receive_timeout: float = DEFAULT_RECEIVE_TIMEOUT_SECONDS,
+    prefetch: int = DEFAULT_PREFETCH,
     on_data_loss: OnDataLoss = "fail",
     batch_rows: int = _BATCH_ROWS,
     progress: ProgressTarget | None = None,
