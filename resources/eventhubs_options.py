@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from resources.errors import ConfigurationError
 from resources.limits import MAX_READERS_PER_PARTITION
-from resources.settings import parse_connection_string
+from resources.settings import parse_eventhub_connection_string
 from resources.spark_source._options import ReadOptions, _canonical_option
 from resources.spark_source._position import EventPosition
 
@@ -601,10 +601,6 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         own["connection_string"] = _connection_string(
             own["connection_string"], given["connection_string"]
         )
-        if "eventhub_name" not in own:
-            parts = parse_connection_string(own["connection_string"], "connection string")
-            if parts.get("EntityPath"):
-                put("eventhub_name", "EntityPath", parts["EntityPath"])
 
     got = foreign.pop("eventhubs.receivertimeout", None)
     if got is not None:
@@ -640,6 +636,9 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
 
     # Positions: ours (strings), the connector's (EventPosition JSON) or Kafka's.
     hub = own.get("eventhub_name")
+    if hub is None and "connection_string" in own:
+        # EntityPath names the hub (the SDK's parser; ReadOptions resolves it the same way).
+        hub = parse_eventhub_connection_string(own["connection_string"]).eventhub_name or None
     specs: dict[str, PositionSpec] = {}
     batch_only: list[str] = []
     for side in ("starting", "ending"):

@@ -116,7 +116,10 @@ class EventHubSettings:
             if entity:
                 object.__setattr__(self, "eventhub_name", entity)
         if not self.eventhub_name:
-            raise ConfigurationError("eventhub_name: must not be empty")
+            raise ConfigurationError(
+                "eventhub_name: required (the Event Hub to read); give it, or a connection "
+                "string that names the hub with EntityPath=<hub>"
+            )
         if not self.consumer_group:
             raise ConfigurationError(
                 "consumer_group: must not be empty ('$Default' is the default)"

@@ -183,6 +183,11 @@ def test_bad_options_name_option_and_value(extra: dict[str, str], fragment: str)
 def test_missing_hub_and_credentials() -> None:
     with pytest.raises(ConfigurationError, match="eventhub_name: required"):
         ReadOptions.from_options({"connection_string": CONN})
+    with pytest.raises(ConfigurationError, match="eventhub_name: required"):
+        ReadOptions.from_options({"consumer_group": "$Default"})
+    # A connection string copied from the hub's policy names the hub (EntityPath): enough.
+    named = ReadOptions.from_options({"connection_string": CONN + ";EntityPath=telemetry"})
+    assert named.settings.eventhub_name == "telemetry"
     with pytest.raises(ConfigurationError, match="connection_string: required"):
         ReadOptions.from_options({"eventhub_name": "h"})
     # Namespace alone implies an Entra ID credential.

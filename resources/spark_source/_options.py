@@ -138,12 +138,14 @@ class ReadOptions:
                     + ", ".join(_OPTION_NAMES)
                 )
             opts[name] = value
-        if "eventhub_name" not in opts:
+        if "eventhub_name" not in opts and "connection_string" not in opts:
             raise ConfigurationError(
                 "eventhub_name: required (the Event Hub to read), e.g. "
-                ".option('eventhub_name', 'telemetry')"
+                ".option('eventhub_name', 'telemetry'), or a connection string with EntityPath"
             )
-        settings_kwargs: dict[str, Any] = {"eventhub_name": opts["eventhub_name"]}
+        # Without eventhub_name the connection string's EntityPath names the hub (the settings
+        # read it with the SDK's parser, or say it is missing).
+        settings_kwargs: dict[str, Any] = {"eventhub_name": opts.get("eventhub_name", "")}
         for name in ("consumer_group", "connection_string", "fully_qualified_namespace"):
             if name in opts:
                 settings_kwargs[name] = opts[name]
