@@ -69,7 +69,7 @@ def test_entity_path_names_the_hub() -> None:
     assert settings.namespace == "ns.servicebus.windows.net"
     with pytest.raises(ConfigurationError, match="EntityPath='telemetry' differs from"):
         EventHubSettings(eventhub_name="other", connection_string=EH + ";EntityPath=telemetry")
-    with pytest.raises(ConfigurationError, match="eventhub_name: required .* EntityPath=<hub>"):
+    with pytest.raises(ConfigurationError, match=r"eventhub_name: required .* EntityPath=<hub>"):
         hub.settings({"C": EH})
 
 
