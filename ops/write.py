@@ -277,19 +277,6 @@ def clean_batch_staging(sink: SinkSettings, keys: list[str]) -> list[str]:
     return removed
 
 
-def _check_sink(sink: SinkSettings) -> None:
-    if BATCH_COLUMN in sink.partition_by:
-        raise ConfigurationError(
-            f"sink partition_by: {BATCH_COLUMN!r} is added by the writer itself; remove it"
-        )
-    if sink.format == DELTALAKE_FORMAT and sink.path is None:
-        raise ConfigurationError(
-            f"sink: format {DELTALAKE_FORMAT!r} needs a path (a Delta table location, local or "
-            f"object store), not table={sink.table!r}; or use format='delta' with a Spark "
-            "session that has Delta"
-        )
-
-
 def _normalise_ranges(ranges: Mapping[str, SeqRange]) -> dict[str, SeqRange]:
     out: dict[str, SeqRange] = {}
     for pid, bounds in ranges.items():
@@ -363,7 +350,6 @@ def write_batch(
 
     from resources.code_shipping import missing_module_error
 
-    _check_sink(sink)
     check_sink_layout(sink)
     rng = _normalise_ranges(ranges)
     keys = _batch_keys(rng, {str(p): int(g) for p, g in (generations or {}).items()})
@@ -986,7 +972,6 @@ def read_sink(spark: SparkSession, sink: SinkSettings) -> DataFrame:
     ``deltalake`` tables are read through delta-rs into Arrow on the driver: meant for checks,
     not for large tables (on a cluster with Delta use ``spark.read.format("delta")``).
     """
-    _check_sink(sink)
     if sink.format == DELTALAKE_FORMAT:
         from deltalake import DeltaTable
 

@@ -8,6 +8,7 @@ Messages never contain secrets: build them with :func:`redact` when a value may 
 
 from __future__ import annotations
 
+import difflib
 import re
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "RangeError",
     "SinkError",
     "StoreUnavailableError",
+    "did_you_mean",
     "redact",
 ]
 
@@ -39,6 +41,12 @@ def redact(text: str) -> str:
     Example: ``redact("AccountName=a;AccountKey=abc==")`` -> ``"AccountName=a;AccountKey=***"``.
     """
     return _SECRET_RE.sub(lambda m: f"{m.group(1)}=***", text)
+
+
+def did_you_mean(word: str, valid: tuple[str, ...] | list[str]) -> str:
+    """``"did you mean 'x'? "`` for the closest valid spelling of ``word``, or ``""``."""
+    match = difflib.get_close_matches(word, list(valid), n=1, cutoff=0.6)
+    return f"did you mean {match[0]!r}? " if match else ""
 
 
 class EventHubIngestError(Exception):

@@ -7,7 +7,7 @@ never pickled. Secrets are kept out of ``repr`` and every error message is redac
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +17,7 @@ from resources.credentials import (
     make_credential,
     parse_connection_string,
 )
-from resources.errors import ConfigurationError, redact
+from resources.errors import ConfigurationError, did_you_mean, redact
 from resources.store import HubRef
 
 #: Column names as in azure-event-hubs-spark, so existing queries keep working.
@@ -31,6 +31,16 @@ EVENT_COLUMNS = (
     "partitionKey",
     "properties",
     "systemProperties",
+)
+
+#: Sink format for Delta tables written by delta-rs (``deltalake``), without Spark jars.
+DELTALAKE_FORMAT = "deltalake"
+#: Spark formats that can hold the event schema (binary body, map columns). Other data sources
+#: are named by their fully qualified class name (anything with a dot).
+SPARK_FORMATS: tuple[str, ...] = ("parquet", "delta", "orc", "avro", "json", "iceberg", "hudi")
+#: The output columns a sink may be partitioned by (scalars; not the body or the maps).
+PARTITION_COLUMNS: tuple[str, ...] = tuple(
+    c for c in EVENT_COLUMNS if c not in ("body", "properties", "systemProperties")
 )
 
 if TYPE_CHECKING:
@@ -248,6 +258,53 @@ class StoreSettings:
         return AzureBlobBackend.from_settings(self)
 
 
+# The sink's rules, once: SinkSettings (built in Python) and resources.config's SinkConfig
+# (YAML, defs.yaml, resources) both ask these. Each returns what is wrong, or None.
+
+
+def sink_format_problem(fmt: str) -> str | None:
+    """Unless ``fmt`` is a known format or a data source class name: what is wrong."""
+    valid = (*SPARK_FORMATS, DELTALAKE_FORMAT)
+    if fmt in valid or ("." in fmt and fmt.strip(".") == fmt and " " not in fmt):
+        return None
+    return (
+        f"{redact(repr(fmt))} is not a known format; {did_you_mean(fmt, valid)}valid: "
+        f"{', '.join(valid)}, or a data source's fully qualified class name"
+    )
+
+
+def partition_by_problem(columns: Sequence[str]) -> str | None:
+    """Unless every one of ``columns`` is an output column a sink can be partitioned by."""
+    for column in columns:
+        if column not in PARTITION_COLUMNS:
+            return (
+                f"{column!r} is not a column of the output; "
+                f"{did_you_mean(column, PARTITION_COLUMNS)}valid: {', '.join(PARTITION_COLUMNS)}"
+            )
+    if len(set(columns)) != len(columns):
+        return f"{list(columns)} names a column twice"
+    return None
+
+
+def sink_place_problem(
+    fmt: str, path: str | None, table: str | None, storage_options: Mapping[str, str]
+) -> str | None:
+    """What is wrong with where a sink writes (``key: what`` names the key), or None."""
+    if (path is None) == (table is None):
+        return f"give exactly one of path or table (got path={path!r}, table={table!r})"
+    if fmt == DELTALAKE_FORMAT and path is None:
+        return (
+            f"format {DELTALAKE_FORMAT!r} needs a path (a Delta table location), not "
+            f"table={table!r}; or use format 'delta' with a Spark catalog that has Delta"
+        )
+    if storage_options and fmt != DELTALAKE_FORMAT:
+        return (
+            f"storage_options: only for format {DELTALAKE_FORMAT!r} (got {fmt!r}); Spark "
+            "formats reach abfss:// through the cluster's hadoop-azure settings (fs.azure.*)"
+        )
+    return None
+
+
 @dataclass(frozen=True)
 class SinkSettings:
     """Where events land: a Spark format and a path or table, or a Delta table via delta-rs.
@@ -271,15 +328,14 @@ class SinkSettings:
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        if (self.path is None) == (self.table is None):
-            raise ConfigurationError(
-                f"sink: give exactly one of path or table (got path={self.path!r}, "
-                f"table={self.table!r})"
-            )
-        if not self.format:
-            raise ConfigurationError("sink format: must not be empty (e.g. 'parquet')")
-        if self.storage_options and self.format != "deltalake":
-            raise ConfigurationError(
-                f"sink storage_options: only for format 'deltalake' (got {self.format!r}); Spark "
-                "formats reach abfss:// through the cluster's hadoop-azure settings (fs.azure.*)"
-            )
+        format_problem = sink_format_problem(self.format)
+        if format_problem:
+            raise ConfigurationError(f"sink.format: {format_problem}")
+        columns_problem = partition_by_problem(self.partition_by)
+        if columns_problem:
+            raise ConfigurationError(f"sink.partition_by: {columns_problem}")
+        place_problem = sink_place_problem(self.format, self.path, self.table, self.storage_options)
+        if place_problem:
+            head, sep, rest = place_problem.partition(": ")
+            keyed = sep and head.isidentifier()
+            raise ConfigurationError(f"sink.{head}: {rest}" if keyed else f"sink: {place_problem}")

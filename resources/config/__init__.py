@@ -69,15 +69,10 @@ from resources.config._run import (
     StrategyName,
     check_strategy_options,
 )
-from resources.config._sink import (
-    DELTALAKE_FORMAT,
-    OUTPUT_COLUMNS,
-    PARTITION_COLUMNS,
-    SPARK_FORMATS,
-    SinkConfig,
-)
+from resources.config._sink import OUTPUT_COLUMNS, SinkConfig
 from resources.config._spark import DEFAULT_SPARK_MASTER, SparkConfig, spark_conf_strings
 from resources.limits import MAX_PREFETCH, MAX_READERS_PER_PARTITION, ON_DATA_LOSS, OnDataLoss
+from resources.settings import DELTALAKE_FORMAT, PARTITION_COLUMNS, SPARK_FORMATS
 
 __all__ = [
     "DEFAULT_SPARK_MASTER",

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import difflib
 import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from resources.errors import ConfigurationError, redact
+from resources.errors import ConfigurationError, did_you_mean, redact
 
 
 class ConfigDeprecationWarning(FutureWarning):
@@ -19,9 +18,7 @@ class ConfigDeprecationWarning(FutureWarning):
     """
 
 
-def _suggest(word: str, valid: tuple[str, ...] | list[str]) -> str:
-    match = difflib.get_close_matches(word, list(valid), n=1, cutoff=0.6)
-    return f"did you mean {match[0]!r}? " if match else ""
+_suggest = did_you_mean
 
 
 def _quoted(values: tuple[str, ...]) -> str:

@@ -7,20 +7,19 @@ from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from resources.config._model import StrictModel, _show, _suggest
-from resources.settings import EVENT_COLUMNS, SinkSettings
+from resources.config._model import StrictModel
+from resources.settings import (
+    EVENT_COLUMNS,
+    PARTITION_COLUMNS,
+    SPARK_FORMATS,
+    SinkSettings,
+    partition_by_problem,
+    sink_format_problem,
+    sink_place_problem,
+)
 
-#: Sink format for Delta tables written by delta-rs (``deltalake``), without Spark jars.
-DELTALAKE_FORMAT = "deltalake"
-#: Spark formats that can hold the event schema (binary body, map columns). Other data sources
-#: are named by their fully qualified class name (anything with a dot).
-SPARK_FORMATS: tuple[str, ...] = ("parquet", "delta", "orc", "avro", "json", "iceberg", "hudi")
 #: Columns of the rows every sink receives (``resources.spark_source.eventhubs_schema``).
 OUTPUT_COLUMNS: tuple[str, ...] = EVENT_COLUMNS
-#: The output columns a sink may be partitioned by (scalars; not the body or the maps).
-PARTITION_COLUMNS: tuple[str, ...] = tuple(
-    c for c in EVENT_COLUMNS if c not in ("body", "properties", "systemProperties")
-)
 
 
 class SinkConfig(StrictModel):
@@ -52,13 +51,10 @@ class SinkConfig(StrictModel):
     @field_validator("format")
     @classmethod
     def _format(cls, value: str) -> str:
-        valid = (*SPARK_FORMATS, DELTALAKE_FORMAT)
-        if value in valid or ("." in value and value.strip(".") == value and " " not in value):
-            return value
-        raise ValueError(
-            f"{_show(value)} is not a known format; {_suggest(value, valid)}valid: "
-            f"{', '.join(valid)}, or a data source's fully qualified class name"
-        )
+        problem = sink_format_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @field_validator("storage_options", mode="before")
     @classmethod
@@ -75,27 +71,16 @@ class SinkConfig(StrictModel):
     @field_validator("partition_by")
     @classmethod
     def _columns(cls, value: list[str]) -> list[str]:
-        for column in value:
-            if column not in PARTITION_COLUMNS:
-                raise ValueError(
-                    f"{column!r} is not a column of the output; "
-                    f"{_suggest(column, PARTITION_COLUMNS)}valid: {', '.join(PARTITION_COLUMNS)}"
-                )
-        if len(set(value)) != len(value):
-            raise ValueError(f"{value} names a column twice")
+        problem = partition_by_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")
     def _place(self) -> Self:
-        if (self.path is None) == (self.table is None):
-            raise ValueError(
-                f"give exactly one of path or table (got path={self.path!r}, table={self.table!r})"
-            )
-        if self.format == DELTALAKE_FORMAT and self.path is None:
-            raise ValueError(
-                f"format {DELTALAKE_FORMAT!r} needs a path (a Delta table location), not "
-                f"table={self.table!r}; or use format 'delta' with a Spark catalog that has Delta"
-            )
+        problem = sink_place_problem(self.format, self.path, self.table, self.storage_options)
+        if problem:
+            raise ValueError(problem)
         return self
 
     def settings(self) -> SinkSettings:
