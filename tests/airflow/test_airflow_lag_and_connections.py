@@ -270,7 +270,7 @@ def test_lag_trigger_reports_a_bad_setup_as_an_error_event(
     _set_connections(monkeypatch, hub, blob_store_settings)
     event = asyncio.run(_first_event(EventHubLagTrigger(min_lag_events=1, partition_ids=["7"]), 30))
     assert event.payload["status"] == "error" and event.payload["kind"] == "configuration"
-    assert "partition '7' is not a partition of" in event.payload["message"]
+    assert "partition(s) 7 do not exist in hub" in event.payload["message"]
 
     missing = EventHubLagTrigger(min_lag_events=1, eventhub_conn_id="no_such_conn")
     event = asyncio.run(_first_event(missing, 30))
