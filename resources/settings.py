@@ -52,6 +52,7 @@ __all__ = [
     "SinkSettings",
     "StoreSettings",
     "check_container_name",
+    "entity_path",
     "make_credential",
     "parse_connection_string",
 ]
@@ -87,7 +88,9 @@ def parse_eventhub_connection_string(conn_str: str) -> EventHubConnectionStringP
         ) from None
 
 
-def _entity_path(conn_str: str | None) -> str | None:
+def entity_path(conn_str: str | None) -> str | None:
+    """The hub a connection string names (``EntityPath``), read by the SDK's parser; None if
+    it names none."""
     if not conn_str:
         return None
     return parse_eventhub_connection_string(conn_str).eventhub_name or None
@@ -115,7 +118,7 @@ class EventHubSettings:
     def __post_init__(self) -> None:
         if not self.eventhub_name and self.credential_type == "connection_string":
             # The connection string may name the hub (EntityPath), as the portal copies it.
-            entity = _entity_path(self.connection_string)
+            entity = entity_path(self.connection_string)
             if entity:
                 object.__setattr__(self, "eventhub_name", entity)
         if not self.eventhub_name:
