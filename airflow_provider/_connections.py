@@ -54,6 +54,7 @@ __all__ = [
     "DEFAULT_STORE_CONN_ID",
     "ConnectionLike",
     "SparkSettings",
+    "check_run_options",
     "eventhub_settings",
     "ingest_config",
     "sink_settings",
@@ -72,6 +73,8 @@ _STORE_EXTRA = {"container", "create_container", "account_url", "credential"}
 _SINK_EXTRA = {"format", "path", "table", "partition_by", "shared", "spark"}
 # Run options a DAG may set on the operator: resources/config.py RunOptions.
 RUN_OPTIONS = tuple(RunOptions.model_fields)
+# Where Jinja starts in a string Airflow renders (its default delimiters).
+_TEMPLATE_STARTS = ("{{", "{%", "{#")
 
 
 class ConnectionLike(Protocol):
@@ -278,6 +281,32 @@ def spark_settings(conn: ConnectionLike) -> SparkSettings:
         conn, role, lambda: SparkConfig.from_dict(spark, where="extra.spark")
     )
     return config
+
+
+def check_run_options(options: Any) -> None:
+    """Check the operator's run options when the DAG file is parsed, as the run checks them.
+
+    ``options`` is a templated field, so a value Airflow may still change (a string with a
+    Jinja template in it, a mapping or list holding one, an ``XComArg``) is checked once
+    rendered, by :func:`ingest_config` in ``execute``; every key and every other value is
+    checked now. The message is the CLI's: ``options.<key>: what is wrong; what is valid``.
+    """
+    if not isinstance(options, Mapping):
+        return  # rendered as a whole (an XComArg): checked in execute
+    known = set(RUN_OPTIONS)
+    now = {k: v for k, v in options.items() if k not in known or not _rendered_later(v)}
+    RunOptions.from_dict(now, where="options")
+
+
+def _rendered_later(value: Any) -> bool:
+    if isinstance(value, str):
+        return any(start in value for start in _TEMPLATE_STARTS)
+    if isinstance(value, Mapping):
+        return any(_rendered_later(v) for v in value.values())
+    if isinstance(value, list | tuple | set | frozenset):
+        return any(_rendered_later(v) for v in value)
+    # Plain values stay as they are; any other object may be one Airflow resolves.
+    return not isinstance(value, bool | int | float | None)
 
 
 def ingest_config(
