@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ops.run import IngestConfig
 from resources.config import (
@@ -39,7 +39,14 @@ from resources.config import (
     StoreIdentityCredential,
 )
 from resources.errors import ConfigurationError, redact
-from resources.settings import EventHubSettings, SinkSettings, StoreSettings
+from resources.settings import (
+    CredentialOptions,
+    CredentialType,
+    EventHubSettings,
+    SinkSettings,
+    StoreSettings,
+    entity_path,
+)
 
 __all__ = [
     "DEFAULT_EVENTHUB_CONN_ID",
@@ -47,6 +54,7 @@ __all__ = [
     "DEFAULT_STORE_CONN_ID",
     "ConnectionLike",
     "SparkSettings",
+    "check_run_options",
     "eventhub_settings",
     "ingest_config",
     "sink_settings",
@@ -58,13 +66,15 @@ DEFAULT_EVENTHUB_CONN_ID = "eventhub_default"
 DEFAULT_STORE_CONN_ID = "eventhub_store_default"
 DEFAULT_SINK_CONN_ID = "eventhub_sink_default"
 
-_CREDENTIALS = ("default_azure_credential",)
+_CREDENTIALS: tuple[CredentialType, ...] = ("default_azure_credential",)
 _SECRET_RE = re.compile(r"(?i)\b(SharedAccessKey|AccountKey|SharedAccessSignature|sig)=[^;&\s]+")
 _EVENTHUB_EXTRA = {"eventhub_name", "consumer_group", "fully_qualified_namespace", "credential"}
 _STORE_EXTRA = {"container", "create_container", "account_url", "credential"}
 _SINK_EXTRA = {"format", "path", "table", "partition_by", "shared", "spark"}
 # Run options a DAG may set on the operator: resources/config/ RunOptions.
 RUN_OPTIONS = tuple(RunOptions.model_fields)
+# Where Jinja starts in a string Airflow renders (its default delimiters).
+_TEMPLATE_STARTS = ("{{", "{%", "{#")
 
 
 class ConnectionLike(Protocol):
@@ -115,7 +125,7 @@ def _no_secret_in_extra(conn_id: str, role: str, node: Any, key: str) -> None:
 
 def _credential(
     conn: ConnectionLike, role: str, extra: Mapping[str, Any]
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[CredentialType, dict[str, Any]]:
     """The credential type and, for DefaultAzureCredential, its options (``extra.credential``:
     the string ``default_azure_credential``, or a mapping of the options as in YAML)."""
     value = extra.get("credential")
@@ -129,21 +139,46 @@ def _credential(
             f" is not valid; valid: {', '.join(_CREDENTIALS)} (or put a connection string in "
             "the password field)"
         )
-    return str(value), {}
+    return "default_azure_credential", {}
 
 
-def _identity(
+class _Access(NamedTuple):
+    """How a connection reaches its service: a connection string, or a place and an identity."""
+
+    credential_type: CredentialType
+    connection_string: str | None
+    #: The namespace / account URL (host or extra); what the identity credential connects to.
+    place: str | None
+    options: CredentialOptions
+
+
+def _access(
     conn: ConnectionLike,
     role: str,
+    extra: Mapping[str, Any],
     model: type[EventHubIdentityCredential] | type[StoreIdentityCredential],
-    where: tuple[str, str | None],
-    options: Mapping[str, Any],
-) -> Any:
-    """The identity credential of ``extra.credential``, validated by the YAML's model."""
-    key, value = where
-    fields = {**({key: value} if value else {}), **options}
-    fields["credential_type"] = "default_azure_credential"
-    return _wrap(conn, role, lambda: model.from_dict(fields, where="extra.credential"))
+    place: tuple[str, str],
+) -> _Access:
+    """How the Event Hubs or the store connection authenticates, read alike for both.
+
+    A connection string in ``password``, or ``extra.credential`` (validated by the YAML's
+    identity ``model``) with a place: ``extra.<key>`` or ``host``, where ``place`` is ``(key,
+    what the error calls it)``.
+    """
+    key, place_name = place
+    credential, options = _credential(conn, role, extra)
+    conn_str = conn.password or None
+    if conn_str and credential != "connection_string":
+        raise ConfigurationError(
+            f"Airflow connection {conn.conn_id!r} ({role}): give either a connection string "
+            f"(password) or extra.credential with {place_name} (host), not both"
+        )
+    where = extra.get(key) or conn.host or None
+    if credential == "connection_string":
+        return _Access("connection_string", conn_str, where, ())
+    fields = {**({key: where} if where else {}), **options, "credential_type": credential}
+    ident = _wrap(conn, role, lambda: model.from_dict(fields, where="extra.credential"))
+    return _Access(credential, None, getattr(ident, key), ident.credential_options())
 
 
 def _wrap(conn: ConnectionLike, role: str, build: Callable[[], Any]) -> Any:
@@ -157,30 +192,15 @@ def eventhub_settings(conn: ConnectionLike) -> EventHubSettings:
     """The Event Hubs settings of an Airflow connection (see the module docstring)."""
     role = "Event Hubs"
     extra = _extra(conn, role, _EVENTHUB_EXTRA)
-    credential, options = _credential(conn, role, extra)
-    conn_str = conn.password or None
-    if conn_str and credential != "connection_string":
-        raise ConfigurationError(
-            f"Airflow connection {conn.conn_id!r} ({role}): give either a connection string "
-            "(password) or extra.credential with a namespace (host), not both"
-        )
-    namespace = extra.get("fully_qualified_namespace") or conn.host or None
-    identity_options: tuple[tuple[str, Any], ...] = ()
-    if credential != "connection_string":
-        ident = _identity(
-            conn,
-            role,
-            EventHubIdentityCredential,
-            ("fully_qualified_namespace", namespace),
-            options,
-        )
-        namespace, identity_options = ident.fully_qualified_namespace, ident.credential_options()
+    cred = _access(
+        conn, role, extra, EventHubIdentityCredential, ("fully_qualified_namespace", "a namespace")
+    )
+    conn_str = cred.connection_string
     name = extra.get("eventhub_name") or conn.schema
     if not name and conn_str:
-        # The SDK accepts a hub named by EntityPath in the connection string: so do we.
-        from resources.settings import parse_connection_string
-
-        name = parse_connection_string(conn_str, "password").get("EntityPath")
+        # The SDK accepts a hub named by EntityPath in the connection string: so do we, read by
+        # the parser EventHubSettings checks it with.
+        name = _wrap(conn, role, lambda: entity_path(conn_str))
     if not name:
         raise ConfigurationError(
             f"Airflow connection {conn.conn_id!r} ({role}): no Event Hub name; set the "
@@ -193,9 +213,9 @@ def eventhub_settings(conn: ConnectionLike) -> EventHubSettings:
             eventhub_name=str(name),
             consumer_group=str(extra.get("consumer_group") or "$Default"),
             connection_string=conn_str,
-            fully_qualified_namespace=namespace,
-            credential_type=credential,  # type: ignore[arg-type]
-            credential_options=identity_options,
+            fully_qualified_namespace=cred.place,
+            credential_type=cred.credential_type,
+            credential_options=cred.options,
         ),
     )
 
@@ -204,7 +224,7 @@ def store_settings(conn: ConnectionLike) -> StoreSettings:
     """The lease and checkpoint store settings of an Airflow connection."""
     role = "storage"
     extra = _extra(conn, role, _STORE_EXTRA)
-    credential, options = _credential(conn, role, extra)
+    cred = _access(conn, role, extra, StoreIdentityCredential, ("account_url", "an account URL"))
     container = extra.get("container")
     if not container:
         raise ConfigurationError(
@@ -217,28 +237,15 @@ def store_settings(conn: ConnectionLike) -> StoreSettings:
             f"Airflow connection {conn.conn_id!r} ({role}): extra.create_container="
             f"{redact(repr(create))} must be true or false"
         )
-    conn_str = conn.password or None
-    if conn_str and credential != "connection_string":
-        raise ConfigurationError(
-            f"Airflow connection {conn.conn_id!r} ({role}): give either a connection string "
-            "(password) or extra.credential with an account URL (host), not both"
-        )
-    account_url = extra.get("account_url") or conn.host or None
-    identity_options: tuple[tuple[str, Any], ...] = ()
-    if credential != "connection_string":
-        ident = _identity(
-            conn, role, StoreIdentityCredential, ("account_url", account_url), options
-        )
-        account_url, identity_options = ident.account_url, ident.credential_options()
     return _wrap(
         conn,
         role,
         lambda: StoreSettings(
             container=str(container),
-            connection_string=conn_str,
-            account_url=account_url,
-            credential_type=credential,  # type: ignore[arg-type]
-            credential_options=identity_options,
+            connection_string=cred.connection_string,
+            account_url=cred.place,
+            credential_type=cred.credential_type,
+            credential_options=cred.options,
             create_container=create,
         ),
     )
@@ -274,6 +281,32 @@ def spark_settings(conn: ConnectionLike) -> SparkSettings:
         conn, role, lambda: SparkConfig.from_dict(spark, where="extra.spark")
     )
     return config
+
+
+def check_run_options(options: Any) -> None:
+    """Check the operator's run options when the DAG file is parsed, as the run checks them.
+
+    ``options`` is a templated field, so a value Airflow may still change (a string with a
+    Jinja template in it, a mapping or list holding one, an ``XComArg``) is checked once
+    rendered, by :func:`ingest_config` in ``execute``; every key and every other value is
+    checked now. The message is the CLI's: ``options.<key>: what is wrong; what is valid``.
+    """
+    if not isinstance(options, Mapping):
+        return  # rendered as a whole (an XComArg): checked in execute
+    known = set(RUN_OPTIONS)
+    now = {k: v for k, v in options.items() if k not in known or not _rendered_later(v)}
+    RunOptions.from_dict(now, where="options")
+
+
+def _rendered_later(value: Any) -> bool:
+    if isinstance(value, str):
+        return any(start in value for start in _TEMPLATE_STARTS)
+    if isinstance(value, Mapping):
+        return any(_rendered_later(v) for v in value.values())
+    if isinstance(value, list | tuple | set | frozenset):
+        return any(_rendered_later(v) for v in value)
+    # Plain values stay as they are; any other object may be one Airflow resolves.
+    return not isinstance(value, bool | int | float | None)
 
 
 def ingest_config(

@@ -6,7 +6,7 @@ import hashlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -15,10 +15,14 @@ from airflow_provider._connections import (
     DEFAULT_EVENTHUB_CONN_ID,
     DEFAULT_SINK_CONN_ID,
     DEFAULT_STORE_CONN_ID,
+    check_run_options,
     partition_list,
 )
 from ops.run import RunReport
 from resources.errors import ConfigurationError, EventHubIngestError, RangeError, redact
+
+if TYPE_CHECKING:
+    from airflow.sdk.definitions.mappedoperator import OperatorPartial
 
 __all__ = ["EventHubIngestOperator", "owner_id_for", "report_to_json"]
 
@@ -123,7 +127,9 @@ class EventHubIngestOperator(BaseOperator):
         eventhub_conn_id / store_conn_id / sink_conn_id: the connections (docs/airflow.md).
         partition_ids: target partitions (templated); default every partition.
         options: run options, the keys of the CLI's config file (``strategy``,
-            ``max_events_per_partition``, ``lease_expiry_seconds``, ``join_grace_seconds``...).
+            ``max_events_per_partition``, ``lease_expiry_seconds``, ``join_grace_seconds``...);
+            templated. Checked when the DAG file is parsed (here and in ``partial``), with the
+            CLI's message; a value holding a template is checked once rendered, in execute.
         copy_index: which of K mapped copies this is (set by ``expand``; shown in logs only).
     """
 
@@ -147,7 +153,15 @@ class EventHubIngestOperator(BaseOperator):
         self.sink_conn_id = sink_conn_id
         self.partition_ids = partition_ids
         self.options = dict(options or {})
+        check_run_options(self.options)
         self.copy_index = copy_index
+
+    @classmethod
+    def partial(cls, **kwargs: Any) -> OperatorPartial:
+        """``BaseOperator.partial``, with ``options`` checked now, when the DAG file is parsed
+        (a mapped task is built only when it runs)."""
+        check_run_options(kwargs.get("options"))
+        return super().partial(**kwargs)
 
     def execute(self, context: Any) -> dict[str, Any]:
         """One ingestion run; returns the report (XCom)."""

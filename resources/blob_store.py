@@ -28,7 +28,7 @@ import binascii
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
@@ -45,7 +45,7 @@ from azure.core.exceptions import (
 )
 from azure.storage.blob import ContainerClient, LinearRetry
 
-from resources.credentials import make_credential, parse_connection_string
+from resources.credentials import make_async_credential, make_credential, parse_connection_string
 from resources.errors import (
     ConfigurationError,
     EventHubIngestError,
@@ -56,10 +56,11 @@ from resources.store import BlobRecord
 
 if TYPE_CHECKING:
     from azure.core.pipeline import PipelineResponse
+    from azure.storage.blob.aio import ContainerClient as AsyncContainerClient
 
     from resources.settings import StoreSettings
 
-__all__ = ["AzureBlobBackend", "container_client"]
+__all__ = ["AzureBlobBackend", "aio_container_client", "alist_blobs", "container_client"]
 
 logger = logging.getLogger(__name__)
 
@@ -126,14 +127,52 @@ def _metadata(raw: Mapping[str, str | None] | None) -> dict[str, str]:
     return {k: ("" if v is None else v) for k, v in (raw or {}).items()}
 
 
+def _endpoint(client: Any) -> str:
+    # The URL without any query string: a SAS token must never reach a message.
+    return redact(str(client.url).split("?", 1)[0])
+
+
 def container_client(settings: StoreSettings, **client_kwargs: Any) -> ContainerClient:
     """A ``ContainerClient`` for ``settings`` with the bounded retries and timeouts below.
 
     No request is made; :meth:`AzureBlobBackend.from_settings` checks the container. Errors
     name the field, never the secret.
     """
+    client: ContainerClient = _container_client(
+        ContainerClient, LinearRetry, make_credential, settings, client_kwargs
+    )
+    return client
+
+
+def aio_container_client(settings: StoreSettings, **client_kwargs: Any) -> AsyncContainerClient:
+    """:func:`container_client` from ``azure.storage.blob.aio`` (needs aiohttp), for an event
+    loop (Airflow's triggerer): the same checks, retries, timeouts and credential options."""
+    from azure.storage.blob.aio import ContainerClient as AioContainerClient
+    from azure.storage.blob.aio import LinearRetry as AioLinearRetry
+
+    try:
+        client: AsyncContainerClient = _container_client(
+            AioContainerClient, AioLinearRetry, make_async_credential, settings, client_kwargs
+        )
+    except ImportError as exc:  # the SDK builds its aiohttp transport here
+        raise ConfigurationError(
+            f"store: the async Blob client needs aiohttp ({exc}); install "
+            "'dagster-eventhub-ingest[airflow]'"
+        ) from exc
+    return client
+
+
+def _container_client(
+    client_class: Any,
+    retry_class: Any,
+    credential: Callable[..., Any],
+    settings: StoreSettings,
+    client_kwargs: Mapping[str, Any],
+) -> Any:
+    # The sync and aio classes take the same arguments; only their retry policy and credential
+    # are of their own kind.
     kwargs: dict[str, Any] = {
-        "retry_policy": LinearRetry(
+        "retry_policy": retry_class(
             backoff=RETRY_BACKOFF_SECONDS, retry_total=RETRY_TOTAL, random_jitter_range=0
         ),
         "connection_timeout": CONNECTION_TIMEOUT_SECONDS,
@@ -144,7 +183,7 @@ def container_client(settings: StoreSettings, **client_kwargs: Any) -> Container
         assert settings.connection_string is not None  # StoreSettings checked it
         _validate_connection_string(settings.connection_string)
         try:
-            return ContainerClient.from_connection_string(
+            return client_class.from_connection_string(
                 settings.connection_string, settings.container, **kwargs
             )
         except ValueError as exc:
@@ -156,12 +195,87 @@ def container_client(settings: StoreSettings, **client_kwargs: Any) -> Container
             f"account_url: {settings.account_url!r} must look like "
             "'https://<account>.blob.core.windows.net'"
         )
-    return ContainerClient(
+    return client_class(
         settings.account_url,
         settings.container,
-        credential=make_credential(settings.credential_type, settings.credential_options),
+        credential=credential(settings.credential_type, settings.credential_options),
         **kwargs,
     )
+
+
+async def alist_blobs(settings: StoreSettings, prefix: str) -> list[BlobRecord]:
+    """:meth:`AzureBlobBackend.list` read with ``azure.storage.blob.aio``, for an event loop
+    (Airflow's triggerer). A container that does not exist yet holds no blob (no error).
+
+    Raises:
+        ConfigurationError: malformed connection string or rejected credentials.
+        StoreUnavailableError: the endpoint did not answer after bounded retries.
+    """
+    client = aio_container_client(settings)
+    endpoint = _endpoint(client)
+    try:
+        async with client:
+            return [
+                BlobRecord(b.name, _metadata(b.metadata), _etag(b.etag), b.last_modified)
+                async for b in client.list_blobs(name_starts_with=prefix, include=["metadata"])
+            ]
+    except ResourceNotFoundError:
+        return []  # no container yet: nothing was ever checkpointed
+    except AzureError as exc:
+        raise _translate(exc, "list", prefix, settings.container, endpoint) from exc
+    except Exception as exc:  # the aio transport's own errors: a poll loop retries them
+        raise StoreUnavailableError(
+            f"Blob Storage failed (list {prefix!r} in container {settings.container!r} at "
+            f"{endpoint}): {type(exc).__name__}: {redact(str(exc))[:300]}"
+        ) from exc
+
+
+def _container_missing(exc: ResourceNotFoundError) -> bool:
+    # error_code is a StorageErrorCode enum or a plain string depending on the call.
+    code = getattr(exc, "error_code", None)
+    return str(getattr(code, "value", code)) == "ContainerNotFound" or (
+        "ContainerNotFound" in str(exc.message or "")
+    )
+
+
+def _translate(
+    exc: AzureError, action: str, name: str, container: str, endpoint: str
+) -> EventHubIngestError:
+    """One of our error types for an Azure error (sync or aio); the message names no secret."""
+    target = "" if name == container else f" {name!r} in"
+    # "create container" + " container 'x'" would say it twice.
+    verb = action.removesuffix(" container") if not target else action
+    what = f"{verb}{target} container {container!r} at {endpoint}"
+    status = getattr(exc, "status_code", None)
+    code = getattr(exc, "error_code", None)
+    code = str(getattr(code, "value", code) or type(exc).__name__)
+    if isinstance(exc, ServiceRequestError | ServiceResponseError):
+        reason = (str(exc.message or type(exc).__name__).splitlines() or ["?"])[0][:200]
+        return StoreUnavailableError(
+            f"Blob Storage did not answer ({what}) after {RETRY_TOTAL} retries: {reason}. "
+            "Check that the account URL / BlobEndpoint is right, that the service is "
+            "running, and that this machine can reach it (network, firewall, private "
+            "endpoint, proxy)."
+        )
+    if isinstance(exc, ClientAuthenticationError) or status in (401, 403):
+        return ConfigurationError(
+            f"Blob Storage rejected the credentials ({what}): check AccountKey / "
+            "SharedAccessSignature in the store connection_string, or that the identity "
+            f"has the 'Storage Blob Data Contributor' role on the container (HTTP {status} "
+            f"{code})"
+        )
+    if isinstance(exc, ResourceNotFoundError) and _container_missing(exc):
+        return ConfigurationError(
+            f"container {container!r} does not exist at {endpoint} ({action} "
+            f"{name!r}); was it deleted? Create it again, or set create_container=True and "
+            "rebuild the store (checkpoints in the old container are gone)"
+        )
+    if status is None or status >= 500 or status in (408, 429):
+        return StoreUnavailableError(
+            f"Blob Storage failed ({what}) after {RETRY_TOTAL} retries: HTTP {status} "
+            f"{code}. The service is busy or unhealthy; retry later."
+        )
+    return EventHubIngestError(f"Blob Storage refused to {what}: HTTP {status} {code}")
 
 
 class AzureBlobBackend:
@@ -185,8 +299,7 @@ class AzureBlobBackend:
     ) -> None:
         self._client = container_client
         self.container = container_client.container_name
-        # The URL without any query string: a SAS token must never reach a message.
-        self.endpoint = redact(container_client.url.split("?", 1)[0])
+        self.endpoint = _endpoint(container_client)
         self._clock_refresh = clock_refresh_seconds
         self._lock = threading.Lock()
         self._tls = threading.local()  # per thread: did the last put's condition fail on a retry
@@ -296,7 +409,7 @@ class AzureBlobBackend:
                 raw_response_hook=self._on_response
             )
         except ResourceNotFoundError as exc:
-            if self._container_missing(exc):
+            if _container_missing(exc):
                 raise self._translate(exc, "read", name) from exc
             return None
         except AzureError as exc:
@@ -351,7 +464,7 @@ class AzureBlobBackend:
             self._conflict(attempts[0])
             return None
         except ResourceNotFoundError as exc:
-            if self._container_missing(exc):
+            if _container_missing(exc):
                 raise self._translate(exc, "write", name) from exc
             self._conflict(attempts[0])  # deleted meanwhile: the ETag we hold is gone
             return None
@@ -375,7 +488,7 @@ class AzureBlobBackend:
             self._conflict()
             return False
         except ResourceNotFoundError as exc:
-            if self._container_missing(exc):
+            if _container_missing(exc):
                 raise self._translate(exc, "delete", name) from exc
             self._conflict()
             return False
@@ -395,47 +508,6 @@ class AzureBlobBackend:
         """True when this thread's last ``put`` lost its condition on a retried attempt."""
         return bool(getattr(self._tls, "retried", False))
 
-    @staticmethod
-    def _container_missing(exc: ResourceNotFoundError) -> bool:
-        # error_code is a StorageErrorCode enum or a plain string depending on the call.
-        code = getattr(exc, "error_code", None)
-        return str(getattr(code, "value", code)) == "ContainerNotFound" or (
-            "ContainerNotFound" in str(exc.message or "")
-        )
-
     def _translate(self, exc: AzureError, action: str, name: str) -> EventHubIngestError:
         """One of our error types for an Azure error; the message names no secret."""
-        target = "" if name == self.container else f" {name!r} in"
-        # "create container" + " container 'x'" would say it twice.
-        verb = action.removesuffix(" container") if not target else action
-        what = f"{verb}{target} container {self.container!r} at {self.endpoint}"
-        status = getattr(exc, "status_code", None)
-        code = getattr(exc, "error_code", None)
-        code = str(getattr(code, "value", code) or type(exc).__name__)
-        if isinstance(exc, ServiceRequestError | ServiceResponseError):
-            reason = (str(exc.message or type(exc).__name__).splitlines() or ["?"])[0][:200]
-            return StoreUnavailableError(
-                f"Blob Storage did not answer ({what}) after {RETRY_TOTAL} retries: {reason}. "
-                "Check that the account URL / BlobEndpoint is right, that the service is "
-                "running, and that this machine can reach it (network, firewall, private "
-                "endpoint, proxy)."
-            )
-        if isinstance(exc, ClientAuthenticationError) or status in (401, 403):
-            return ConfigurationError(
-                f"Blob Storage rejected the credentials ({what}): check AccountKey / "
-                "SharedAccessSignature in the store connection_string, or that the identity "
-                f"has the 'Storage Blob Data Contributor' role on the container (HTTP {status} "
-                f"{code})"
-            )
-        if isinstance(exc, ResourceNotFoundError) and self._container_missing(exc):
-            return ConfigurationError(
-                f"container {self.container!r} does not exist at {self.endpoint} ({action} "
-                f"{name!r}); was it deleted? Create it again, or set create_container=True and "
-                "rebuild the store (checkpoints in the old container are gone)"
-            )
-        if status is None or status >= 500 or status in (408, 429):
-            return StoreUnavailableError(
-                f"Blob Storage failed ({what}) after {RETRY_TOTAL} retries: HTTP {status} "
-                f"{code}. The service is busy or unhealthy; retry later."
-            )
-        return EventHubIngestError(f"Blob Storage refused to {what}: HTTP {status} {code}")
+        return _translate(exc, action, name, self.container, self.endpoint)

@@ -12,11 +12,13 @@ from resources.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
+    from azure.core.credentials_async import AsyncTokenCredential
 
 __all__ = [
     "CredentialOptions",
     "CredentialType",
     "identity_kwargs",
+    "make_async_credential",
     "make_credential",
     "parse_connection_string",
 ]
@@ -53,14 +55,28 @@ def make_credential(
     ``options``: ``DefaultAzureCredential`` keyword arguments (``managed_identity_client_id``,
     ``exclude_*_credential``); ``tenant_id`` sets the tenant of every credential that takes one.
     """
-    if credential_type == "default_azure_credential":
-        from azure.identity import DefaultAzureCredential
+    _check_token_credential(credential_type)
+    from azure.identity import DefaultAzureCredential
 
-        return DefaultAzureCredential(**identity_kwargs(options))
-    raise ConfigurationError(
-        f"credential_type={credential_type!r} has no token credential; valid: "
-        "'default_azure_credential' (or give a connection string)"
-    )
+    return DefaultAzureCredential(**identity_kwargs(options))
+
+
+def make_async_credential(
+    credential_type: CredentialType, options: CredentialOptions = ()
+) -> AsyncTokenCredential:
+    """:func:`make_credential` for the ``aio`` clients (``azure.identity.aio``, same options)."""
+    _check_token_credential(credential_type)
+    from azure.identity.aio import DefaultAzureCredential
+
+    return DefaultAzureCredential(**identity_kwargs(options))
+
+
+def _check_token_credential(credential_type: CredentialType) -> None:
+    if credential_type != "default_azure_credential":
+        raise ConfigurationError(
+            f"credential_type={credential_type!r} has no token credential; valid: "
+            "'default_azure_credential' (or give a connection string)"
+        )
 
 
 def parse_connection_string(conn_str: str, field_name: str) -> dict[str, str]:

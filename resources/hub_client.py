@@ -1,24 +1,34 @@
 """The one Event Hubs management client: partition ids, hub and partition properties.
 
 The run (on the driver), the ``eventhubs`` Spark source (its planner on the driver, its readers
-on executors), the status and lag views and the Dagster resources all ask the service through
+on executors), the status and lag views, the Dagster resources and Airflow's lag trigger (on an
+event loop: :meth:`EventHubClient.asnapshot`) all ask the service through
 :class:`EventHubClient`. Executor-safe: no pydantic, no Dagster; the SDK is imported by
-:meth:`~resources.settings.EventHubSettings.consumer_client`.
+:meth:`~resources.settings.EventHubSettings.consumer_client` (``azure.eventhub.aio`` only by
+``asnapshot``, so nothing here needs aiohttp until it is used).
 
 Partition ids are always in :func:`sort_partition_ids` order ("2" before "10").
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from resources.errors import ConfigurationError, EventHubUnavailableError, RangeError, redact
+from resources.errors import (
+    ConfigurationError,
+    EventHubIngestError,
+    EventHubUnavailableError,
+    RangeError,
+    redact,
+)
 from resources.settings import EventHubSettings
 
 if TYPE_CHECKING:
@@ -26,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EventHubClient",
+    "HubSnapshot",
     "PartitionInfo",
     "partition_id_key",
     "partition_info_from_properties",
@@ -81,6 +92,23 @@ def partition_info_from_properties(pid: str, props: Mapping[str, Any]) -> Partit
         last_enqueued_time=utc(props.get("last_enqueued_time_utc")),
         is_empty=empty,
     )
+
+
+def _hub_ids(props: Mapping[str, Any]) -> tuple[list[str], int | None]:
+    """Sorted partition ids and creation time (ms) of what ``get_eventhub_properties`` returned."""
+    created = utc(props.get("created_at"))
+    created_ms = int(created.timestamp() * 1000) if created is not None else None
+    return sort_partition_ids(str(p) for p in props["partition_ids"]), created_ms
+
+
+@dataclass(frozen=True)
+class HubSnapshot:
+    """What :meth:`EventHubClient.asnapshot` read: every partition id (sorted), the hub's
+    creation time (ms since the epoch, if known) and the bounds of the partitions asked for."""
+
+    partition_ids: list[str]
+    created_ms: int | None
+    partitions: dict[str, PartitionInfo]
 
 
 def _service_message(exc: BaseException) -> str:
@@ -201,12 +229,18 @@ class EventHubClient:
         self._ids: list[str] | None = None
         self._created_ms: int | None = None
 
-    def _client(self) -> EventHubConsumerClient:
+    def _client_kwargs(self) -> dict[str, Any]:
+        # The sync and aio clients take the same retry options.
         if self.retry_total is None:
-            return self.settings.consumer_client()
-        return self.settings.consumer_client(
-            retry_total=self.retry_total, retry_backoff_factor=0.2, retry_backoff_max=2
-        )
+            return {}
+        return {
+            "retry_total": self.retry_total,
+            "retry_backoff_factor": 0.2,
+            "retry_backoff_max": 2,
+        }
+
+    def _client(self) -> EventHubConsumerClient:
+        return self.settings.consumer_client(**self._client_kwargs())
 
     def _unavailable(
         self, what: str, exc: BaseException
@@ -229,21 +263,31 @@ class EventHubClient:
             "namespace is reachable from here; retrying later may help."
         )
 
+    @contextmanager
+    def _translated(self, what: str) -> Iterator[None]:
+        """An SDK call's failure as one of ours (:meth:`_unavailable`), sync or awaited alike."""
+        try:
+            yield
+        except Exception as exc:
+            raise self._unavailable(what, exc) from exc
+
+    def _check_known(self, partition_ids: Sequence[str], known: Sequence[str]) -> None:
+        unknown = [p for p in partition_ids if p not in known]
+        if unknown:
+            raise RangeError(
+                f"partition(s) {', '.join(unknown)} do not exist in hub "
+                f"{self.settings.eventhub_name!r}; valid partition ids: {', '.join(known)}"
+            )
+
     def _hub_properties(self, client: EventHubConsumerClient) -> tuple[list[str], int | None]:
         """Sorted partition ids and creation time (ms) from ``get_eventhub_properties``."""
-        try:
+        with self._translated("reading the hub's properties"):
             props = client.get_eventhub_properties()
-        except Exception as exc:
-            raise self._unavailable("reading the hub's properties", exc) from exc
-        created = utc(props.get("created_at"))
-        created_ms = int(created.timestamp() * 1000) if created is not None else None
-        return sort_partition_ids(str(p) for p in props["partition_ids"]), created_ms
+        return _hub_ids(props)
 
     def _partition_properties(self, client: EventHubConsumerClient, pid: str) -> PartitionInfo:
-        try:
+        with self._translated(f"reading the properties of partition {pid}"):
             props = client.get_partition_properties(pid)
-        except Exception as exc:
-            raise self._unavailable(f"reading the properties of partition {pid}", exc) from exc
         return partition_info_from_properties(pid, props)
 
     def partition_ids(self) -> list[str]:
@@ -326,13 +370,7 @@ class EventHubClient:
         """
         if not partition_ids:
             return {}
-        known = self.partition_ids()
-        unknown = [p for p in partition_ids if p not in known]
-        if unknown:
-            raise RangeError(
-                f"partition(s) {', '.join(unknown)} do not exist in hub "
-                f"{self.settings.eventhub_name!r}; valid partition ids: {', '.join(known)}"
-            )
+        self._check_known(partition_ids, self.partition_ids())
         with (
             self._client() as client,
             ThreadPoolExecutor(max_workers=min(16, len(partition_ids))) as pool,
@@ -341,6 +379,36 @@ class EventHubClient:
                 pool.map(lambda pid: self._partition_properties(client, pid), partition_ids)
             )
         return {info.partition_id: info for info in infos}
+
+    async def asnapshot(self, partition_ids: Sequence[str] | None = None) -> HubSnapshot:
+        """:meth:`partition_ids` and :meth:`partition_info` read with ``azure.eventhub.aio``,
+        for an event loop (Airflow's triggerer): the ids, then every partition's properties
+        concurrently, on one client.
+
+        Raises:
+            RangeError: a partition of ``partition_ids`` (default: all) is not in the hub.
+            ConfigurationError: the hub does not exist or the credential may not read it.
+            EventHubUnavailableError: the namespace cannot be reached.
+        """
+        try:
+            async with self.settings.aio_consumer_client(**self._client_kwargs()) as client:
+                with self._translated("reading the hub's properties"):
+                    hub_props = await client.get_eventhub_properties()
+                known, created_ms = _hub_ids(hub_props)
+                targets = list(partition_ids) if partition_ids else known
+                self._check_known(targets, known)
+
+                async def properties(pid: str) -> PartitionInfo:
+                    with self._translated(f"reading the properties of partition {pid}"):
+                        props = await client.get_partition_properties(pid)
+                    return partition_info_from_properties(pid, props)
+
+                infos = await asyncio.gather(*(properties(p) for p in targets))
+        except EventHubIngestError:
+            raise
+        except Exception as exc:  # opening or closing the client: a poll loop retries it
+            raise self._unavailable("reading partition properties", exc) from exc
+        return HubSnapshot(known, created_ms, {info.partition_id: info for info in infos})
 
     def check_consumer_group(self, timeout: float = 15.0) -> None:
         """Fail fast with a ConfigurationError if the consumer group does not exist.

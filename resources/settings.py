@@ -1,19 +1,21 @@
 """Small frozen, picklable settings shared by the store, the Spark source, the run and Dagster.
 
 These travel to Spark executors and into subprocesses, so they hold plain values only; clients
-are built from them where they are used (``consumer_client()``, ``StoreSettings.backend()``),
-never pickled. Secrets are kept out of ``repr`` and every error message is redacted.
+are built from them where they are used (``consumer_client()``, its ``aio`` twin, and
+``StoreSettings.backend()``), never pickled. Secrets are kept out of ``repr`` and every error
+message is redacted.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from resources.credentials import (
     CredentialOptions,
     CredentialType,
+    make_async_credential,
     make_credential,
     parse_connection_string,
 )
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
         EventHubConsumerClient,
         EventHubProducerClient,
     )
+    from azure.eventhub.aio import EventHubConsumerClient as AsyncEventHubConsumerClient
 
     from resources.store import BlobBackend
 
@@ -59,6 +62,7 @@ __all__ = [
     "SinkSettings",
     "StoreSettings",
     "check_container_name",
+    "entity_path",
     "make_credential",
     "parse_connection_string",
 ]
@@ -94,7 +98,9 @@ def parse_eventhub_connection_string(conn_str: str) -> EventHubConnectionStringP
         ) from None
 
 
-def _entity_path(conn_str: str | None) -> str | None:
+def entity_path(conn_str: str | None) -> str | None:
+    """The hub a connection string names (``EntityPath``), read by the SDK's parser; None if
+    it names none."""
     if not conn_str:
         return None
     return parse_eventhub_connection_string(conn_str).eventhub_name or None
@@ -122,7 +128,7 @@ class EventHubSettings:
     def __post_init__(self) -> None:
         if not self.eventhub_name and self.credential_type == "connection_string":
             # The connection string may name the hub (EntityPath), as the portal copies it.
-            entity = _entity_path(self.connection_string)
+            entity = entity_path(self.connection_string)
             if entity:
                 object.__setattr__(self, "eventhub_name", entity)
         if not self.eventhub_name:
@@ -187,20 +193,42 @@ class EventHubSettings:
         """A new ``EventHubConsumerClient``; create it where it is used (e.g. in ``read()``)."""
         from azure.eventhub import EventHubConsumerClient
 
+        client: EventHubConsumerClient = self._consumer(
+            EventHubConsumerClient, make_credential, kwargs
+        )
+        return client
+
+    def aio_consumer_client(self, **kwargs: Any) -> AsyncEventHubConsumerClient:
+        """:meth:`consumer_client` from ``azure.eventhub.aio``, for an event loop (Airflow's
+        triggerer); the credential is ``azure.identity.aio``'s, with the same options."""
+        from azure.eventhub.aio import EventHubConsumerClient
+
+        client: AsyncEventHubConsumerClient = self._consumer(
+            EventHubConsumerClient, make_async_credential, kwargs
+        )
+        return client
+
+    def _consumer(
+        self,
+        client_class: Any,
+        credential: Callable[[CredentialType, CredentialOptions], Any],
+        kwargs: Mapping[str, Any],
+    ) -> Any:
+        # The sync and aio classes take the same arguments; only the credential's kind differs.
         if self.credential_type == "connection_string":
             assert self.connection_string is not None
-            return EventHubConsumerClient.from_connection_string(
+            return client_class.from_connection_string(
                 self.connection_string,
                 consumer_group=self.consumer_group,
                 eventhub_name=self.eventhub_name,
                 **kwargs,
             )
         assert self.fully_qualified_namespace is not None
-        return EventHubConsumerClient(
+        return client_class(
             self.fully_qualified_namespace,
             self.eventhub_name,
             self.consumer_group,
-            make_credential(self.credential_type, self.credential_options),
+            credential(self.credential_type, self.credential_options),
             **kwargs,
         )
 

@@ -1,10 +1,17 @@
-"""The one management client's pure parts: partition id order and what properties become."""
+"""The one management client's pure parts: partition id order, what properties become, and
+the async twin's answers and errors (over a fake ``aio`` client)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
+from typing import Any
 
-from resources.hub_client import partition_info_from_properties, sort_partition_ids
+import pytest
+
+from resources.errors import ConfigurationError, EventHubUnavailableError, RangeError
+from resources.hub_client import EventHubClient, partition_info_from_properties, sort_partition_ids
+from resources.settings import EventHubSettings
 
 
 def test_partition_ids_sort_numerically_then_by_name() -> None:
@@ -42,3 +49,108 @@ def test_an_empty_partition_begins_after_its_last_event() -> None:
     )
     assert info.begin_sequence_number == 100 and info.is_empty
     assert info.last_enqueued_offset is None and info.last_enqueued_time is None
+
+
+# -- the async twin (Airflow's lag trigger): the same answers and errors as the sync client ----
+
+EH = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=listen;SharedAccessKey=S3CRET"
+
+
+class _AioClient:
+    """What ``EventHubSettings.aio_consumer_client`` returns, over canned properties."""
+
+    def __init__(self, ids: list[str], error: Exception | None = None) -> None:
+        self.ids, self.error, self.asked, self.closed = ids, error, [], False
+
+    async def __aenter__(self) -> _AioClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.closed = True
+
+    async def get_eventhub_properties(self) -> dict[str, Any]:
+        if self.error is not None:
+            raise self.error
+        return {"partition_ids": self.ids, "created_at": datetime(2024, 5, 1)}
+
+    async def get_partition_properties(self, pid: str) -> dict[str, Any]:
+        self.asked.append(pid)
+        return {
+            "beginning_sequence_number": 0,
+            "last_enqueued_sequence_number": int(pid) * 10,
+            "last_enqueued_offset": "",
+            "last_enqueued_time_utc": None,
+            "is_empty": False,
+        }
+
+
+def _client(monkeypatch: pytest.MonkeyPatch, fake: _AioClient) -> tuple[EventHubClient, dict]:
+    made: dict[str, Any] = {}
+
+    def aio_consumer_client(self: EventHubSettings, **kwargs: Any) -> _AioClient:
+        made.update(kwargs)
+        return fake
+
+    monkeypatch.setattr(EventHubSettings, "aio_consumer_client", aio_consumer_client)
+    return EventHubClient(EventHubSettings("telemetry", connection_string=EH)), made
+
+
+def test_async_snapshot_reads_ids_then_the_partitions_asked_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = _AioClient(["10", "2", "0"])
+    client, made = _client(monkeypatch, fake)
+    snap = asyncio.run(client.asnapshot())
+    assert snap.partition_ids == ["0", "2", "10"] and sorted(fake.asked) == ["0", "10", "2"]
+    assert snap.created_ms == int(datetime(2024, 5, 1, tzinfo=UTC).timestamp() * 1000)
+    assert list(snap.partitions) == ["0", "2", "10"]
+    assert snap.partitions["10"].last_enqueued_sequence_number == 100
+    assert fake.closed and made == client._client_kwargs()  # the sync client's retries
+
+    fake.asked.clear()
+    snap = asyncio.run(client.asnapshot(["2"]))
+    assert fake.asked == ["2"] and list(snap.partitions) == ["2"]
+    assert snap.partition_ids == ["0", "2", "10"]
+
+
+def test_async_snapshot_names_unknown_partitions_as_the_sync_client_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = _AioClient(["0", "1"])
+    client, _ = _client(monkeypatch, fake)
+    with pytest.raises(RangeError) as err:
+        asyncio.run(client.asnapshot(["1", "7"]))
+    assert str(err.value) == (
+        "partition(s) 7 do not exist in hub 'telemetry'; valid partition ids: 0, 1"
+    )
+    assert fake.asked == []  # nothing is read for a request that names a missing partition
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "message"),
+    [
+        (
+            RuntimeError("amqp:not-found: The messaging entity could not be found"),
+            ConfigurationError,
+            "eventhub.eventhub_name: Event Hubs ns.servicebus.windows.net/telemetry: the hub "
+            "does not exist (reading the hub's properties: amqp:not-found: The messaging "
+            "entity could not be found). Check eventhub_name and the namespace of the "
+            "connection string.",
+        ),
+        (
+            ConnectionError("refused SharedAccessKey=S3CRET;"),
+            EventHubUnavailableError,
+            "Event Hubs ns.servicebus.windows.net/telemetry: reading the hub's properties "
+            "failed: ConnectionError: refused SharedAccessKey=***;. Check that the namespace is "
+            "reachable from here; retrying later may help.",
+        ),
+    ],
+)
+def test_async_snapshot_errors_are_the_sync_clients(
+    monkeypatch: pytest.MonkeyPatch, error: Exception, kind: type[Exception], message: str
+) -> None:
+    client, _ = _client(monkeypatch, _AioClient(["0"], error))
+    with pytest.raises(kind) as err:
+        asyncio.run(client.asnapshot())
+    assert str(err.value) == message
+    assert str(client._unavailable("reading the hub's properties", error)) == message

@@ -96,6 +96,21 @@ def test_eventhub_connection_fields() -> None:
             "Airflow connection 'eh' (Event Hubs): connection_string: Invalid Endpoint",
         ),
         (
+            # No hub named: EntityPath is read by the SDK's parser, as EventHubSettings reads it.
+            Conn("eh", password="Endpoint=sb://ns/;SharedAccessKeyName=a;SharedAcessKey=S3CRET"),
+            "Airflow connection 'eh' (Event Hubs): connection_string: Invalid connection string",
+        ),
+        (
+            Conn(
+                "eh",
+                schema="t",
+                password=EH,
+                extra={"credential": "default_azure_credential"},
+            ),
+            "Airflow connection 'eh' (Event Hubs): give either a connection string (password) "
+            "or extra.credential with a namespace (host), not both",
+        ),
+        (
             Conn("eh", schema="t", extra={"credential": "managed"}),
             "extra.credential='managed' is not valid; valid: default_azure_credential",
         ),
@@ -123,6 +138,52 @@ def test_bad_eventhub_connection_names_the_field_never_the_secret(conn: Conn, me
         eventhub_settings(conn)
     assert message in str(err.value)
     assert "S3CRET" not in str(err.value)
+
+
+def test_store_connection_credentials_are_read_as_the_event_hubs_ones() -> None:
+    from airflow_provider._connections import store_settings
+
+    url = "https://acct.blob.core.windows.net"
+    s = store_settings(
+        Conn(
+            host=url,
+            extra={"container": "leases", "credential": {"managed_identity_client_id": "cid"}},
+        )
+    )
+    assert (s.credential_type, s.account_url, s.connection_string) == (
+        "default_azure_credential",
+        url,
+        None,
+    )
+    assert s.credential_options == (("managed_identity_client_id", "cid"),)
+    s = store_settings(
+        Conn(
+            extra={
+                "container": "leases",
+                "account_url": url,
+                "credential": "default_azure_credential",
+            }
+        )
+    )
+    assert (s.credential_type, s.account_url) == ("default_azure_credential", url)
+    with pytest.raises(ConfigurationError) as err:
+        store_settings(
+            Conn(
+                "st",
+                password="AccountName=a;AccountKey=S3CRET",
+                extra={"container": "leases", "credential": "default_azure_credential"},
+            )
+        )
+    assert str(err.value) == (
+        "Airflow connection 'st' (storage): give either a connection string (password) or "
+        "extra.credential with an account URL (host), not both"
+    )
+    with pytest.raises(ConfigurationError) as err:
+        store_settings(Conn("st", extra={"container": "leases", "credential": {"tenant": "x"}}))
+    assert str(err.value).startswith(
+        "Airflow connection 'st' (storage): extra.credential.tenant: unknown key; did you mean "
+        "'tenant_id'?"
+    )
 
 
 def test_store_sink_and_options() -> None:
@@ -270,7 +331,7 @@ def test_lag_trigger_reports_a_bad_setup_as_an_error_event(
     _set_connections(monkeypatch, hub, blob_store_settings)
     event = asyncio.run(_first_event(EventHubLagTrigger(min_lag_events=1, partition_ids=["7"]), 30))
     assert event.payload["status"] == "error" and event.payload["kind"] == "configuration"
-    assert "partition '7' is not a partition of" in event.payload["message"]
+    assert "partition(s) 7 do not exist in hub" in event.payload["message"]
 
     missing = EventHubLagTrigger(min_lag_events=1, eventhub_conn_id="no_such_conn")
     event = asyncio.run(_first_event(missing, 30))
