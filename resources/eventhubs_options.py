@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from resources.errors import ConfigurationError
 from resources.limits import MAX_READERS_PER_PARTITION
-from resources.settings import parse_eventhub_connection_string
+from resources.settings import entity_path
 from resources.spark_source._options import ReadOptions, _canonical_option
 from resources.spark_source._position import EventPosition
 
@@ -638,7 +638,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     hub = own.get("eventhub_name")
     if hub is None and "connection_string" in own:
         # EntityPath names the hub (the SDK's parser; ReadOptions resolves it the same way).
-        hub = parse_eventhub_connection_string(own["connection_string"]).eventhub_name or None
+        hub = entity_path(own["connection_string"])
     specs: dict[str, PositionSpec] = {}
     batch_only: list[str] = []
     for side in ("starting", "ending"):
