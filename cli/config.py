@@ -43,12 +43,7 @@ import yaml
 from pydantic import Field
 
 from ops.run import IngestConfig
-from resources.config import (
-    DEFAULT_SPARK_MASTER,
-    ConfigDeprecationWarning,
-    IngestSpec,
-    SparkConfig,
-)
+from resources.config import ConfigDeprecationWarning, IngestSpec, SparkConfig
 from resources.errors import ConfigurationError, redact
 
 __all__ = ["CliConfig", "CliSpec", "load_config", "parse_config"]
@@ -73,23 +68,11 @@ class CliConfig:
     """A parsed config file: the run settings plus how to start Spark."""
 
     ingest: IngestConfig
-    spark_master: str | None = DEFAULT_SPARK_MASTER
-    spark_app_name: str = "ehingest"
-    spark_conf: Mapping[str, str] = field(default_factory=dict)
-    #: A Spark Connect URL (``sc://host:port``); exclusive with ``spark_master``.
-    spark_remote: str | None = None
-    #: Ship the project's code to non-local executors (False: the cluster has the package).
-    spark_ship_code: bool = True
+    spark: SparkConfig = field(default_factory=SparkConfig)
 
     def spark_factory(self) -> Callable[[], Any]:
         """A function starting the SparkSession this config asks for (when needed)."""
-        return SparkConfig(
-            master=None if self.spark_remote else self.spark_master,
-            remote=self.spark_remote,
-            app_name=self.spark_app_name,
-            conf=dict(self.spark_conf),
-            ship_code=self.spark_ship_code,
-        ).session_factory()
+        return self.spark.session_factory()
 
 
 def _show(value: Any) -> str:
@@ -202,12 +185,7 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> CliConfig:
     }
     doc = _interpolate(doc, "", env_map)
     spec = CliSpec.from_dict(doc)
-    ingest = IngestConfig(
-        eventhub=spec.eventhub.settings(env_map, connection_string=conns.get("eventhub")),
-        store=spec.store.settings(env_map, connection_string=conns.get("store")),
-        sink=spec.sink.settings(),
-        **spec.run_options().model_dump(),
-    )
+    ingest = IngestConfig.from_spec(spec, env_map, connection_strings=conns)
     spark = spec.spark
     from ops.sink_checks import check_sink_reachable
 
@@ -216,14 +194,7 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> CliConfig:
         check_sink_reachable(ingest.sink, local=spark.is_local, engine=spark.engine)
     except ConfigurationError as exc:
         raise ConfigurationError(f"sink.path: {exc}") from None
-    return CliConfig(
-        ingest=ingest,
-        spark_master=spark.effective_master,
-        spark_app_name=spark.app_name,
-        spark_conf=dict(spark.conf),
-        spark_remote=spark.remote,
-        spark_ship_code=spark.ship_code,
-    )
+    return CliConfig(ingest=ingest, spark=spark)
 
 
 def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> CliConfig:

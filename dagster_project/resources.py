@@ -54,10 +54,10 @@ from resources.config import (
     StoreConnectionStringCredential,
     StoreIdentityCredential,
 )
-from resources.errors import ConfigurationError
 from resources.hub_client import EventHubClient
 from resources.settings import EventHubSettings, StoreSettings
-from resources.spark_session import SPARK_CONF_DIR
+from resources.spark_kind import DEFAULT_SPARK_MASTER
+from resources.spark_session import LOCAL_PINS, SPARK_CONF_DIR, session_defaults
 from resources.store import HubRef, PartitionStore
 
 __all__ = [
@@ -258,27 +258,14 @@ class SinkResource(dg.ConfigurableResource, _EnvVarsCheckedWhenSet, OneLineError
         return cls(**{name: getattr(config, name) for name in SinkConfig.model_fields})
 
 
-# Loopback-only, quiet defaults for a local Spark: the driver must not bind a public address,
-# console progress bars garble Dagster's captured logs, and the UI is not needed for batches.
+# The session defaults of resources/spark_session.py (one list for the CLI and Dagster) on
+# every local core.
 LOCAL_SPARK_CONFIG: dict[str, str] = {
-    "spark.master": "local[*]",
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "8",
-    "spark.sql.session.timeZone": "UTC",
-    # The sinks partition by batch key and a task holds one batch: stream into open files
-    # instead of sorting each task's rows first (see resources/spark_session.py).
-    "spark.sql.maxConcurrentOutputFileWriters": "2",
+    "spark.master": DEFAULT_SPARK_MASTER,
+    **session_defaults(DEFAULT_SPARK_MASTER),
 }
-
-
 # What a Spark Connect client may set on its session (the server owns master, driver, UI).
-REMOTE_SPARK_CONFIG: dict[str, str] = {
-    key: value for key, value in LOCAL_SPARK_CONFIG.items() if key.startswith("spark.sql.")
-}
-_LOCAL_ONLY_KEYS = ("spark.driver.host", "spark.driver.bindAddress")
+REMOTE_SPARK_CONFIG: dict[str, str] = session_defaults(None, remote="sc://")
 
 
 class LocalPySparkResource(PySparkResource):
@@ -329,23 +316,21 @@ def local_pyspark_resource(
     from resources.spark_kind import is_local_master
 
     user = dict(spark_config or {})
+    # The master/remote rules are SparkConfig's (the CLI's and defs.yaml's), checked here too.
+    SparkConfig.from_dict(
+        {
+            "master": user.get("spark.master"),
+            "remote": remote if remote is not None else user.get("spark.remote"),
+        },
+        where="spark",
+    )
     if remote is not None:
-        if user.get("spark.master"):
-            raise ConfigurationError(
-                f"spark: give spark.master ({user['spark.master']!r}) or remote ({remote!r}), "
-                "not both"
-            )
         user["spark.remote"] = remote
     if user.get("spark.remote"):
-        url = str(user["spark.remote"])
-        if not url.startswith("sc://"):
-            raise ConfigurationError(
-                f"spark remote: {url!r} is not a Spark Connect URL; expected 'sc://host:port'"
-            )
         return LocalPySparkResource(spark_config={**REMOTE_SPARK_CONFIG, **user})
     config = {**LOCAL_SPARK_CONFIG, **user}
     if not is_local_master(config.get("spark.master")):
-        for key in _LOCAL_ONLY_KEYS:
+        for key in LOCAL_PINS:
             if key not in user:
                 config.pop(key, None)
     return LocalPySparkResource(spark_config=config)

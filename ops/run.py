@@ -108,15 +108,23 @@ class IngestConfig(OneLineErrors, RunOptions):
 
     @classmethod
     def from_spec(
-        cls, spec: IngestSpec, env: Mapping[str, str] | None = None, **internals: Any
+        cls,
+        spec: IngestSpec,
+        env: Mapping[str, str] | None = None,
+        *,
+        connection_strings: Mapping[str, str] | None = None,
+        **internals: Any,
     ) -> IngestConfig:
-        """The config for a loaded :class:`~resources.config.IngestSpec`.
+        """The config for a loaded :class:`~resources.config.IngestSpec` (the CLI's file,
+        Airflow's connections).
 
-        Reads the credentials' environment variables now (``env``: default ``os.environ``).
+        Reads the credentials' environment variables now (``env``: default ``os.environ``);
+        ``connection_strings`` (``"eventhub"`` / ``"store"``) are given ones instead.
         """
+        given = connection_strings or {}
         return cls(
-            eventhub=spec.eventhub.settings(env),
-            store=spec.store.settings(env),
+            eventhub=spec.eventhub.settings(env, connection_string=given.get("eventhub")),
+            store=spec.store.settings(env, connection_string=given.get("store")),
             sink=spec.sink.settings(),
             **spec.run_options().model_dump(),
             **internals,

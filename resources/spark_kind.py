@@ -12,7 +12,17 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["describe_engine", "is_connect_session", "is_local_master", "session_is_local"]
+__all__ = [
+    "DEFAULT_SPARK_MASTER",
+    "describe_engine",
+    "is_connect_session",
+    "is_local_master",
+    "session_is_local",
+]
+
+#: The master a run starts when it is given neither a master nor a Spark Connect URL: every
+#: core of this machine (the CLI and Dagster alike).
+DEFAULT_SPARK_MASTER = "local[*]"
 
 
 def is_local_master(master: str | None) -> bool:

@@ -19,8 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from resources.errors import ConfigurationError
-from resources.spark_kind import is_local_master
+from resources.spark_kind import DEFAULT_SPARK_MASTER, is_local_master
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,14 +34,50 @@ __all__ = [
 SPARK_CONF_DIR = Path(__file__).with_name("spark_conf")
 
 
+#: What every session of a run gets unless the user's conf overrides it (Spark Connect
+#: included: a client may set session settings): UTC timestamps, a shuffle sized for batches,
+#: and partitioned writes (the sinks partition by batch key) that stream into an open file per
+#: partition value instead of first sorting each task's rows by it; a task holds one batch
+#: key, so this removes a sort (and its spill) after every read. Past 2 open files in a task
+#: Spark falls back to the sort.
+SESSION_CONF: dict[str, str] = {
+    "spark.sql.shuffle.partitions": "8",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.maxConcurrentOutputFileWriters": "2",
+}
+#: What a classic session (local or cluster) gets besides: no web UI (batches do not need it;
+#: it binds a port) and no console progress bars (they garble captured logs).
+CLASSIC_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+}
+#: What a local master gets besides: the driver binds loopback, never a public address.
+LOCAL_PINS: dict[str, str] = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+}
+
+
+def session_defaults(master: str | None, remote: str | None = None) -> dict[str, str]:
+    """The default settings of a session on ``master`` (or Spark Connect at ``remote``).
+
+    The one list the CLI's session builder and Dagster's PySpark resource both start from.
+    """
+    if remote is not None:
+        return dict(SESSION_CONF)
+    out = {**SESSION_CONF, **CLASSIC_CONF}
+    if is_local_master(master):
+        out.update(LOCAL_PINS)
+    return out
+
+
 def spark_session(
     app_name: str,
     *,
-    master: str | None = "local[2]",
+    master: str | None = DEFAULT_SPARK_MASTER,
     remote: str | None = None,
     warehouse_dir: str | os.PathLike[str] | None = None,
     ui: bool = False,
-    shuffle_partitions: int = 4,
     conf: Mapping[str, str] | None = None,
     register_source: bool = True,
 ) -> SparkSession:
@@ -50,28 +85,15 @@ def spark_session(
 
     Local masters get the loopback pins of :func:`local_spark_session`. Other masters get only
     the quiet defaults; ``remote`` gets the session settings Spark Connect lets a client set.
-    ``master`` and ``remote`` are exclusive.
+    ``master`` and ``remote`` are as :class:`resources.config.SparkConfig` checked them (it is
+    the one home of their rules and calls this from ``session_factory``); with ``remote`` the
+    master is ignored.
     """
     if remote is not None:
-        if master is not None and not is_local_master(master):
-            raise ConfigurationError(
-                f"spark: give master ({master!r}) or remote ({remote!r}), not both"
-            )
-        if not remote.startswith("sc://"):
-            raise ConfigurationError(
-                f"spark.remote: {remote!r} is not a Spark Connect URL; expected "
-                "'sc://host:port' (e.g. 'sc://localhost:15002')"
-            )
         from pyspark.sql import SparkSession
 
         builder = SparkSession.builder.remote(remote).appName(app_name)
-        session_conf = {
-            "spark.sql.shuffle.partitions": str(shuffle_partitions),
-            "spark.sql.session.timeZone": "UTC",
-            "spark.sql.maxConcurrentOutputFileWriters": "2",
-            **(conf or {}),
-        }
-        for key, value in session_conf.items():
+        for key, value in {**session_defaults(None, remote), **(conf or {})}.items():
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
         if register_source:
@@ -81,10 +103,9 @@ def spark_session(
         return spark
     return local_spark_session(
         app_name,
-        master=master or "local[2]",
+        master=master or DEFAULT_SPARK_MASTER,
         warehouse_dir=warehouse_dir,
         ui=ui,
-        shuffle_partitions=shuffle_partitions,
         conf=conf,
         register_source=register_source,
     )
@@ -93,10 +114,10 @@ def spark_session(
 def local_spark_session(
     app_name: str,
     *,
-    master: str = "local[2]",
+    master: str = DEFAULT_SPARK_MASTER,
     warehouse_dir: str | os.PathLike[str] | None = None,
     ui: bool = False,
-    shuffle_partitions: int = 4,
+    shuffle_partitions: int | None = None,
     conf: Mapping[str, str] | None = None,
     register_source: bool = True,
 ) -> SparkSession:
@@ -112,10 +133,10 @@ def local_spark_session(
 
     Args:
         app_name: Spark application name (shown in logs).
-        master: Spark master URL; ``local[2]`` matches the 2-core machines CI runs on.
+        master: Spark master URL (default every local core).
         warehouse_dir: ``spark.sql.warehouse.dir`` for ``saveAsTable``; a temp dir in tests.
         ui: Start the Spark web UI (off in tests; it binds a port).
-        shuffle_partitions: ``spark.sql.shuffle.partitions``; small for local data.
+        shuffle_partitions: ``spark.sql.shuffle.partitions`` (default :data:`SESSION_CONF`'s).
         conf: Extra Spark configuration, applied last (overrides the defaults set here).
         register_source: Register the ``eventhubs`` data source on the session.
 
@@ -136,26 +157,18 @@ def local_spark_session(
 
     from pyspark.sql import SparkSession
 
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master)
-        .config("spark.ui.enabled", str(ui).lower())
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.sql.session.timeZone", "UTC")
-    )
+    defaults = session_defaults(master)
+    if ui:
+        defaults["spark.ui.enabled"] = "true"
+    if shuffle_partitions is not None:
+        defaults["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
     if local:
-        builder = builder.config("spark.driver.host", os.environ["SPARK_LOCAL_IP"]).config(
-            "spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"]
-        )
-    builder = (
-        builder
-        # Partitioned writes (the sinks partition by batch key) stream into an open file per
-        # partition value instead of first sorting each task's rows by it; a task holds one
-        # batch key, so this removes a sort (and its spill) after every read. Past 2 open
-        # files in a task Spark falls back to the sort.
-        .config("spark.sql.maxConcurrentOutputFileWriters", "2")
-    )
+        # SPARK_LOCAL_IP when the environment sets it, loopback otherwise.
+        for key in LOCAL_PINS:
+            defaults[key] = os.environ["SPARK_LOCAL_IP"]
+    builder = SparkSession.builder.appName(app_name).master(master)
+    for key, value in defaults.items():
+        builder = builder.config(key, value)
     if warehouse_dir is not None:
         warehouse = Path(warehouse_dir).resolve()
         builder = builder.config("spark.sql.warehouse.dir", str(warehouse)).config(

@@ -54,7 +54,7 @@ def test_full_config_builds_the_run_settings() -> None:
         "skip",
     )
     assert ing.lease_expiry_seconds == 30.0
-    assert (cfg.spark_master, dict(cfg.spark_conf)) == (
+    assert (cfg.spark.effective_master, dict(cfg.spark.conf)) == (
         "local[1]",
         {"spark.sql.shuffle.partitions": "2"},
     )
@@ -224,7 +224,7 @@ def test_unreadable_and_invalid_yaml_files(tmp_path: Path) -> None:
 
 def test_spark_remote_is_exclusive_with_master_and_must_be_sc() -> None:
     cfg = parse_config(doc(spark={"remote": "sc://spark.example:15002"}, sink=_shared()), ENV)
-    assert (cfg.spark_remote, cfg.spark_master, cfg.spark_ship_code) == (
+    assert (cfg.spark.remote, cfg.spark.effective_master, cfg.spark.ship_code) == (
         "sc://spark.example:15002",
         None,
         True,
@@ -260,7 +260,7 @@ def test_local_masters_take_local_paths_and_ship_code_is_a_bool() -> None:
     for master in ("local", "local[2]", "local[*]", "local-cluster[2,1,1024]"):
         parse_config(doc(spark={"master": master}), ENV)
     cfg = parse_config(doc(spark={"master": "local[1]", "ship_code": False}), ENV)
-    assert cfg.spark_ship_code is False
+    assert cfg.spark.ship_code is False
     with pytest.raises(ConfigurationError, match=r"spark.ship_code: 'no' must be true or false"):
         parse_config(doc(spark={"ship_code": "no"}), ENV)
     with pytest.raises(ConfigurationError, match=r"sink.shared: 'yes' must be true or false"):

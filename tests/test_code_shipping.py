@@ -153,7 +153,7 @@ def test_dagster_spark_resource_for_a_cluster_or_spark_connect() -> None:
     assert not [k for k in remote if k != "spark.remote" and not k.startswith("spark.sql.")]
     same = local_pyspark_resource({"spark.remote": "sc://spark.example:15002"}).spark_config
     assert same == remote
-    with pytest.raises(ConfigurationError, match=r"give spark.master .* or remote .*not both"):
+    with pytest.raises(ConfigurationError, match=r"spark: give master .* or remote .*not both"):
         local_pyspark_resource({"spark.master": "local[2]"}, remote="sc://h:15002")
     with pytest.raises(ConfigurationError, match=r"'http://h:15002' is not a Spark Connect URL"):
         local_pyspark_resource(remote="http://h:15002")

@@ -9,15 +9,13 @@ from typing import Any, Self
 from pydantic import Field, field_validator, model_validator
 
 from resources.config._model import StrictModel, _show
+from resources.spark_kind import DEFAULT_SPARK_MASTER
 
 #: fails before any claim instead of at session start.
 _SPARK_MASTER = re.compile(
     r"local(\[(\*|\d+)(,\s*\d+)?\])?|local-cluster\[\d+,\s*\d+,\s*\d+\]"
     r"|spark://\S+|yarn|k8s://\S+|mesos://\S+"
 )
-
-#: The CLI's Spark master when neither ``master`` nor ``remote`` is given.
-DEFAULT_SPARK_MASTER = "local[2]"
 
 
 class SparkConfig(StrictModel):
