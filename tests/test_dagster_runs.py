@@ -251,8 +251,62 @@ def test_leases_of_a_failed_run_are_taken_over_without_waiting_for_expiry(
     assert set(_materializations(result)) == {"0", "1", "2", "3"}
     owners = env["store"].list_ownership()
     assert all(o.owner_id != dead for o in owners.values())
+    # The takeovers are in the run's event log, each naming the hub, partition and owners.
+    took = [m for m in _log_lines(dagster_instance, result.run_id) if m.startswith("took hub=")]
+    assert len(took) == 4 and all(
+        f"owner={result.run_id} from={dead} reason=owner-ended" in m for m in took
+    ), took
     per, total, distinct = _sink_counts(env["spark"], env["sink"])
     assert per == sent and total == distinct == sum(sent.values())
+
+
+def _log_lines(instance: dg.DagsterInstance, run_id: str, level: int | None = None) -> list[str]:
+    """The messages the run logged through ``context.log`` (at ``level``, if given)."""
+    return [
+        e.user_message
+        for e in instance.all_logs(run_id)
+        if e.dagster_event is None and (level is None or e.level == level)
+    ]
+
+
+@pytest.mark.timeout(420)
+def test_a_takeover_from_an_expired_owner_is_in_the_event_log_and_its_replay_in_the_metadata(
+    env: dict[str, Any], dagster_instance: dg.DagsterInstance
+) -> None:
+    """A process that is no Dagster run (a CLI on another host) died holding partition 1 with a
+    recorded intent: the run waits for its lease to expire, takes it over, says so in the event
+    log (warning level), replays the pending range and marks the replay on the materialization.
+    """
+    import logging
+
+    sent = _fill(env["hub"])
+    crashed = "cli-host-4242-crashed"
+    store: PartitionStore = env["store"]
+    held = store.claim("1", crashed, None)
+    assert held is not None
+    store.record_intent(held, 0, 4)
+    defs = env["defs"](lease_expiry_seconds=15)
+    result = dg.materialize(
+        list(defs.assets or []),  # type: ignore[arg-type]
+        resources=defs.resources,
+        instance=dagster_instance,
+        partition_key="1",
+        raise_on_error=False,
+    )
+    assert result.success
+    hub = env["hub"].settings().hub_ref().describe()
+    warnings = _log_lines(dagster_instance, result.run_id, logging.WARNING)
+    took = [m for m in warnings if m.startswith("took hub=")]
+    assert len(took) == 1, warnings
+    assert took[0].startswith(
+        f"took hub={hub} partition=1 owner={result.run_id} from={crashed} reason=expired ("
+    )
+    assert took[0].endswith(f"its pending range [0, 4] (left by {crashed}) is replayed")
+    md = _materializations(result)["1"].metadata
+    assert md["replay"].value == f"pending range 0..4 left by {crashed}"
+    assert md["events"].value == sent["1"]  # the replayed range and the rest, once
+    per, total, distinct = _sink_counts(env["spark"], env["sink"])
+    assert per == {"1": sent["1"]} and total == distinct == sent["1"]
 
 
 def test_leases_of_a_live_run_are_not_taken_before_expiry(
