@@ -309,6 +309,42 @@ def test_a_takeover_from_an_expired_owner_is_in_the_event_log_and_its_replay_in_
     assert per == {"1": sent["1"]} and total == distinct == sent["1"]
 
 
+@pytest.mark.timeout(420)
+def test_a_store_unreachable_after_load_is_retried_by_the_retry_policy(
+    make_eventhub: Callable[..., Any],
+    dagster_instance: dg.DagsterInstance,
+    container_name: str,
+    tmp_path: Path,
+    spark: Any,
+    ingest_defs: Callable[..., dg.Definitions],
+) -> None:
+    """Definitions load (nothing is asked of the store then); the run meets a closed port: a
+    retryable StoreUnavailableError, raised as is, so Dagster retries it (STEP_UP_FOR_RETRY)
+    until the policy gives up, and no attempt claims or writes anything."""
+    from emulator import azurite as services
+
+    hub = make_eventhub(partitions=1)
+    hub.send("0", [b"x"] * 3)
+    closed = StoreSettings(
+        container=container_name,
+        connection_string=services.azurite_connection_string(services.free_port()),
+    )
+    defs = ingest_defs(hub.settings(), closed, str(tmp_path / "sink"), ["0"])
+    result = _run(defs, dagster_instance, partition_key="0")
+    assert not result.success
+    types = [e.event_type_value for e in result.all_events]
+    assert types.count("STEP_UP_FOR_RETRY") == FAST_RETRY.max_retries, types
+    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    error = failure.step_failure_data.error  # type: ignore[union-attr]
+    chain = []  # Dagster's RetryRequestedFromPolicy, caused by what the asset raised
+    while error is not None:
+        chain.append(error)
+        error = error.cause or error.context
+    (ours,) = [e for e in chain if e.cls_name == "StoreUnavailableError"]
+    assert "did not answer" in ours.message and services.AZURITE_KEY not in ours.message
+    assert _materializations(result) == {} and not (tmp_path / "sink").exists()
+
+
 def test_leases_of_a_live_run_are_not_taken_before_expiry(
     env: dict[str, Any], dagster_instance: dg.DagsterInstance
 ) -> None:
