@@ -396,6 +396,13 @@ CLI = [
 ]
 
 
+#: How long each `dagster asset materialize` process may take: a cold Spark start alone took
+#: 240 s when the CI tiers ran beside each other on 2 cores.
+CLI_RUN_SECONDS = 480
+
+
+# The processes' budget, plus the session's cold Spark start (setup counts) and the checks.
+@pytest.mark.timeout(CLI_RUN_SECONDS + 420)
 def test_two_concurrent_cli_runs_over_the_same_keys_land_each_event_once(
     make_eventhub: Callable[..., Any],
     azurite_connection_string: str,
@@ -426,7 +433,15 @@ def test_two_concurrent_cli_runs_over_the_same_keys_land_each_event_once(
         )
         for _ in range(2)
     ]
-    outputs = [p.communicate(timeout=480)[0] for p in procs]
+    # One deadline for both (they run side by side), and never a process left behind.
+    deadline = time.monotonic() + CLI_RUN_SECONDS
+    try:
+        outputs = [p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0] for p in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
     for proc, output in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, output[-4000:]
         assert "RUN_SUCCESS" in output
@@ -501,8 +516,13 @@ def test_lag_sensor_reports_the_check_without_a_run(
     assert md["partition_ids_over_threshold"].value == "partition ids 0, 1, 2, 3"
 
 
+#: The slow test's budget for its two processes, from the late run's start to both ends.
+SHARE_TEST_SECONDS = 780
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+# The processes' budget, plus the session's cold Spark start (setup counts) and the checks.
+@pytest.mark.timeout(SHARE_TEST_SECONDS + 420)
 def test_a_run_leaves_a_starting_run_its_share_of_a_small_backlog(
     make_eventhub: Callable[..., Any],
     azurite_connection_string: str,
@@ -535,17 +555,19 @@ def test_a_run_leaves_a_starting_run_its_share_of_a_small_backlog(
     # takes 10-40 s) and while the first still reads its share (its readers are slowed 40 s).
     late = spawn("late", {"EHINGEST_PAUSE": "before_join:45"})
     first: subprocess.Popen | None = None
+    # One deadline for every wait: their sum stays inside the test's timeout.
+    deadline = time.monotonic() + SHARE_TEST_SECONDS
     try:
         # The late run is in its asset body (it logged "ingesting"), paused before joining.
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
+        ingesting_by = min(time.monotonic() + 300, deadline)
+        while time.monotonic() < ingesting_by:
             assert late.poll() is None, (tmp_path / "late.log").read_text()[-3000:]
             if " ingesting " in (tmp_path / "late.log").read_text():
                 break
             time.sleep(0.5)
         first = spawn("first", {"EHINGEST_SLOW_READ_SECONDS": "40"})
-        first.wait(600)
-        late.wait(600)
+        first.wait(max(1.0, deadline - time.monotonic()))
+        late.wait(max(1.0, deadline - time.monotonic()))
     finally:
         for proc in (late, first):
             if proc is not None and proc.poll() is None:
