@@ -3,8 +3,10 @@
 Exit codes follow the errors' ``retryable`` flag (the same flag Dagster's retry policy reads):
 0 every target partition reached its bound; 1 the run ended with partitions behind
 (``run_timeout_seconds``, a lost lease: run again); 2 an error retrying cannot fix (bad
-configuration or arguments, data loss, a corrupt blob: fix it first); 3 a transient failure (a
-service unreachable, the sink not writable: retrying later may help). The message says which.
+configuration or arguments, data loss, a corrupt blob, a sink that refuses for good: permission
+denied, a full disk, a bad path: fix it first); 3 a transient failure (a service unreachable, a
+sink write that failed for a transient cause such as a timeout, a storage 5xx or a lost
+executor: retrying later may help). The message says which.
 
 Progress goes to stderr while the run works: a bar on a terminal, one line per update
 otherwise (logs, CI). ``--json`` prints the run report as JSON on stdout (for Airflow, scripts),

@@ -199,5 +199,12 @@ class LeaseKeeper:
             if self.on_tick is not None:
                 try:
                     self.on_tick()
-                except Exception:
-                    logger.warning("owner heartbeat failed owner=%s", self.owner_id, exc_info=True)
+                except Exception as exc:
+                    # Peers judge liveness by it: a long outage makes this run look gone.
+                    self._warning(
+                        f"owner heartbeat failed hub={self.store.hub.describe()} "
+                        f"partitions={sorted(self.held)} owner={self.owner_id}: "
+                        f"{type(exc).__name__}: {redact(str(exc))[:300]}; retrying at the next "
+                        "tick",
+                        exc_info=True,
+                    )

@@ -3,9 +3,12 @@
 The run calls a ``ProgressFn`` (the CLI draws a bar, Dagster writes the event log) with a
 :class:`RunProgress` when it snapshots, every ``interval`` seconds while Spark reads, and after
 each checkpoint. Spark's executors cannot report events mid-task to the driver in a way that
-works on every deployment (accumulators do not exist under Spark Connect), so the signal during
-a read is the range in flight and, on a classic session, Spark's task counts from the status
-tracker (:func:`spark_task_counts`); events count once their range is checkpointed.
+works on every deployment (accumulators do not exist under Spark Connect), so each reader
+writes its running count to a small blob in the partition store
+(:mod:`resources.read_progress`) and the driver lists them (:class:`ReadCounter`): during a
+read every range in flight shows the events read of it so far, on every engine, plus Spark's
+task counts on a classic session (:func:`spark_task_counts`). Events count as *landed* (the
+bar's percentage) once their range is checkpointed.
 """
 
 from __future__ import annotations

@@ -64,6 +64,7 @@ from resources.store import Checkpoint, Ownership, PartitionStore, generation_of
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from ops.balancing.base import RunLog
     from ops.balancing.liveness import OwnerInstance
     from ops.ingest import SparkIngestor
 
@@ -275,6 +276,24 @@ class _Log:
         """Only to ``context.log`` (for lines another module already logged itself)."""
         if self.extra is not None:
             self.extra.warning(msg)
+
+    def extra_only(self) -> _ExtraLog | None:
+        """A log for modules that log their lines themselves (``ops.balancing``): only
+        ``context.log`` gets them from it. None without one."""
+        return None if self.extra is None else _ExtraLog(self.extra)
+
+
+class _ExtraLog:
+    """Dagster's ``context.log`` alone, as a :class:`ops.balancing.base.RunLog`."""
+
+    def __init__(self, extra: Any) -> None:
+        self.extra = extra
+
+    def info(self, msg: str) -> None:
+        self.extra.info(msg)
+
+    def warning(self, msg: str) -> None:
+        self.extra.warning(msg)
 
 
 class Processor:
@@ -1069,12 +1088,14 @@ def _default_claim(
     is_owner_dead: Callable[[str], bool] | None,
     joined_at: list[float] | None = None,
     expected_peers: Callable[[], Collection[str]] | None = None,
+    run_log: RunLog | None = None,
 ) -> ClaimFn:
     """The claim cycle of ``ops.balancing`` with this run's strategy and expiry.
 
     ``joined_at``: holds when (``time.monotonic``) the run wrote its heartbeat, once it has;
     the first claim then waits only what is left of ``join_grace_seconds``, so the hub
-    snapshot taken meanwhile is not added to the grace.
+    snapshot taken meanwhile is not added to the grace. ``run_log``: where takeovers and
+    dropped claims also go (the run's event log).
     """
     from ops.balancing import claim_cycle, get_strategy
 
@@ -1098,6 +1119,7 @@ def _default_claim(
             is_owner_dead=is_owner_dead,
             join_grace=config.join_grace_seconds,
             expected_peers=expected_peers,
+            run_log=run_log,
         )
 
     return claim
@@ -1182,7 +1204,11 @@ def run_ingestion(
     from ops.balancing.liveness import Heartbeat, take_owner_id, write_heartbeat
 
     joined_at: list[float] = []
-    claim = _default_claim(config, store, owner_id, is_owner_dead, joined_at, expected_peers)
+    # Takeovers, dropped claims and owner-id takeovers reach the run's event log too.
+    run_log = _Log(log).extra_only()
+    claim = _default_claim(
+        config, store, owner_id, is_owner_dead, joined_at, expected_peers, run_log
+    )
     beat: list[Heartbeat] = []
 
     def heartbeat() -> None:
@@ -1199,7 +1225,11 @@ def run_ingestion(
         with clock.phase("management"):
             beat.append(
                 take_owner_id(
-                    store, owner_id, me, expiry=timedelta(seconds=config.lease_expiry_seconds)
+                    store,
+                    owner_id,
+                    me,
+                    expiry=timedelta(seconds=config.lease_expiry_seconds),
+                    run_log=run_log,
                 )
             )
     except BaseException:

@@ -80,6 +80,7 @@ __all__ = [
     "check_sink_reachable",
     "clean_batch_staging",
     "read_sink",
+    "sink_failure_retryable",
     "sink_location",
     "write_batch",
 ]
@@ -343,7 +344,8 @@ def write_batch(
 
     Raises:
         ConfigurationError: bad sink settings or ranges.
-        SinkError: the sink cannot be written (the message names it and the cause).
+        SinkError: the sink cannot be written (the message names it and the cause;
+            ``retryable`` says whether the cause may pass, :func:`sink_failure_retryable`).
     """
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
@@ -397,11 +399,12 @@ def write_batch(
         missing_module = missing_module_error(exc)
         if missing_module is not None:
             raise missing_module from exc
-        raise SinkError(
+        raise _sink_error(
             f"sink {sink.format} {'path' if sink.path else 'table'} {location!r}: cannot write "
             f"batch {sorted(keys.values())}: {_cause(exc)}; check "
             "that the location exists and is writable by the Spark executors (and the format "
-            "is available in the session)"
+            "is available in the session)",
+            exc,
         ) from exc
     metrics_row = observation.get
     outside = int(metrics_row.get("outside") or 0)
@@ -462,10 +465,11 @@ def _verify_written(
     except (SinkError, ConfigurationError):
         raise
     except Exception as exc:
-        raise SinkError(
+        raise _sink_error(
             f"sink {sink.format} {location!r}: the batch {sorted(keys)} was written but cannot "
             f"be read back to verify it: {_cause(exc)}; no checkpoint moved. Check that the "
-            "driver and every executor see the same location"
+            "driver and every executor see the same location",
+            exc,
         ) from exc
     if found != written:
         raise SinkError(
@@ -526,6 +530,107 @@ _OS_CAUSES = {
 
 
 _RAISED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
+
+#: Causes retrying cannot fix, as they appear in JVM, Python, Hadoop, ABFS and delta-rs errors
+#: (lower-cased): rights, a read-only or full disk, a bad path or table, a schema or layout that
+#: does not match. Anything else (an I/O timeout, a reset connection, a storage 5xx, a lost
+#: executor, a concurrent Delta commit) may pass: the write is retryable.
+_PERMANENT_CAUSES = (
+    # rights
+    "permission denied",
+    "accessdenied",
+    "access denied",
+    "not authorized",
+    "authorizationpermissionmismatch",
+    "authorizationfailure",
+    "authenticationfailed",
+    # read-only, full
+    "read-only file system",
+    "no space left on device",
+    "disk quota exceeded",
+    # bad path, missing table or format
+    "no such file or directory",
+    "filenotfoundexception",
+    "does not exist",
+    "not a directory",
+    "notdirectoryexception",
+    "filealreadyexistsexception",
+    "mkdirs failed",
+    "no filesystem for scheme",
+    "unsupportedfilesystemexception",
+    "wrong fs",
+    "containernotfound",
+    "filesystemnotfound",
+    "pathnotfound",
+    "table_or_view_not_found",
+    "data_source_not_found",
+    # schema or layout
+    "schema mismatch",
+    "schemamismatch",
+    "does not match",
+    "incompatible",
+    "cannot be cast",
+    "cannot_up_cast",
+    "datatype_mismatch",
+    "unresolved_column",
+)
+
+#: Exception classes (by name, anywhere in the chain's MROs) that are deterministic: analysis of
+#: the plan, bad arguments, a Python bug, an operating system refusal.
+_PERMANENT_TYPES = frozenset(
+    {
+        "AnalysisException",
+        "ParseException",
+        "IllegalArgumentException",
+        "SchemaMismatchError",
+        "TableNotFoundError",
+        "DeltaProtocolError",
+        "PermissionError",
+        "FileNotFoundError",
+        "NotADirectoryError",
+        "IsADirectoryError",
+        "TypeError",
+        "ValueError",
+        "KeyError",
+        "AttributeError",
+        "NotImplementedError",
+    }
+)
+
+#: The same errors when a Python worker's traceback names them (``TypeError: ...``).
+_PERMANENT_RAISED = re.compile(
+    r"^(?:[\w.]+\.)?(" + "|".join(sorted(_PERMANENT_TYPES)) + r"): ", re.MULTILINE
+)
+
+
+def sink_failure_retryable(exc: BaseException) -> bool:
+    """Whether retrying a write that failed with ``exc`` may succeed.
+
+    False when its cause is one retrying cannot fix (:data:`_PERMANENT_CAUSES`,
+    :data:`_PERMANENT_TYPES`): permission denied, a read-only or full disk, a bad path, a
+    missing table or format, a schema or layout mismatch. True otherwise: an I/O timeout, a
+    reset connection, a storage 5xx, a lost executor, a concurrent commit. Every exception of
+    the chain (``__cause__``/``__context__``) is looked at, so a JVM error's buried cause counts.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if any(k.__name__ in _PERMANENT_TYPES for k in type(current).__mro__):
+            return False
+        text = str(getattr(current, "desc", None) or current)
+        low = text.lower()
+        if any(marker in low for marker in _PERMANENT_CAUSES):
+            return False
+        if _PERMANENT_RAISED.search(text):
+            return False
+        current = current.__cause__ or current.__context__
+    return True
+
+
+def _sink_error(message: str, exc: BaseException) -> SinkError:
+    """A :class:`SinkError` for a failure caused by ``exc``, retryable as its cause says."""
+    return SinkError(message, retryable=sink_failure_retryable(exc))
 
 
 # --------------------------------------------------------------------------------------------
@@ -937,9 +1042,10 @@ def _write_deltalake(keyed: DataFrame, sink: SinkSettings, keys: list[str]) -> N
             storage_options=dict(sink.storage_options) or None,
         )
     except Exception as exc:
-        raise SinkError(
+        raise _sink_error(
             f"sink deltalake path {table_uri!r}: cannot create or open the Delta table: "
-            f"{_cause(exc)}; check that the path is writable"
+            f"{_cause(exc)}; check that the path is writable",
+            exc,
         ) from exc
     existing = list(dt.metadata().partition_columns)
     if existing != partition_cols:
@@ -982,7 +1088,9 @@ def read_sink(spark: SparkSession, sink: SinkSettings) -> DataFrame:
                 uri, storage_options=dict(sink.storage_options) or None
             ).to_pyarrow_table()
         except Exception as exc:
-            raise SinkError(f"sink deltalake path {uri!r}: cannot read: {_cause(exc)}") from exc
+            raise _sink_error(
+                f"sink deltalake path {uri!r}: cannot read: {_cause(exc)}", exc
+            ) from exc
         if table.num_rows == 0:
             import pyarrow as pa
 

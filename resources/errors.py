@@ -111,5 +111,11 @@ class DataLossError(EventHubIngestError):
 
 
 class SinkError(EventHubIngestError):
-    """Raised when the sink cannot be written (path not writable, table missing); retrying helps
-    only if the cause was transient."""
+    """Raised when the sink cannot be written; ``retryable`` is set per error from its cause:
+    True for a transient one (an I/O timeout, a reset connection, a storage 5xx, a lost
+    executor), False when retrying cannot help (permission denied, a read-only or full disk, a
+    bad path, a schema or layout mismatch)."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -128,9 +129,68 @@ def _is_not_found(exc: BaseException) -> bool:
     )
 
 
+_STATUS_RE = re.compile(r"Status code: (\d{3})")
+
+#: An SDK authentication error with one of these is the service or the network failing during
+#: the handshake (``Authorization timeout.``, a CBS link that did not open), not a refusal.
+_TRANSIENT_AUTH = ("timeout", "timed out", "timed-out", "failed to open cbs", "due to exception")
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in out:
+        out.append(current)
+        current = current.__cause__ or current.__context__
+    return out
+
+
+def _status(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        return status
+    found = _STATUS_RE.search(str(exc))
+    return int(found.group(1)) if found else None
+
+
 def _is_unauthorized(exc: BaseException) -> bool:
-    text = str(exc)
-    return "amqp:unauthorized-access" in text or "Status code: 401" in text
+    """Whether the service refused the credential (retrying cannot help), by type and status.
+
+    An ``azure.core`` ``ClientAuthenticationError`` (a credential that cannot get a token,
+    e.g. ``DefaultAzureCredential`` with nothing configured), an ``azure.eventhub``
+    ``AuthenticationError`` (the CBS handshake refused a SAS token or a JWT), or a 401/403
+    status anywhere in the chain. An authentication error that is a timeout or a 5xx is not
+    a refusal: the caller reports it as unavailable.
+    """
+    from azure.core.exceptions import ClientAuthenticationError
+    from azure.eventhub.exceptions import AuthenticationError
+
+    for err in _chain(exc):
+        status = _status(err)
+        text = str(err)
+        if status in (401, 403) or "amqp:unauthorized-access" in text:
+            return True
+        if isinstance(err, ClientAuthenticationError):
+            return True
+        if isinstance(err, AuthenticationError):
+            low = text.lower()
+            transient = (status is not None and status >= 500) or any(
+                marker in low for marker in _TRANSIENT_AUTH
+            )
+            return not transient
+    return False
+
+
+def _refusal(exc: BaseException) -> str:
+    """What the service said when it refused a credential: status and description, redacted."""
+    status = next((s for s in map(_status, _chain(exc)) if s is not None), None)
+    text = redact(str(exc))
+    described = re.search(r"Description: ([^\n]+)", text)
+    detail = described.group(1) if described else _service_message(exc)
+    detail = re.sub(r"\s*TrackingId:\S+", "", detail).strip()
+    return (f"HTTP {status} " if status is not None else "") + f"{type(exc).__name__}: {detail}"[
+        :300
+    ]
 
 
 @dataclass
@@ -254,9 +314,21 @@ class EventHubClient:
                 f"{cause}). Check eventhub_name and the namespace of the connection string."
             )
         if _is_unauthorized(exc):
+            if self.settings.credential_type == "connection_string":
+                fix = (
+                    "Check eventhub.connection_string: SharedAccessKeyName must name a policy "
+                    "of this namespace or hub with the Listen right, and SharedAccessKey must be "
+                    "its current key (a regenerated key invalidates the old one)"
+                )
+            else:
+                fix = (
+                    "Check the identity DefaultAzureCredential picks here (its environment, "
+                    "managed identity or login) and that it has the 'Azure Event Hubs Data "
+                    "Receiver' role on this hub or namespace"
+                )
             return ConfigurationError(
-                f"eventhub: Event Hubs {hub}: access denied ({what}: {cause}). Check the "
-                "credential: it needs the Listen right on this hub."
+                f"eventhub: Event Hubs {hub} refused the credential ({what}: "
+                f"{_refusal(exc)}). {fix}. Retrying cannot help."
             )
         return EventHubUnavailableError(
             f"Event Hubs {hub}: {what} failed: {type(exc).__name__}: {cause}. Check that the "

@@ -169,3 +169,65 @@ def test_delay_race_sleeps_its_delays_in_order(store, clock) -> None:
     assert len(got) == 8
     # Claims i = 0..7 wait (i + 0.5) * 0.05 s from the start of the cycle.
     assert clock.now - start == timedelta(seconds=7.5 * 0.05)
+
+
+class RunLogRecorder:
+    """A run's log (Dagster's ``context.log`` stand-in): what reached it, by level."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+
+    def info(self, msg: str) -> None:
+        self.lines.append(("info", msg))
+
+    def warning(self, msg: str) -> None:
+        self.lines.append(("warning", msg))
+
+
+def test_takeovers_reach_the_run_log_naming_hub_partition_owners_and_the_replay(
+    store, clock
+) -> None:
+    hub = store.hub.describe()
+    held = cycle(store, clock, "a")
+    store.record_intent(held["0"], 5, 7)
+    clock.sleep(61)
+    log = RunLogRecorder()
+    assert len(cycle(store, clock, "b", run_log=log)) == 8
+    expired = [m for level, m in log.lines if level == "warning" and " partition=0 " in m]
+    assert expired == [  # 61 s + b's join grace (1 s)
+        f"took hub={hub} partition=0 owner=b from=a reason=expired (not renewed for 62 s on the "
+        "store clock, expiry 60 s); its pending range [5, 7] (left by a) is replayed"
+    ]
+    assert len(log.lines) == 8 and {level for level, _ in log.lines} == {"warning"}
+    # An owner known dead: taken before expiry, said so.
+    log = RunLogRecorder()
+    cycle(store, clock, "c", is_owner_dead=lambda o: o == "b", run_log=log)
+    assert all("from=b reason=owner-ended" in m for _, m in log.lines) and len(log.lines) == 8
+    # A balancing steal from a live peer is routine: info.
+    log = RunLogRecorder()
+    join(store, "d")
+    assert len(cycle(store, clock, "d", run_log=log)) == 1
+    ((level, line),) = log.lines
+    assert (
+        level == "info" and line.startswith(f"took hub={hub} partition=") and "reason=steal" in line
+    )
+
+
+def test_dropped_claims_reach_the_run_log(store, clock) -> None:
+    from ops.balancing import BalanceView, Claim
+
+    held = cycle(store, clock, "a")
+    store.record_intent(held["3"], 0, 9)
+
+    class Grabby:
+        name = "grabby"
+
+        def choose(self, view: BalanceView, rng: random.Random) -> list[Claim]:
+            return [Claim("3", "steal")]  # started by a live peer: the cycle refuses it
+
+    log = RunLogRecorder()
+    plan = plan_claims(store, "b", Grabby(), targets=PIDS, expiry=EXPIRY, run_log=log)  # type: ignore[arg-type]
+    assert plan.claims == [] and plan.run_log is log
+    ((level, line),) = log.lines
+    assert level == "warning"
+    assert line.startswith(f"dropped claims hub={store.hub.describe()} partitions=['3'] owner=b ")

@@ -10,6 +10,7 @@ from resources.errors import (
     ConfigurationError,
     DataLossError,
     EventHubUnavailableError,
+    SinkError,
     StoreUnavailableError,
 )
 
@@ -61,3 +62,56 @@ def test_exit_code_follows_the_retryable_flag() -> None:
     assert exit_code_for(StoreUnavailableError("x")) == EXIT_FAILED
     assert exit_code_for(EventHubUnavailableError("x")) == EXIT_FAILED
     assert exit_code_for(RuntimeError("x")) == EXIT_FAILED
+    assert exit_code_for(SinkError("x")) == EXIT_CONFIG  # one raised on purpose: a layout
+    assert exit_code_for(SinkError("x", retryable=True)) == EXIT_FAILED
+
+
+# What Spark, Hadoop, ABFS and delta-rs say when a write fails, as write_batch receives it.
+PERMANENT_WRITE_FAILURES = [
+    "[TASK_WRITE_FAILED] Task failed\nCaused by: java.nio.file.AccessDeniedException: /out/x",
+    "Caused by: java.io.IOException: Permission denied",
+    "Caused by: java.io.IOException: Read-only file system",
+    "[TASK_WRITE_FAILED] x\nCaused by: java.io.IOException: No space left on device",
+    "Mkdirs failed to create file:/data/out/_temporary/0 (exists=false, cwd=file:/w)",
+    "java.io.FileNotFoundException: File file:/nope/out does not exist",
+    'Operation failed: "This request is not authorized to perform this operation using this '
+    'permission.", 403, PUT, https://acct.dfs.core.windows.net/c/out?resource=file, '
+    "AuthorizationPermissionMismatch",
+    "[DATA_SOURCE_NOT_FOUND] Failed to find the data source: nosuchformat.",
+    "Schema of data does not match table schema",
+    "[INCOMPATIBLE_DATA_FOR_TABLE.CANNOT_FIND_DATA] Cannot write incompatible data",
+]
+TRANSIENT_WRITE_FAILURES = [
+    "Job aborted due to stage failure: ExecutorLostFailure (executor 3 exited caused by one of "
+    "the running tasks) Reason: Remote RPC client disassociated",
+    "Caused by: java.net.SocketTimeoutException: Read timed out",
+    "Caused by: java.net.SocketException: Connection reset",
+    'Operation failed: "The server is busy.", 503, PUT, https://acct.dfs.core.windows.net/c/o, '
+    "ServerBusy",
+    "Python worker exited unexpectedly (crashed)",
+    "Transaction failed: a concurrent transaction deleted the same data",
+]
+
+
+def test_a_sink_errors_exit_code_follows_its_cause() -> None:
+    from ops.write import _sink_error, sink_failure_retryable
+
+    for text in PERMANENT_WRITE_FAILURES:
+        err = _sink_error("sink parquet path '/out': cannot write batch", RuntimeError(text))
+        assert not err.retryable and exit_code_for(err) == EXIT_CONFIG, text
+    for text in TRANSIENT_WRITE_FAILURES:
+        err = _sink_error("sink parquet path '/out': cannot write batch", RuntimeError(text))
+        assert err.retryable and exit_code_for(err) == EXIT_FAILED, text
+    # The buried cause counts, and so do deterministic exception types.
+    try:
+        try:
+            raise PermissionError(13, "Permission denied")
+        except PermissionError as inner:
+            raise RuntimeError("An error occurred while calling o81.save") from inner
+    except RuntimeError as outer:
+        assert not sink_failure_retryable(outer)
+    assert not sink_failure_retryable(TypeError("unsupported operand"))
+    assert not sink_failure_retryable(
+        RuntimeError("Traceback ...\n  File x\nTypeError: unsupported operand type(s)")
+    )
+    assert sink_failure_retryable(ConnectionResetError(104, "Connection reset by peer"))

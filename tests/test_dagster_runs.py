@@ -251,8 +251,98 @@ def test_leases_of_a_failed_run_are_taken_over_without_waiting_for_expiry(
     assert set(_materializations(result)) == {"0", "1", "2", "3"}
     owners = env["store"].list_ownership()
     assert all(o.owner_id != dead for o in owners.values())
+    # The takeovers are in the run's event log, each naming the hub, partition and owners.
+    took = [m for m in _log_lines(dagster_instance, result.run_id) if m.startswith("took hub=")]
+    assert len(took) == 4 and all(
+        f"owner={result.run_id} from={dead} reason=owner-ended" in m for m in took
+    ), took
     per, total, distinct = _sink_counts(env["spark"], env["sink"])
     assert per == sent and total == distinct == sum(sent.values())
+
+
+def _log_lines(instance: dg.DagsterInstance, run_id: str, level: int | None = None) -> list[str]:
+    """The messages the run logged through ``context.log`` (at ``level``, if given)."""
+    return [
+        e.user_message
+        for e in instance.all_logs(run_id)
+        if e.dagster_event is None and (level is None or e.level == level)
+    ]
+
+
+@pytest.mark.timeout(420)
+def test_a_takeover_from_an_expired_owner_is_in_the_event_log_and_its_replay_in_the_metadata(
+    env: dict[str, Any], dagster_instance: dg.DagsterInstance
+) -> None:
+    """A process that is no Dagster run (a CLI on another host) died holding partition 1 with a
+    recorded intent: the run waits for its lease to expire, takes it over, says so in the event
+    log (warning level), replays the pending range and marks the replay on the materialization.
+    """
+    import logging
+
+    sent = _fill(env["hub"])
+    crashed = "cli-host-4242-crashed"
+    store: PartitionStore = env["store"]
+    held = store.claim("1", crashed, None)
+    assert held is not None
+    store.record_intent(held, 0, 4)
+    defs = env["defs"](lease_expiry_seconds=15)
+    result = dg.materialize(
+        list(defs.assets or []),  # type: ignore[arg-type]
+        resources=defs.resources,
+        instance=dagster_instance,
+        partition_key="1",
+        raise_on_error=False,
+    )
+    assert result.success
+    hub = env["hub"].settings().hub_ref().describe()
+    warnings = _log_lines(dagster_instance, result.run_id, logging.WARNING)
+    took = [m for m in warnings if m.startswith("took hub=")]
+    assert len(took) == 1, warnings
+    assert took[0].startswith(
+        f"took hub={hub} partition=1 owner={result.run_id} from={crashed} reason=expired ("
+    )
+    assert took[0].endswith(f"its pending range [0, 4] (left by {crashed}) is replayed")
+    md = _materializations(result)["1"].metadata
+    assert md["replay"].value == f"pending range 0..4 left by {crashed}"
+    assert md["events"].value == sent["1"]  # the replayed range and the rest, once
+    per, total, distinct = _sink_counts(env["spark"], env["sink"])
+    assert per == {"1": sent["1"]} and total == distinct == sent["1"]
+
+
+@pytest.mark.timeout(420)
+def test_a_store_unreachable_after_load_is_retried_by_the_retry_policy(
+    make_eventhub: Callable[..., Any],
+    dagster_instance: dg.DagsterInstance,
+    container_name: str,
+    tmp_path: Path,
+    spark: Any,
+    ingest_defs: Callable[..., dg.Definitions],
+) -> None:
+    """Definitions load (nothing is asked of the store then); the run meets a closed port: a
+    retryable StoreUnavailableError, raised as is, so Dagster retries it (STEP_UP_FOR_RETRY)
+    until the policy gives up, and no attempt claims or writes anything."""
+    from emulator import azurite as services
+
+    hub = make_eventhub(partitions=1)
+    hub.send("0", [b"x"] * 3)
+    closed = StoreSettings(
+        container=container_name,
+        connection_string=services.azurite_connection_string(services.free_port()),
+    )
+    defs = ingest_defs(hub.settings(), closed, str(tmp_path / "sink"), ["0"])
+    result = _run(defs, dagster_instance, partition_key="0")
+    assert not result.success
+    types = [e.event_type_value for e in result.all_events]
+    assert types.count("STEP_UP_FOR_RETRY") == FAST_RETRY.max_retries, types
+    (failure,) = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    error = failure.step_failure_data.error  # type: ignore[union-attr]
+    chain = []  # Dagster's RetryRequestedFromPolicy, caused by what the asset raised
+    while error is not None:
+        chain.append(error)
+        error = error.cause or error.context
+    (ours,) = [e for e in chain if e.cls_name == "StoreUnavailableError"]
+    assert "did not answer" in ours.message and services.AZURITE_KEY not in ours.message
+    assert _materializations(result) == {} and not (tmp_path / "sink").exists()
 
 
 def test_leases_of_a_live_run_are_not_taken_before_expiry(
@@ -306,6 +396,13 @@ CLI = [
 ]
 
 
+#: How long each `dagster asset materialize` process may take: a cold Spark start alone took
+#: 240 s when the CI tiers ran beside each other on 2 cores.
+CLI_RUN_SECONDS = 480
+
+
+# The processes' budget, plus the session's cold Spark start (setup counts) and the checks.
+@pytest.mark.timeout(CLI_RUN_SECONDS + 420)
 def test_two_concurrent_cli_runs_over_the_same_keys_land_each_event_once(
     make_eventhub: Callable[..., Any],
     azurite_connection_string: str,
@@ -336,7 +433,15 @@ def test_two_concurrent_cli_runs_over_the_same_keys_land_each_event_once(
         )
         for _ in range(2)
     ]
-    outputs = [p.communicate(timeout=480)[0] for p in procs]
+    # One deadline for both (they run side by side), and never a process left behind.
+    deadline = time.monotonic() + CLI_RUN_SECONDS
+    try:
+        outputs = [p.communicate(timeout=max(1.0, deadline - time.monotonic()))[0] for p in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
     for proc, output in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, output[-4000:]
         assert "RUN_SUCCESS" in output
@@ -411,8 +516,13 @@ def test_lag_sensor_reports_the_check_without_a_run(
     assert md["partition_ids_over_threshold"].value == "partition ids 0, 1, 2, 3"
 
 
+#: The slow test's budget for its two processes, from the late run's start to both ends.
+SHARE_TEST_SECONDS = 780
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+# The processes' budget, plus the session's cold Spark start (setup counts) and the checks.
+@pytest.mark.timeout(SHARE_TEST_SECONDS + 420)
 def test_a_run_leaves_a_starting_run_its_share_of_a_small_backlog(
     make_eventhub: Callable[..., Any],
     azurite_connection_string: str,
@@ -445,17 +555,19 @@ def test_a_run_leaves_a_starting_run_its_share_of_a_small_backlog(
     # takes 10-40 s) and while the first still reads its share (its readers are slowed 40 s).
     late = spawn("late", {"EHINGEST_PAUSE": "before_join:45"})
     first: subprocess.Popen | None = None
+    # One deadline for every wait: their sum stays inside the test's timeout.
+    deadline = time.monotonic() + SHARE_TEST_SECONDS
     try:
         # The late run is in its asset body (it logged "ingesting"), paused before joining.
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
+        ingesting_by = min(time.monotonic() + 300, deadline)
+        while time.monotonic() < ingesting_by:
             assert late.poll() is None, (tmp_path / "late.log").read_text()[-3000:]
             if " ingesting " in (tmp_path / "late.log").read_text():
                 break
             time.sleep(0.5)
         first = spawn("first", {"EHINGEST_SLOW_READ_SECONDS": "40"})
-        first.wait(600)
-        late.wait(600)
+        first.wait(max(1.0, deadline - time.monotonic()))
+        late.wait(max(1.0, deadline - time.monotonic()))
     finally:
         for proc in (late, first):
             if proc is not None and proc.poll() is None:

@@ -185,6 +185,44 @@ def test_missing_hub_and_unknown_consumer_group_are_configuration_errors_before_
     assert "does not exist" in done.stderr and "Traceback" not in done.stderr
 
 
+def test_a_wrong_sas_key_is_a_configuration_error_before_any_claim(
+    make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
+) -> None:
+    """The emulator checks SAS signatures as Event Hubs does: a wrong key is refused (401)."""
+    import re
+
+    from ops.run import IngestConfig, run_ingestion
+    from resources.errors import ConfigurationError
+    from resources.settings import EventHubSettings, SinkSettings, StoreSettings
+
+    hub = make_eventhub(partitions=2)
+    wrong_key = "d3Jvbmcta2V5LW5vdC10aGlzLW9uZQ=="
+    conn = re.sub(r"SharedAccessKey=[^;]*", f"SharedAccessKey={wrong_key}", hub.connection_string)
+    assert conn != hub.connection_string
+    store = StoreSettings(container=container_name, connection_string=azurite_connection_string)
+    cfg = IngestConfig(
+        eventhub=EventHubSettings(eventhub_name=hub.name, connection_string=conn),
+        store=store,
+        sink=SinkSettings(path=str(tmp_path / "out")),
+    )
+    with pytest.raises(ConfigurationError) as err:
+        run_ingestion(cfg, None, owner_id="x")
+    message = str(err.value)
+    assert not err.value.retryable
+    assert f"Event Hubs {hub.settings().namespace}/{hub.name} refused the credential" in message
+    assert "HTTP 401" in message and "InvalidSignature" in message  # what is wrong
+    assert "SharedAccessKey must be its current key" in message  # what to do
+    assert wrong_key not in message and "SAS_KEY_VALUE" not in message
+    assert store.backend().list("") == []  # no heartbeat, claim or intent was written
+    # Through the CLI: exit 2 (retrying cannot help), one line, no traceback, no secret.
+    env = {"EH_CONN": conn, "ST_CONN": azurite_connection_string}
+    done = ehingest("run", "--config", str(write_config(tmp_path, hub, container_name)), env=env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "refused the credential" in done.stderr and "Retrying cannot help" in done.stderr
+    assert "Traceback" not in done.stderr and wrong_key not in done.stdout + done.stderr
+    assert store.backend().list("") == []
+
+
 class Crash(BaseException):
     """A simulated process death (no ``except Exception`` swallows it)."""
 

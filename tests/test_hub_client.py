@@ -1,5 +1,6 @@
 """The one management client's pure parts: partition id order, what properties become, and
-the async twin's answers and errors (over a fake ``aio`` client)."""
+the async twin's answers and errors (over a fake ``aio`` client), and how SDK errors are
+classified."""
 
 from __future__ import annotations
 
@@ -154,3 +155,83 @@ def test_async_snapshot_errors_are_the_sync_clients(
         asyncio.run(client.asnapshot())
     assert str(err.value) == message
     assert str(client._unavailable("reading the hub's properties", error)) == message
+
+
+SECRET = "c2VjcmV0LWtleQ=="
+
+
+def _sync_client(credential: str = "connection_string") -> EventHubClient:
+    if credential == "connection_string":
+        conn = (
+            "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=k;"
+            f"SharedAccessKey={SECRET}"
+        )
+        return EventHubClient(EventHubSettings(eventhub_name="hub", connection_string=conn))
+    return EventHubClient(
+        EventHubSettings(
+            eventhub_name="hub",
+            fully_qualified_namespace="ns.servicebus.windows.net",
+            credential_type="default_azure_credential",
+        )
+    )
+
+
+def _raised_from(outer: Exception, inner: Exception) -> Exception:
+    try:
+        try:
+            raise inner
+        except Exception as cause:
+            raise outer from cause
+    except Exception as err:
+        return err
+
+
+def test_a_refused_credential_is_a_configuration_error_by_type_and_status() -> None:
+    """What the SDK raises when a credential is refused, as types and statuses, not only text."""
+    from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
+    from azure.eventhub.exceptions import AuthenticationError, EventHubError
+
+    forbidden = HttpResponseError(message="Forbidden")
+    forbidden.status_code = 403
+    refusals = {
+        # A wrong SAS key: the CBS handshake answers 401 (what the emulator and Azure say).
+        "HTTP 401 AuthenticationError: InvalidSignature: The token has an invalid signature.": (
+            AuthenticationError(
+                "CBS Token authentication failed.\nStatus code: 401\nDescription: "
+                "InvalidSignature: The token has an invalid signature. TrackingId:abc"
+            )
+        ),
+        # An SDK authentication error without any status or known text: refused by its type.
+        "AuthenticationError: Management authentication failed.": AuthenticationError(
+            "Management authentication failed."
+        ),
+        # No token at all (DefaultAzureCredential with nothing set up), wrapped by the SDK.
+        "EventHubError: DefaultAzureCredential failed to retrieve a token": _raised_from(
+            EventHubError("DefaultAzureCredential failed to retrieve a token"),
+            ClientAuthenticationError("DefaultAzureCredential failed to retrieve a token"),
+        ),
+        "HTTP 403 HttpResponseError: Forbidden": forbidden,
+    }
+    for expected, exc in refusals.items():
+        for credential in ("connection_string", "default_azure_credential"):
+            err = _sync_client(credential)._unavailable("reading the hub's properties", exc)
+            assert isinstance(err, ConfigurationError) and not err.retryable, (expected, err)
+            msg = str(err)
+            assert "refused the credential" in msg and expected in msg, msg
+            assert "Retrying cannot help" in msg and SECRET not in msg
+            if credential == "connection_string":
+                assert "SharedAccessKeyName" in msg and "SharedAccessKey must be" in msg
+            else:
+                assert "'Azure Event Hubs Data Receiver' role" in msg
+
+
+def test_an_authentication_timeout_or_5xx_stays_retryable() -> None:
+    from azure.eventhub.exceptions import AuthenticationError
+
+    for exc in (
+        AuthenticationError("Authorization timeout."),
+        AuthenticationError("CBS Token authentication failed.\nStatus code: 503\nDescription: x"),
+        ConnectionRefusedError(111, "Connection refused"),
+    ):
+        err = _sync_client()._unavailable("reading the hub's properties", exc)
+        assert isinstance(err, EventHubUnavailableError) and err.retryable, exc

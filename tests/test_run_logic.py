@@ -580,6 +580,36 @@ def test_lease_keeper_sends_lost_lease_warnings_to_the_run_log() -> None:
     assert "lease lost" in lines[0] and "partition=0" in lines[0] and "owner=run-a" in lines[0]
 
 
+def test_a_failing_owner_heartbeat_is_said_in_the_run_log() -> None:
+    """Peers judge liveness by the heartbeat: its failures reach ``warn`` too, naming the hub,
+    the partitions held and the owner, never the store's secret."""
+    import time as _time
+
+    from ops.lease import LeaseKeeper
+    from resources.errors import StoreUnavailableError
+    from resources.store import PartitionStore
+
+    store = PartitionStore(InMemoryBackend(), HUB)
+    own = store.claim("0", "run-a", None)
+    assert own is not None
+    lines: list[str] = []
+
+    def heartbeat() -> None:
+        raise StoreUnavailableError("Blob Storage did not answer (AccountKey=c2VjcmV0)")
+
+    with LeaseKeeper(store, "run-a", interval=0.02, on_tick=heartbeat, warn=lines.append) as k:
+        k.hold([own])
+        deadline = _time.monotonic() + 10
+        while not lines and _time.monotonic() < deadline:
+            _time.sleep(0.01)
+    assert lines, "no heartbeat warning reached the run log"
+    assert lines[0].startswith(
+        f"owner heartbeat failed hub={HUB.describe()} partitions=['0'] owner=run-a: "
+        "StoreUnavailableError: "
+    )
+    assert "c2VjcmV0" not in lines[0]
+
+
 def test_progress_at_snapshot_during_the_read_and_after_each_checkpoint() -> None:
     """The progress hook sees the plan, ticks while the (slow) read runs, then the landing."""
     import time as _time

@@ -141,6 +141,7 @@ def test_crash_mid_write_then_rewrite_is_exactly_once(
     with pytest.raises(SinkError) as err:
         write_batch(good.withColumn("body", boom), sink, ranges)
     assert "crash" in str(err.value) and "cannot write batch" in str(err.value)
+    assert err.value.retryable  # a task that died mid-write: the next attempt may pass
     # The crashed attempt is invisible: the committed batch is intact, once.
     assert keys(read_sink(spark, sink)) == expected(ranges)
     write_batch(good, sink, ranges)
@@ -190,6 +191,7 @@ def test_unwritable_path_is_a_sink_error(spark: SparkSession, tmp_path: Path, ki
     msg = str(err.value)
     assert str(blocker / "events") in msg
     assert "writable" in msg
+    assert not err.value.retryable  # a bad path stays bad: fail at once (CLI exit 2)
 
 
 def test_an_unknown_data_source_class_is_found_before_writing(spark: SparkSession) -> None:
@@ -212,8 +214,9 @@ def test_unknown_spark_format_is_a_sink_error(spark: SparkSession, tmp_path: Pat
         SinkSettings(format="parqet", path=str(tmp_path / "x"))
     # ... a data source class Spark does not have fails at the write, naming it.
     sink = SinkSettings(format="com.example.NoSuchSource", path=str(tmp_path / "x"))
-    with pytest.raises(SinkError, match=r"com\.example\.NoSuchSource"):
+    with pytest.raises(SinkError, match=r"com\.example\.NoSuchSource") as err:
         write_batch(events(spark, {"0": (0, 3)}), sink, {"0": (0, 3)})
+    assert not err.value.retryable
 
 
 def test_bad_sink_settings(spark: SparkSession, tmp_path: Path) -> None:
@@ -235,8 +238,9 @@ def test_bad_sink_settings(spark: SparkSession, tmp_path: Path) -> None:
 def test_existing_foreign_table_is_refused(spark: SparkSession) -> None:
     name = f"foreign_{uuid.uuid4().hex[:8]}"
     spark.range(3).write.saveAsTable(name)
-    with pytest.raises(SinkError, match="without the 'eh_batch' partition column"):
+    with pytest.raises(SinkError, match="without the 'eh_batch' partition column") as err:
         write_batch(events(spark, {"0": (0, 3)}), SinkSettings(table=name), {"0": (0, 3)})
+    assert not err.value.retryable
 
 
 def test_deltalake_table_is_a_readable_delta_table(spark: SparkSession, tmp_path: Path) -> None:

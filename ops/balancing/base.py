@@ -8,13 +8,37 @@ strategy property-testable without I/O and lets the simulator run the exact same
 
 from __future__ import annotations
 
+import logging
 import random
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-__all__ = ["BalanceView", "BalancingStrategy", "Claim"]
+__all__ = ["BalanceView", "BalancingStrategy", "Claim", "RunLog", "log_line"]
+
+
+class RunLog(Protocol):
+    """Where the lines a run's user watches also go: Dagster's ``context.log`` inside an asset,
+    an Airflow task's logger; balancing never imports either, the run passes one in."""
+
+    def info(self, msg: str) -> None: ...
+
+    def warning(self, msg: str) -> None: ...
+
+
+def log_line(logger: logging.Logger, run_log: RunLog | None, level: int, msg: str) -> None:
+    """``msg`` to this module's ``logger`` and, when given, to ``run_log`` at the same level.
+
+    A failing ``run_log`` never stops a claim or a takeover: the line is in ``logger`` anyway.
+    """
+    logger.log(level, msg, stacklevel=2)  # the record names the caller, not this helper
+    if run_log is None:
+        return
+    try:
+        (run_log.warning if level >= logging.WARNING else run_log.info)(msg)
+    except Exception:
+        logger.debug("run log failed", exc_info=True)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from ops.balancing.base import BalanceView, BalancingStrategy, Claim
+from ops.balancing.base import BalanceView, BalancingStrategy, Claim, RunLog, log_line
 from ops.balancing.liveness import (
     DeathCheck,
     Heartbeat,
@@ -67,6 +67,8 @@ class CyclePlan:
     claims: list[Claim]
     heartbeat: Heartbeat | None = None
     dropped: list[Claim] = field(default_factory=list)
+    #: Where takeover and dropped-claim lines also go (the run's log), besides this module's.
+    run_log: RunLog | None = None
 
 
 def _dead_check(is_owner_dead: DeathCheck | None) -> Callable[[str], bool]:
@@ -162,11 +164,14 @@ def plan_claims(
     heartbeat: bool = True,
     heartbeats: Mapping[str, Heartbeat] | None = None,
     expected_peers: ExpectedPeers | None = None,
+    run_log: RunLog | None = None,
 ) -> CyclePlan:
     """Look at the store once, write this owner's heartbeat, and decide what to claim.
 
     ``heartbeats``: a listing the caller just made (saves one storage call).
     ``expected_peers``: owners about to join (see :func:`build_view`).
+    ``run_log``: also receives the dropped-claim line here and the takeover lines of
+    :func:`execute_claim` (e.g. Dagster's ``context.log``, so they show in the run's event log).
     """
     strategy = _resolve(strategy)
     if not owner_id:
@@ -210,16 +215,16 @@ def plan_claims(
         seen.add(claim.partition_id)
         claims.append(claim)
     if dropped:
-        logger.warning(
-            "hub=%s owner=%s strategy=%s: dropped %d claims on partitions %s (started by a live "
-            "peer, not a target, or duplicated)",
-            store.hub.describe(),
-            owner_id,
-            strategy.name,
-            len(dropped),
-            [c.partition_id for c in dropped],
+        log_line(
+            logger,
+            run_log,
+            logging.WARNING,
+            f"dropped claims hub={store.hub.describe()} "
+            f"partitions={[c.partition_id for c in dropped]} owner={owner_id} "
+            f"strategy={strategy.name}: {len(dropped)} proposed claim(s) not attempted (started "
+            "by a live peer, not a target, or duplicated)",
         )
-    return CyclePlan(owner_id, now, expiry, view, ownerships, claims, hb, dropped)
+    return CyclePlan(owner_id, now, expiry, view, ownerships, claims, hb, dropped, run_log)
 
 
 def execute_claim(store: PartitionStore, plan: CyclePlan, claim: Claim) -> Ownership | None:
@@ -227,15 +232,36 @@ def execute_claim(store: PartitionStore, plan: CyclePlan, claim: Claim) -> Owner
     previous = plan.ownerships.get(claim.partition_id)
     won = store.claim(claim.partition_id, plan.owner_id, previous)
     if won is not None and previous is not None and previous.owner_id not in ("", plan.owner_id):
-        logger.info(
-            "took hub=%s partition=%s owner=%s from=%s reason=%s",
-            store.hub.describe(),
-            claim.partition_id,
-            plan.owner_id,
-            previous.owner_id,
-            claim.reason,
+        level, reason = _takeover_reason(plan, previous, claim)
+        pending = previous.intent
+        log_line(
+            logger,
+            plan.run_log,
+            level,
+            f"took hub={store.hub.describe()} partition={claim.partition_id} "
+            f"owner={plan.owner_id} from={previous.owner_id} reason={reason}"
+            + (
+                f"; its pending range [{pending.start}, {pending.end}] (left by "
+                f"{pending.owner_id or 'unknown'}) is replayed"
+                if pending is not None
+                else ""
+            ),
         )
     return won
+
+
+def _takeover_reason(plan: CyclePlan, previous: Ownership, claim: Claim) -> tuple[int, str]:
+    """Log level and reason of taking ``previous``: an ended owner's lease is a warning, a
+    balancing steal from a live peer is routine."""
+    if previous.is_expired(plan.now, plan.expiry):
+        age = (plan.now - previous.last_modified).total_seconds()
+        return logging.WARNING, (
+            f"expired (not renewed for {age:.0f} s on the store clock, expiry "
+            f"{plan.expiry.total_seconds():g} s)"
+        )
+    if claim.reason == "free":  # held, unexpired, yet free: its owner is known dead
+        return logging.WARNING, "owner-ended (its run is known failed or canceled)"
+    return logging.INFO, claim.reason
 
 
 def finish_cycle(
@@ -287,6 +313,7 @@ def claim_cycle(
     join_grace: float = 1.0,
     sleep: Callable[[float], None] = time.sleep,
     expected_peers: ExpectedPeers | None = None,
+    run_log: RunLog | None = None,
 ) -> dict[str, Ownership]:
     """One balancing cycle for ``owner_id``; returns what it holds now among ``targets``.
 
@@ -296,7 +323,8 @@ def claim_cycle(
     own yet) it writes its heartbeat and waits ``join_grace`` seconds before looking, so runs
     started together see each other and split the partitions in one claim phase instead of
     each claiming everything. The returned :class:`Ownership` s carry the ETags
-    to use for the next CAS (record_intent, checkpoint, release).
+    to use for the next CAS (record_intent, checkpoint, release). Takeovers and dropped claims
+    are logged here and, when given, to ``run_log`` (the run's own log).
 
     Example::
 
@@ -318,6 +346,7 @@ def claim_cycle(
         rng=rng,
         heartbeats=heartbeats,
         expected_peers=expected_peers,
+        run_log=run_log,
     )
     won: dict[str, Ownership] = {}
     start, slept = time.monotonic(), 0.0

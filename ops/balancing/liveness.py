@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from ops.balancing.base import RunLog, log_line
 from resources.errors import ConfigurationError, DuplicateOwnerError
 from resources.store import INSTANCE_KEY, BlobRecord, PartitionStore
 
@@ -261,6 +262,7 @@ def take_owner_id(
     expiry: timedelta,
     poll_seconds: float = 0.5,
     sleep: Callable[[float], None] = time.sleep,
+    run_log: RunLog | None = None,
 ) -> Heartbeat:
     """Make this process the only live one running as ``owner_id``; before any claim.
 
@@ -271,7 +273,8 @@ def take_owner_id(
     while watched: :class:`DuplicateOwnerError`, nothing claimed or read. Unsure: watch
     every ``poll_seconds`` until one of the two, so the wait is bounded by ``expiry``. Then the
     heartbeat is written with this instance (CAS: of two processes starting at once, one wins,
-    the other sees it alive). ``store.instance`` must be ``me.token()``.
+    the other sees it alive). ``store.instance`` must be ``me.token()``. The watching and
+    takeover lines also go to ``run_log`` when given (the run's own log).
     """
     mine = me.token()
     name = _name(store, owner_id)
@@ -320,14 +323,14 @@ def take_owner_id(
         if unsure:
             if not announced:
                 token, left = unsure[0]
-                logger.warning(
-                    "hub=%s owner=%s: another process with this owner id (%s) wrote to the store "
-                    "recently; watching it for up to %.0f s: if it writes it is alive and this "
-                    "run stops, otherwise this run takes over",
-                    store.hub.describe(),
-                    owner_id,
-                    OwnerInstance.describe_token(token),
-                    left,
+                log_line(
+                    logger,
+                    run_log,
+                    logging.WARNING,
+                    f"hub={store.hub.describe()} owner={owner_id}: another process with this "
+                    f"owner id ({OwnerInstance.describe_token(token)}) wrote to the store "
+                    f"recently; watching it for up to {left:.0f} s: if it writes it is alive "
+                    "and this run stops, otherwise this run takes over",
                 )
                 announced = True
             sleep(min(poll_seconds, max(left for _, left in unsure)))
@@ -339,13 +342,19 @@ def take_owner_id(
         if written is None:
             continue  # another process wrote it meanwhile: judge it
         for own in leases:
-            logger.warning(
-                "hub=%s partition=%s owner=%s: taking over from an ended process with this owner "
-                "id (%s)",
-                store.hub.describe(),
-                own.partition_id,
-                owner_id,
-                OwnerInstance.describe_token(own.instance),
+            pending = own.intent
+            log_line(
+                logger,
+                run_log,
+                logging.WARNING,
+                f"hub={store.hub.describe()} partition={own.partition_id} owner={owner_id}: "
+                "taking over from an ended process with this owner id "
+                f"({OwnerInstance.describe_token(own.instance)})"
+                + (
+                    f"; its pending range [{pending.start}, {pending.end}] is replayed"
+                    if pending is not None
+                    else ""
+                ),
             )
             store.release(own)  # its intent stays: whoever claims it next replays it
         return _parse(written)
