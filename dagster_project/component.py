@@ -160,12 +160,12 @@ class _KeyChecked:
                 base.__name__,
                 __base__=base,
                 __validators__={
-                    "_did_you_mean": model_validator(mode="wrap")(set_aside)  # type: ignore[dict-item]
+                    "_did_you_mean": model_validator(mode="wrap")(set_aside)  # type: ignore[arg-type,dict-item]
                 },
                 _unknown_keys=(dict[str, Any], PrivateAttr(default_factory=dict)),
             )
             # Dagster records each YAML key's file and line on the attribute of that name.
-            derived.__getattr__ = _unknown_key_attribute  # type: ignore[method-assign]
+            setattr(derived, "__getattr__", _unknown_key_attribute)  # noqa: B010
             _KEY_CHECKED[cls] = derived
         return _KEY_CHECKED[cls]
 
@@ -176,7 +176,7 @@ def _unknown_key_attribute(self: BaseModel, name: str) -> Any:
     unknown = private.get("_unknown_keys") or {}
     if name in unknown:
         return unknown[name]
-    return BaseModel.__getattr__(self, name)  # type: ignore[misc]
+    return getattr(BaseModel, "__getattr__")(self, name)  # noqa: B009 (pydantic's, not typed)
 
 
 def _shown_keys(model: type[BaseModel]) -> list[str]:
