@@ -40,14 +40,6 @@ def default_owner_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
-def _fmt(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.1f}"
-    return str(value)
-
-
 def exit_code_for(exc: BaseException) -> int:
     """The exit code for an error: 3 if retrying may help (``retryable``), else 2."""
     if isinstance(exc, EventHubIngestError):
@@ -128,7 +120,7 @@ class ProgressPrinter:
 def format_report(report: object) -> str:
     """The run summary as a plain-text table (one row per target partition)."""
     from ops.run import RunReport
-    from ops.text import format_table
+    from ops.text import format_cell, format_table
 
     assert isinstance(report, RunReport)
     header = (
@@ -161,10 +153,10 @@ def format_report(report: object) -> str:
                 str(r.events),
                 str(r.bytes),
                 span,
-                _fmt(r.checkpoint_sequence_number),
-                _fmt(r.snapshot_end_sequence_number),
-                _fmt(r.lag_events),
-                _fmt(r.lag_seconds),
+                format_cell(r.checkpoint_sequence_number),
+                format_cell(r.snapshot_end_sequence_number),
+                format_cell(r.lag_events),
+                format_cell(r.lag_seconds),
                 ",".join(r.read_by) or "-",
                 status,
             )

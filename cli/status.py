@@ -8,18 +8,10 @@ import sys
 import click
 
 from cli.options import config_option, partition_option
-from ops.text import format_table
+from ops.text import format_cell, format_table
 from resources.errors import ConfigurationError, EventHubIngestError, RangeError
 
 __all__ = ["status"]
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.1f}"
-    return str(value)
 
 
 @click.command("status")
@@ -74,10 +66,10 @@ def status(config_path: str, as_json: bool, partitions: tuple[str, ...]) -> None
             (
                 r.partition_id,
                 owner,
-                _cell(r.checkpoint),
-                _cell(r.last_enqueued_sequence_number),
-                _cell(r.lag_events),
-                _cell(r.lag_seconds),
+                format_cell(r.checkpoint),
+                format_cell(r.last_enqueued_sequence_number),
+                format_cell(r.lag_events),
+                format_cell(r.lag_seconds),
                 intent,
                 "AHEAD OF HUB" if r.problem else "-",
             )

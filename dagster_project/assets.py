@@ -171,8 +171,9 @@ class IngestRunConfig(dg.Config):
     )
     max_events_per_partition: int | None = Field(
         default=None,
-        description="Override the asset's bound on events read per partition in this run "
-        "(>= 1; unset keeps the asset's).",
+        description="This run only: "
+        + str(RunOptions.model_fields["max_events_per_partition"].description)
+        + " Unset keeps the asset's.",
     )
 
     def replay_spec(self, partition_keys: Sequence[str]) -> ReplaySpec | None:

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-__all__ = ["format_table"]
+__all__ = ["format_cell", "format_table"]
+
+
+def format_cell(value: object) -> str:
+    """A table cell: ``-`` for nothing, floats to one decimal, anything else as ``str``."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    return str(value)
 
 
 def format_table(

@@ -49,3 +49,22 @@ def test_example_config_runs_end_to_end(
         "partition=0",
         "partition=1",
     }
+
+
+def test_example_config_shows_every_key() -> None:
+    """The file says it shows every key: each one of the model is there, set or commented."""
+    import re
+
+    from cli.config import CliSpec
+    from resources.config import EventHubConfig, SinkConfig, SparkConfig, StoreConfig
+
+    shown = set(re.findall(r"^[\s#]*([a-z_]+):", EXAMPLE.read_text(), flags=re.M))
+    wanted = {
+        "top": set(CliSpec.model_fields),
+        "eventhub": set(EventHubConfig.model_fields),
+        "store": set(StoreConfig.model_fields),
+        "sink": set(SinkConfig.model_fields),
+        "spark": set(SparkConfig.model_fields),
+    }
+    missing = {where: sorted(keys - shown) for where, keys in wanted.items() if keys - shown}
+    assert not missing, f"docs/example-config.yaml lacks {missing}"
