@@ -38,6 +38,9 @@ APP_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
 }
+# Test runs (scripts/test.sh) start short-lived JVMs with cheaper JIT and GC settings.
+if os.environ.get("EHINGEST_TEST_JAVA_OPTS"):
+    APP_CONF["spark.executor.extraJavaOptions"] = os.environ["EHINGEST_TEST_JAVA_OPTS"]
 # Executors need none of these; Spark ships pyspark/py4j to its Python workers itself.
 _PRUNED = ("pyspark", "dagster", "dagster-pyspark", "dagster-dg-cli", "dagster-webserver")
 

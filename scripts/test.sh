@@ -15,6 +15,13 @@ T0=$(date +%s)
 since() { echo "$(( $(date +%s) - $1 ))s"; }
 source scripts/_bootstrap.sh
 echo "== bootstrap done in $(since "$T0")"
+# Test JVMs live for seconds to minutes and CI is CPU-bound on 2 cores: the C1 compiler alone
+# and the serial collector cut a local Spark session's CPU by ~40% (a session, a 200k-row write
+# and a read: 23-25 s -> 14-16 s of CPU). Drivers and Connect servers (spark-submit), cluster
+# daemons and, through emulator/spark_cluster.py, executors get them; benchmarks do not.
+export EHINGEST_TEST_JAVA_OPTS="${EHINGEST_TEST_JAVA_OPTS--XX:TieredStopAtLevel=1 -XX:+UseSerialGC}"
+export SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:-$EHINGEST_TEST_JAVA_OPTS}"
+export SPARK_DAEMON_JAVA_OPTS="${SPARK_DAEMON_JAVA_OPTS:-$EHINGEST_TEST_JAVA_OPTS}"
 
 if [ $# -eq 0 ]; then TIERS=${TIERS:-all}; else TIERS=${TIERS:-none}; fi
 TIER_LOGS=${TIER_LOGS:-$(mktemp -d -t ehingest-tiers.XXXXXX)}
@@ -69,11 +76,11 @@ start_tier mypy uv run --frozen mypy
 # The full main run is split over $PYTEST_WORKERS pytest-xdist workers (each with its own
 # Azurite, emulator and SparkSession; tests isolate by uuid-named hubs, containers and tmp
 # dirs): many of its tests wait on subprocesses, Spark jobs and services, and once the tiers end
-# one serial pytest leaves a core idle. PYTEST_WORKERS=0 runs it serially. Narrowed runs (args)
+# one serial pytest leaves a core idle; 3 workers keep both cores busy while one waits. PYTEST_WORKERS=0 runs it serially. Narrowed runs (args)
 # stay serial unless they pass -n themselves.
 XDIST=()
-if [ $# -eq 0 ] && [ "${PYTEST_WORKERS:-2}" != 0 ]; then
-  XDIST=(-n "${PYTEST_WORKERS:-2}" --dist worksteal)
+if [ $# -eq 0 ] && [ "${PYTEST_WORKERS:-3}" != 0 ]; then
+  XDIST=(-n "${PYTEST_WORKERS:-3}" --dist worksteal)
 fi
 echo "== pytest ${XDIST[*]}"
 T=$(date +%s)
