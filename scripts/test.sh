@@ -76,8 +76,8 @@ start_tier mypy uv run --frozen mypy
 # The full main run is split over $PYTEST_WORKERS pytest-xdist workers (each with its own
 # Azurite, emulator and SparkSession; tests isolate by uuid-named hubs, containers and tmp
 # dirs): many of its tests wait on subprocesses, Spark jobs and services, and once the tiers end
-# one serial pytest leaves a core idle; 3 workers keep both cores busy while one waits. PYTEST_WORKERS=0 runs it serially. Narrowed runs (args)
-# stay serial unless they pass -n themselves.
+# one serial pytest leaves a core idle; 3 workers keep both cores busy while one waits.
+# PYTEST_WORKERS=0 runs it serially. Narrowed runs (args) stay serial unless they pass -n.
 XDIST=()
 if [ $# -eq 0 ] && [ "${PYTEST_WORKERS:-3}" != 0 ]; then
   XDIST=(-n "${PYTEST_WORKERS:-3}" --dist worksteal)
