@@ -1,8 +1,9 @@
 """What a materialization of the ingestion asset says: Dagster's standard keys beside ours.
 
 Standard keys (Dagster's ``TableMetadataSet`` / ``UriMetadataSet``) let the UI and other tools
-read a batch without knowing this project: ``dagster/partition_row_count`` (rows of the batch
-this run landed in the partition), ``dagster/uri`` (the sink's path or URI),
+read a batch without knowing this project: ``dagster/partition_row_count`` (the rows the sink
+holds for the partition: every event landed so far, counted at each checkpoint; absent when
+unknown), ``dagster/uri`` (the sink's path or URI),
 ``dagster/table_name`` (table sinks) and ``dagster/column_schema`` (the fixed ``eventhubs``
 schema plus the batch-key column). Our own keys stay numeric where Dagster plots them:
 ``events``, ``bytes``, ``lag_events`` and ``lag_seconds`` (whole seconds).
@@ -105,8 +106,10 @@ def partition_metadata(
     """
     md: dict[str, dg.MetadataValue] = {}
     wrote = report.events > 0 or report.bytes > 0
+    if report.landed_total is not None:
+        # Dagster's meaning: the rows of the partition (the sink's), not of this batch.
+        md["dagster/partition_row_count"] = dg.MetadataValue.int(report.landed_total)
     if wrote:
-        md["dagster/partition_row_count"] = dg.MetadataValue.int(report.events)
         md["events"] = dg.MetadataValue.int(report.events)
         md["bytes"] = dg.MetadataValue.int(report.bytes)
     if output_location:

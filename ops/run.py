@@ -178,6 +178,9 @@ class PartitionReport:
     last_enqueued_sequence_number: int | None = None
     ranges_written: list[SeqRange] = field(default_factory=list)
     replayed_intents: list[tuple[int, int, str]] = field(default_factory=list)
+    #: Events landed in the sink for the partition in all (the checkpoint's ``landed``); None
+    #: when unknown.
+    landed_total: int | None = None
 
     def add(self, result: PartitionWriteStats, owner_id: str) -> None:
         """Fold one written range into the report."""
@@ -682,8 +685,9 @@ class Processor:
             else:
                 continue
             fault_point("during_checkpoint")
+            landed = results[pid].events if pid in results else 0
             try:
-                keeper.apply(pid, self._checkpointer(end, offset))
+                keeper.apply(pid, self._checkpointer(end, offset, landed))
             except (OwnershipLostError, CheckpointRegressionError) as exc:
                 # The new owner replays the same intent into the same output; nothing to undo.
                 self.log.warning(
@@ -713,8 +717,12 @@ class Processor:
                 f"{results[pid].events if pid in results else 0} checkpoint={end}"
             )
 
-    def _checkpointer(self, end: int, offset: str | None) -> Callable[[Ownership], Ownership]:
-        return lambda own: self.store.checkpoint(own, end, offset, hub_created_ms=self._hub_created)
+    def _checkpointer(
+        self, end: int, offset: str | None, landed: int
+    ) -> Callable[[Ownership], Ownership]:
+        return lambda own: self.store.checkpoint(
+            own, end, offset, hub_created_ms=self._hub_created, landed_events=landed
+        )
 
     def _check_intent_layout(self, pid: str, own: Ownership) -> None:
         """A pending intent is replayed into the sink layout it was written with, or refused.
@@ -1010,6 +1018,7 @@ class Processor:
         for pid in targets:
             r, info, cp = reports[pid], infos[pid], cps.get(pid)
             r.checkpoint_sequence_number = cp.sequence_number if cp else None
+            r.landed_total = cp.landed if cp else None
             r.last_enqueued_sequence_number = info.last_enqueued_sequence_number
             lag = partition_lag(
                 info.begin_sequence_number,

@@ -20,10 +20,12 @@ Blob layout is the one ``azure-eventhub-checkpointstoreblob`` uses, lower-cased:
                   ehireset           (ours: why and when the checkpoint was last reset)
                   ehigeneration      (ours: the hub generation, set by a reset after the hub
                                       was re-created; part of every later batch key)
+                  ehilanded          (ours: events this project landed in the sink for the
+                                      partition, counted at each checkpoint; absent: unknown)
     {fully_qualified_namespace}/{eventhub}/{consumer_group}/checkpoint/{partition_id}
         metadata: sequencenumber, offset  (SDK keys, same meaning)
-                  ehihubcreated, ehireset, ehigeneration  (ours, as above; the SDK ignores
-                                                           them)
+                  ehihubcreated, ehireset, ehigeneration, ehilanded  (ours, as above; the
+                                                           SDK ignores them)
 
 Why the fenced copy lives on the ownership blob: Blob Storage has no multi-blob transaction, and
 the SDK's checkpoint blob only exists after a first checkpoint, so it cannot carry the fence.
@@ -72,6 +74,7 @@ OWN_OFFSET_KEY = "ehioffset"
 HUB_CREATED_KEY = "ehihubcreated"
 RESET_KEY = "ehireset"
 GENERATION_KEY = "ehigeneration"
+LANDED_KEY = "ehilanded"
 _OUR_KEYS = (
     EPOCH_KEY,
     INTENT_START_KEY,
@@ -84,6 +87,7 @@ _OUR_KEYS = (
     HUB_CREATED_KEY,
     RESET_KEY,
     GENERATION_KEY,
+    LANDED_KEY,
 )
 
 
@@ -166,6 +170,10 @@ class Checkpoint:
     hub_created_ms: int | None = field(default=None, compare=False)
     reset: str | None = field(default=None, compare=False)
     generation: int | None = field(default=None, compare=False)
+    #: Events this project landed in the sink for the partition up to this checkpoint (the
+    #: sink's row count for it); None when unknown (a checkpoint written by an SDK processor,
+    #: or by a version that did not count).
+    landed: int | None = field(default=None, compare=False)
 
 
 def generation_of(*checkpoints: Checkpoint | None) -> int | None:
@@ -305,6 +313,7 @@ class PartitionStore:
                 hub_created_ms=_int(record, HUB_CREATED_KEY),
                 reset=record.metadata.get(RESET_KEY) or None,
                 generation=_int(record, GENERATION_KEY),
+                landed=_int(record, LANDED_KEY),
             )
         return Ownership(
             partition_id=pid,
@@ -333,6 +342,7 @@ class PartitionStore:
             hub_created_ms=_int(record, HUB_CREATED_KEY),
             reset=record.metadata.get(RESET_KEY) or None,
             generation=_int(record, GENERATION_KEY),
+            landed=_int(record, LANDED_KEY),
         )
 
     def get_ownership(self, partition_id: str) -> Ownership | None:
@@ -506,8 +516,14 @@ class PartitionStore:
         offset: str | None,
         *,
         hub_created_ms: int | None = None,
+        landed_events: int | None = None,
     ) -> Ownership:
         """Move the checkpoint to ``sequence_number`` and clear a completed intent.
+
+        ``landed_events``: how many events the batch up to it landed in the sink; added to the
+        partition's landed count (``ehilanded``) in the same CAS, so the count moves exactly
+        once per batch; it is unknown (and stays so) when the previous checkpoint has none (one
+        written before counts were kept). None leaves the count as it is.
 
         Fenced: only the holder of ``own`` (current ETag) can do it, otherwise
         OwnershipLostError and nothing changes. Never backwards: CheckpointRegressionError.
@@ -543,6 +559,18 @@ class PartitionStore:
         )
         if generation is not None:
             changes[GENERATION_KEY] = str(generation)
+        # What this project landed so far: the fenced copy's count (an SDK processor moving
+        # the checkpoint lands nothing in this sink), else the SDK blob's (our mirror), else
+        # nothing yet.
+        if own.progress is not None:
+            landed = own.progress.landed
+        elif sdk_record is not None:
+            landed = self._parse_checkpoint(sdk_record).landed
+        else:
+            landed = 0
+        if landed_events is not None:
+            landed = None if landed is None else landed + landed_events
+            changes[LANDED_KEY] = None if landed is None else str(landed)
         if own.intent is not None and own.intent.end <= sequence_number:
             changes.update(
                 {
@@ -561,6 +589,7 @@ class PartitionStore:
                 offset,
                 hub_created_ms=hub_created_ms,
                 generation=generation,
+                landed=landed,
             ),
             sdk_record,
         )
@@ -589,9 +618,13 @@ class PartitionStore:
                 metadata[HUB_CREATED_KEY] = str(cp.hub_created_ms)
             if cp.generation is not None:
                 metadata[GENERATION_KEY] = str(cp.generation)
+            if cp.landed is not None:
+                metadata[LANDED_KEY] = str(cp.landed)
             if record is not None:
                 # Keep keys other tools may have added; the SDK keys keep their meaning.
                 metadata = {**record.metadata, **metadata}
+                if cp.landed is None:
+                    metadata.pop(LANDED_KEY, None)  # unknown now: never a stale count
             if self.backend.put(name, metadata, etag=record.etag if record else None) is not None:
                 return
         # The fenced copy on the ownership blob is authoritative; the mirror catches up next time.

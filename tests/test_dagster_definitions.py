@@ -561,8 +561,11 @@ def test_materialization_plan_one_point_per_batch_but_requested_partitions_done(
 
 
 def test_partition_metadata_has_standard_keys_and_no_zero_noise() -> None:
-    md = partition_metadata(_written("0", 5), output_location="/data/ev", replay=False)
-    assert md["dagster/partition_row_count"].value == 5
+    md = partition_metadata(
+        _written("0", 5, landed_total=25), output_location="/data/ev", replay=False
+    )
+    # Dagster's meaning: the rows the partition holds (all batches), beside this batch's.
+    assert md["dagster/partition_row_count"].value == 25 and md["events"].value == 5
     assert md["dagster/uri"].value == "/data/ev"
     assert isinstance(md["dagster/column_schema"].value, dg.TableSchema)
     names = [c.name for c in md["dagster/column_schema"].value.columns]
@@ -573,16 +576,13 @@ def test_partition_metadata_has_standard_keys_and_no_zero_noise() -> None:
     )
     assert table["dagster/table_name"].value == "db.ev" and "dagster/uri" not in table
     quiet = partition_metadata(
-        _written("1", 0, read_by=["run-b"]), output_location="/d", replay=False
+        _written("1", 0, read_by=["run-b"], landed_total=12), output_location="/d", replay=False
     )
-    assert not {
-        "events",
-        "bytes",
-        "lag_events",
-        "lag_seconds",
-        "dagster/partition_row_count",
-    } & set(quiet)
+    assert not {"events", "bytes", "lag_events", "lag_seconds"} & set(quiet)
+    assert quiet["dagster/partition_row_count"].value == 12  # the size, not a zero
     assert "read by run-b" in quiet["batch"].value
+    unknown = partition_metadata(_written("1", 4), output_location="/d", replay=False)
+    assert "dagster/partition_row_count" not in unknown and unknown["events"].value == 4
     took_over = partition_metadata(
         _written("2", 3, replayed_intents=[(10, 12, "run-dead")]),
         output_location="/d",

@@ -150,6 +150,8 @@ def test_range_materializes_every_requested_partition(
         "events" not in m.metadata and "lag_events" not in m.metadata for m in quiet.values()
     )
     assert all(m.metadata["batch"].value.startswith("none") for m in quiet.values())
+    # The partition's size, as Dagster means it, is still there (not a zero).
+    assert {p: m.metadata["dagster/partition_row_count"].value for p, m in quiet.items()} == sent
     assert _sink_counts(env["spark"], env["sink"])[1] == sum(sent.values())
     # A scheduled run (it carries the runner tag) with nothing new adds no data point at all.
     scheduled = _run(
@@ -172,9 +174,16 @@ def test_lag_check_passes_and_fails_when_it_should(
     assert not check.passed  # 20 sent, 5 read: lag 15 > 10
     assert check.metadata["max_lag_events"].value == 15
     assert {m.metadata["lag_events"].value for m in _materializations(first).values()} == {15}
+    assert {
+        m.metadata["dagster/partition_row_count"].value for m in _materializations(first).values()
+    } == {5}
     second = _run(defs, dagster_instance, tags=RANGE)
     (check,) = second.get_asset_check_evaluations()
     assert check.passed  # 10 read: lag 10 <= 10
+    # Each batch adds to the partition's size: 5 + 5 rows now.
+    assert {
+        m.metadata["dagster/partition_row_count"].value for m in _materializations(second).values()
+    } == {10}
     assert check.metadata["partition_ids_over_threshold"].value == "none"
 
 

@@ -203,6 +203,41 @@ def test_hub_generation_is_set_by_a_reset_and_carried_on_both_blobs(harness: Har
     assert fresh.list_sdk_checkpoints()["5"].generation == 2000
 
 
+def test_landed_count_moves_once_per_checkpoint_and_only_for_the_owner(harness: Harness) -> None:
+    """Each checkpoint adds its batch's events to the partition's landed count in the same CAS:
+    on both blobs, across owners, never for a zombie; a reset keeps it (the sink keeps its
+    rows); a checkpoint written without a count (an older version) leaves it unknown."""
+    store = harness.make_store()
+    own = store.claim("3", "owner-a", None)
+    assert own is not None
+    own = store.checkpoint(own, 9, "900", landed_events=10)
+    own = store.checkpoint(own, 14, "1400", landed_events=5)
+    assert own.progress is not None and own.progress.landed == 15
+    assert store.list_sdk_checkpoints()["3"].landed == 15
+    # A second owner takes over after expiry and adds its batch; the zombie cannot.
+    wait_out(harness)
+    other = harness.make_store()
+    taken = other.claim("3", "owner-b", other.get_ownership("3"))
+    assert taken is not None
+    taken = other.checkpoint(taken, 19, "1900", landed_events=5)
+    with pytest.raises(OwnershipLostError):
+        store.checkpoint(own, 24, "2400", landed_events=99)
+    assert other.list_checkpoints()["3"].landed == 20
+    # A checkpoint that lands nothing (None) keeps the count; a reset keeps it too.
+    taken = other.checkpoint(taken, 19, "1900")
+    taken = other.reset_checkpoint(taken, -1, "-1", "re-created", generation=7)
+    assert taken.progress is not None and taken.progress.landed == 20
+    assert other.list_sdk_checkpoints()["3"].landed == 20
+    # A partition checkpointed before counts were kept: unknown, and stays unknown.
+    legacy = harness.make_store()
+    old = legacy.claim("4", "owner-a", None)
+    assert old is not None
+    old = legacy.checkpoint(old, 9, "900")
+    old = legacy.checkpoint(old, 19, "1900", landed_events=10)
+    assert old.progress is not None and old.progress.landed is None
+    assert legacy.list_sdk_checkpoints()["4"].landed is None
+
+
 def test_checkpoint_never_moves_backwards(harness: Harness) -> None:
     store = harness.make_store()
     own = store.claim("0", "owner-a", None)
