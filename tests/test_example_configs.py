@@ -94,8 +94,9 @@ def test_documented_defs_yaml_runs_end_to_end(
     container and the sink folder change (and the schedule stays off); the credentials are
     the environment variables the block names."""
     import dagster as dg
+    from dagster.components.testing.utils import component_defs
 
-    from dagster_project.component import EventHubIngestComponent, component_defs
+    from dagster_project.component import EventHubIngestComponent
 
     blocks = _defs_yaml_blocks(doc)
     assert blocks, f"{doc} shows no defs.yaml"
