@@ -49,6 +49,10 @@ stop_group() {
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
+  # Stopping the services must not depend on the terminal: piped through `tee`, Ctrl-C ends
+  # the reader first and a write to the closed pipe would kill this script halfway.
+  trap '' PIPE
+  set +e
   echo
   echo "== stopping the services the demo started"
   [ -n "$DAGSTER_PID" ] && echo "   dagster dev (Ctrl-C / SIGINT to its process group)"
