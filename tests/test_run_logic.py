@@ -13,7 +13,7 @@ import pytest
 from ops.balancing import STRATEGIES, claim_cycle, get_strategy
 from ops.fault import FaultPlan
 from ops.hub import PartitionInfo
-from ops.plan import next_step, replay_ranges, snapshot_bound
+from ops.plan import cycle_size, next_step, replay_ranges, snapshot_bound
 from ops.run import IngestConfig, Processor, ReplaySpec
 from resources.errors import ConfigurationError, DataLossError, RangeError
 from resources.memory_store import InMemoryBackend
@@ -153,15 +153,23 @@ def test_cycle_cap_cuts_a_read_but_never_a_pending_intent() -> None:
     assert (replay.kind, replay.start, replay.end) == ("replay", 10, 80)  # replayed exactly
 
 
-def test_capped_cycles_checkpoint_in_batches() -> None:
+def test_capped_cycles_checkpoint_in_batches_that_grow_while_the_run_is_alone() -> None:
+    """Two cycles at the configured size (a peer that joins can claim its share between
+    them), then 4x, then 16x: a lone run over a big backlog is not one Spark job per 20k."""
     hub = FakeHub(2)
-    hub.send_all(45)
+    hub.send_all(1000)
     proc, _store, sink = make(hub, max_events_per_cycle=20)
     report = proc.run()
-    assert report.complete and report.cycles == 3
-    assert [c["0"] for c in sink.calls] == [(0, 19), (20, 39), (40, 44)]
-    assert report.partitions["0"].ranges_written == [(0, 19), (20, 39), (40, 44)]
+    assert report.complete and report.cycles == 6
+    want = [(0, 19), (20, 39), (40, 119), (120, 439), (440, 759), (760, 999)]
+    assert [c["0"] for c in sink.calls] == want
+    assert report.partitions["0"].ranges_written == want
     assert sink.rows() == sink.expected()
+
+
+def test_cycle_size_grows_only_while_alone() -> None:
+    assert [cycle_size(20, n) for n in range(1, 7)] == [20, 20, 80, 320, 320, 320]
+    assert cycle_size(20, 0) == 20 and cycle_size(None, 9) is None
 
 
 @pytest.mark.parametrize("strategy", ["balanced", "greedy"])

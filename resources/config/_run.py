@@ -100,7 +100,9 @@ class RunOptions(StrictModel):
         description="At most this many events per partition in one claim cycle (>= 1): a run "
         "checkpoints in batches of this size and releases its leases between them, so a "
         "concurrent run over the same partitions claims its share, and the landed count moves "
-        "at each batch. Unset reads a run's whole range in one cycle (one Spark job).",
+        "at each batch; a run alone (it claims every pending partition) grows its batches 4x, "
+        "then 16x, after two cycles. Unset reads a run's whole range in one cycle (one Spark "
+        "job).",
     )
     lease_expiry_seconds: float = Field(
         default=60.0,
