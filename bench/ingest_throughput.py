@@ -318,6 +318,7 @@ def mode_pipeline(
     join_grace: float | None = None,
     warm: bool = False,
     max_readers: int = 1,
+    cycle: str = "default",
     **_: Any,
 ) -> dict:
     """(c) run_ingestion: claim, intent, one eventhubs DataFrame, idempotent write, checkpoint.
@@ -335,7 +336,7 @@ def mode_pipeline(
 
     spark = _spark(parallelism)
     spark.range(1).count()  # JVM warm, as for (b)
-    extra: dict[str, Any] = {"max_readers_per_partition": max_readers}
+    extra: dict[str, Any] = {"max_readers_per_partition": max_readers, **_cycle_option(cycle)}
     if join_grace is not None:
         extra["join_grace_seconds"] = join_grace
     if warm:
@@ -394,6 +395,7 @@ def run_cli(
     sink: dict[str, Any] | None = None,
     env: dict[str, str] | None = None,
     max_events_per_partition: int = 1_000_000_000,
+    extra_options: dict[str, Any] | None = None,
 ) -> dict:
     """``ehingest run`` as a scheduler starts it: process start to exit, nothing warm.
 
@@ -419,6 +421,7 @@ def run_cli(
         "max_events_per_partition": max_events_per_partition,
         "max_readers_per_partition": max_readers,
         "spark": spark or {"master": f"local[{parallelism}]"},
+        **(extra_options or {}),
     }
     with open(config, "w") as f:
         json.dump(doc, f)  # JSON is YAML
@@ -462,6 +465,13 @@ def run_cli(
     }
 
 
+def _cycle_option(cycle: str) -> dict[str, Any]:
+    """``--max-events-per-cycle`` as a run option (nothing for 'default')."""
+    if cycle == "default":
+        return {}
+    return {"max_events_per_cycle": None if cycle == "none" else int(cycle)}
+
+
 MODES: dict[str, Callable[..., dict]] = {
     "a": mode_raw,
     "b": mode_driver_loop,
@@ -490,6 +500,7 @@ def child_main(args: argparse.Namespace) -> None:
         workdir=args.workdir,
         join_grace=args.join_grace,
         max_readers=args.max_readers,
+        cycle=args.max_events_per_cycle,
     )
     print("RESULT " + json.dumps(result), flush=True)
 
@@ -514,6 +525,7 @@ def run_child(
             parallelism,
             max_readers,
             container=f"cli-{n}-{partitions}",
+            extra_options=_cycle_option(args.max_events_per_cycle),
         )
     cmd = [
         sys.executable,
@@ -521,6 +533,7 @@ def run_child(
         *("--child", mode, "--n", str(n), "--partitions", str(partitions)),
         *("--parallelism", str(parallelism), "--workdir", workdir),
         *("--max-readers", str(max_readers)),
+        *("--max-events-per-cycle", args.max_events_per_cycle),
         *([] if args.join_grace is None else ["--join-grace", str(args.join_grace)]),
     ]
     done = subprocess.run(
@@ -699,6 +712,12 @@ def main() -> None:
         "--join-grace",
         type=float,
         help="(c)'s join_grace_seconds (default: the run's default, 1 s; 0 = single owner)",
+    )
+    parser.add_argument(
+        "--max-events-per-cycle",
+        default="default",
+        help="max_events_per_cycle of (e), (c), (w): 'default' (the run's), 'none' (one cycle "
+        "per run) or a number",
     )
     parser.add_argument("--repeat", type=int, default=1, help="runs of each variant per size")
     parser.add_argument("--json", action="store_true", help="print every figure as JSON")
