@@ -283,3 +283,41 @@ def test_silence_is_a_timeout_error_naming_partition_and_range(make_eventhub: Ma
     msg = str(err.value)
     assert "partition 0 [2, 5]" in msg and "no event received for 3s" in msg
     assert "waiting for sequence number 3" in msg
+
+
+def test_every_field_of_an_event_reaches_its_column(make_eventhub: MakeHub) -> None:
+    """Body (one or several data sections), partition key, application properties, AMQP
+    message properties and annotations without a column of their own, as the reader's fast
+    path builds them (no Spark: the Arrow batch itself)."""
+    from azure.eventhub import EventData
+
+    hub = make_eventhub(partitions=1)
+    producer = hub.producer()
+    try:
+        batch = producer.create_batch(partition_key="device-7")
+        plain = EventData(b"plain")
+        rich = EventData(b"rich")
+        rich.properties = {"source": "test", "n": 1}
+        rich.raw_amqp_message.properties.message_id = "m-1"  # type: ignore[union-attr]
+        rich.raw_amqp_message.properties.content_type = "application/json"  # type: ignore[union-attr]
+        rich.raw_amqp_message.annotations[b"x-opt-custom"] = "extra"  # type: ignore[index]
+        batch.add(plain)
+        batch.add(rich)
+        producer.send_batch(batch)
+    finally:
+        producer.close()
+    (events,) = [list(b.to_pylist()) for b in read_range(hub.settings(), PartitionRange("0", 0, 1))]
+    first, second = events
+    assert (first["body"], second["body"]) == (b"plain", b"rich")
+    assert first["partitionKey"] == second["partitionKey"] == "device-7"
+    assert first["partition"] == "0" and (first["sequenceNumber"], second["sequenceNumber"]) == (
+        0,
+        1,
+    )
+    assert first["offset"] is not None and int(second["offset"]) > int(first["offset"])
+    assert first["enqueuedTime"] is not None and first["properties"] == []
+    assert dict(second["properties"]) == {"source": "test", "n": "1"}
+    sysprops = dict(second["systemProperties"])
+    assert sysprops["message-id"] == "m-1" and sysprops["content-type"] == "application/json"
+    assert sysprops["x-opt-custom"] == "extra"
+    assert "x-opt-sequence-number" not in sysprops  # it has its own column

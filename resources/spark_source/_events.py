@@ -61,6 +61,14 @@ def _body_bytes(body: Any) -> bytes:
     return json.dumps(body, default=str).encode("utf-8")
 
 
+def _message_body(msg: Any) -> bytes:
+    """The body's bytes; the usual event (one or more data sections) without a generator."""
+    data = getattr(msg, "_data_body", None)  # azure-eventhub's data sections, when a data body
+    if type(data) is list and data and all(type(d) is bytes for d in data):
+        return data[0] if len(data) == 1 else b"".join(data)
+    return _body_bytes(msg.body)
+
+
 def _to_ms(value: Any) -> int | None:
     if value is None:
         return None
@@ -93,18 +101,26 @@ class _ArrowBuilder:
     def add(self, event: EventData, seq: int) -> None:
         msg = event.raw_amqp_message
         ann = msg.annotations or {}
-        self.body.append(_body_bytes(msg.body))
+        self.body.append(_message_body(msg))
         self.seq.append(seq)
-        self.offset.append(_text(ann.get(_OFFSET)))
-        ms = _to_ms(ann.get(_TIME))
-        self.time_us.append(None if ms is None else ms * 1000)
-        self.publisher.append(_text(ann.get(_PUBLISHER)))
-        self.pkey.append(_text(ann.get(_PKEY)))
+        offset = ann.get(_OFFSET)
+        self.offset.append(offset if offset is None or type(offset) is str else _text(offset))
+        ms = ann.get(_TIME)
+        if ms is not None:
+            ms = (ms if type(ms) is int else _to_ms(ms)) * 1000
+        self.time_us.append(ms)
+        publisher = ann.get(_PUBLISHER)
+        self.publisher.append(None if publisher is None else _text(publisher))
+        pkey = ann.get(_PKEY)
+        self.pkey.append(None if pkey is None else _text(pkey))
         app = msg.application_properties
         self.props.append([(_text(k) or "", _text(v)) for k, v in app.items()] if app else [])
-        sysprops = [
-            (_text(k) or "", _text(v)) for k, v in ann.items() if k not in _COLUMN_ANNOTATIONS
-        ]
+        if len(ann) > len(_COLUMN_ANNOTATIONS) or not ann.keys() <= _COLUMN_ANNOTATIONS:
+            sysprops = [
+                (_text(k) or "", _text(v)) for k, v in ann.items() if k not in _COLUMN_ANNOTATIONS
+            ]
+        else:
+            sysprops = []  # the usual event: every annotation has its own column
         mprops = msg.properties
         if mprops is not None:
             for name in _MESSAGE_PROPERTIES:
