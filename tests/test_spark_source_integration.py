@@ -285,11 +285,16 @@ def test_silence_is_a_timeout_error_naming_partition_and_range(make_eventhub: Ma
     assert "waiting for sequence number 3" in msg
 
 
-def test_every_field_of_an_event_reaches_its_column(make_eventhub: MakeHub) -> None:
-    """Body (one or several data sections), partition key, application properties, AMQP
-    message properties and annotations without a column of their own, as the reader's fast
-    path builds them (no Spark: the Arrow batch itself)."""
+@pytest.mark.parametrize("receive", ["pull", "sdk"])
+def test_every_field_of_an_event_reaches_its_column(
+    make_eventhub: MakeHub, receive: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Body, partition key, application properties, AMQP message properties and annotations
+    without a column of their own, the same through the fast pull (raw messages from the SDK's
+    consumer) and the SDK's public receive (EventData); no Spark: the Arrow batch itself."""
     from azure.eventhub import EventData
+
+    monkeypatch.setenv("EHINGEST_SDK_RECEIVE", "1" if receive == "sdk" else "0")
 
     hub = make_eventhub(partitions=1)
     producer = hub.producer()

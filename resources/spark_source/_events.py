@@ -99,21 +99,47 @@ class _ArrowBuilder:
         return len(self.seq)
 
     def add(self, event: EventData, seq: int) -> None:
+        """An ``EventData`` (the SDK's public receive)."""
         msg = event.raw_amqp_message
-        ann = msg.annotations or {}
-        self.body.append(_message_body(msg))
+        self._add(
+            _message_body(msg),
+            msg.annotations or {},
+            msg.application_properties,
+            msg.properties,
+            seq,
+        )
+
+    def add_message(self, message: Any, seq: int) -> None:
+        """A raw AMQP message as the SDK's consumer decoded it (the fast path's)."""
+        data = message.data
+        if type(data) is list and data and all(type(d) is bytes for d in data):
+            body = data[0] if len(data) == 1 else b"".join(data)
+        elif data:
+            body = _body_bytes(data)
+        elif message.sequence:
+            body = _body_bytes(message.sequence)
+        else:
+            body = _body_bytes(message.value)
+        self._add(
+            body,
+            message.message_annotations or {},
+            message.application_properties,
+            message.properties,
+            seq,
+        )
+
+    def _add(self, body: bytes, ann: Any, app: Any, mprops: Any, seq: int) -> None:
+        self.body.append(body)
         self.seq.append(seq)
         offset = ann.get(_OFFSET)
         self.offset.append(offset if offset is None or type(offset) is str else _text(offset))
-        ms = ann.get(_TIME)
-        if ms is not None:
-            ms = (ms if type(ms) is int else _to_ms(ms)) * 1000
-        self.time_us.append(ms)
+        when = ann.get(_TIME)
+        ms = when if when is None or type(when) is int else _to_ms(when)
+        self.time_us.append(None if ms is None else ms * 1000)
         publisher = ann.get(_PUBLISHER)
         self.publisher.append(None if publisher is None else _text(publisher))
         pkey = ann.get(_PKEY)
         self.pkey.append(None if pkey is None else _text(pkey))
-        app = msg.application_properties
         self.props.append([(_text(k) or "", _text(v)) for k, v in app.items()] if app else [])
         if len(ann) > len(_COLUMN_ANNOTATIONS) or not ann.keys() <= _COLUMN_ANNOTATIONS:
             sysprops = [
@@ -121,7 +147,6 @@ class _ArrowBuilder:
             ]
         else:
             sysprops = []  # the usual event: every annotation has its own column
-        mprops = msg.properties
         if mprops is not None:
             for name in _MESSAGE_PROPERTIES:
                 value = getattr(mprops, name, None)

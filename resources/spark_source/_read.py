@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import InputPartition
 
@@ -16,7 +16,11 @@ from resources.read_progress import ProgressTarget, ProgressWriter, slow_read_de
 from resources.settings import EventHubSettings
 from resources.spark_source._events import _ArrowBuilder
 from resources.spark_source._range import PartitionRange
-from resources.spark_source._receiver import _BatchReceiver
+from resources.spark_source._receiver import (
+    _BatchReceiver,
+    _PartitionPull,
+    partition_pull_available,
+)
 from resources.spark_source._schema import _arrow_schema
 
 if TYPE_CHECKING:
@@ -96,14 +100,27 @@ def read_range(
     expected = rng.start
     # Never ask for more credit than the range holds: events past the end would be wasted.
     credit = max(1, min(prefetch, rng.count))
-    receiver = _BatchReceiver(
-        settings,
-        rng.partition_id,
-        starting_position=rng.start,
-        prefetch=credit,
-        max_batch_size=credit,
-        wait_seconds=receive_timeout,
-    )
+    receiver: _BatchReceiver | _PartitionPull
+    if partition_pull_available(settings):
+        receiver = _PartitionPull(
+            settings,
+            rng.partition_id,
+            starting_position=rng.start,
+            prefetch=credit,
+            wait_seconds=receive_timeout,
+        )
+        seq_of: Callable[[Any], int | None] = receiver.sequence_number
+        add: Callable[[Any, int], None] = builder.add_message
+    else:
+        receiver = _BatchReceiver(
+            settings,
+            rng.partition_id,
+            starting_position=rng.start,
+            prefetch=credit,
+            max_batch_size=credit,
+            wait_seconds=receive_timeout,
+        )
+        seq_of, add = _event_sequence_number, builder.add
     where = f"Event Hub {settings.eventhub_name!r} consumer group {settings.consumer_group!r} {rng}"
     tracker = None if progress is None else ProgressWriter(progress, rng.partition_id, rng.range)
     slow = slow_read_delay()
@@ -140,14 +157,14 @@ def read_range(
                     "or overloaded"
                 )
             for event in events:
-                seq = event.sequence_number
+                seq = seq_of(event)
                 if seq is None or seq < expected:
                     continue  # a redelivery after a reconnect: already read
                 if seq > rng.end:
                     break
                 if seq > expected:
                     lost(expected, seq - 1)
-                builder.add(event, seq)
+                add(event, seq)
                 expected = seq + 1
                 if len(builder) >= batch_rows:
                     yield builder.flush()
@@ -155,7 +172,7 @@ def read_range(
                 tracker.update(expected - rng.start)
             if slow:
                 time.sleep(slow)
-            last_seen = events[-1].sequence_number
+            last_seen = seq_of(events[-1])
             if expected > rng.end or (last_seen is not None and last_seen > rng.end):
                 break
         if expected > rng.end:
@@ -169,6 +186,11 @@ def read_range(
         tracker.close()
     if len(builder):
         yield builder.flush()
+
+
+def _event_sequence_number(event: Any) -> int | None:
+    seq: int | None = event.sequence_number
+    return seq
 
 
 def _first_available(settings: EventHubSettings, partition_id: str) -> int | None:
