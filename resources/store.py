@@ -571,6 +571,8 @@ class PartitionStore:
         if landed_events is not None:
             landed = None if landed is None else landed + landed_events
             changes[LANDED_KEY] = None if landed is None else str(landed)
+        else:  # the count stays what the fenced copy says (none yet: unknown, not 0)
+            landed = own.progress.landed if own.progress is not None else None
         if own.intent is not None and own.intent.end <= sequence_number:
             changes.update(
                 {
