@@ -30,7 +30,40 @@ class _Done:
     """Sentinel: the receive thread ended."""
 
 
-class _BatchReceiver:
+class _Closable:
+    """``close()`` of both receivers: once, now or in a daemon thread."""
+
+    _partition_id: str
+    _closed: bool
+
+    def _close_client(self) -> None:
+        raise NotImplementedError
+
+    def _stopping(self) -> None:
+        """Called at once by ``close()``, before the client closes (now or in a thread)."""
+
+    def close(self, *, wait: bool = True) -> None:
+        """Stop receiving and close the client (idempotent).
+
+        ``wait=False`` closes in a daemon thread: detaching the link (and a receive thread's
+        exit) take 0.3-1 s that a reader which already has its whole range need not wait for
+        (it is a task's tail, paid once per task otherwise).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._stopping()
+        if wait:
+            self._close_client()
+        else:
+            threading.Thread(
+                target=self._close_client,
+                name=f"eventhubs-close-{self._partition_id}",
+                daemon=True,
+            ).start()
+
+
+class _BatchReceiver(_Closable):
     """Runs ``receive_batch`` in a thread and hands event lists over through a bounded queue.
 
     The SDK's receive is callback-driven and never returns on its own; a bounded read needs to
@@ -55,7 +88,7 @@ class _BatchReceiver:
         self._wait = wait_seconds
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=4)
         self._stop = threading.Event()
-        self._closing = False
+        self._closed = False
         self._client = settings.consumer_client()
         self._thread = threading.Thread(
             target=self._run,
@@ -130,25 +163,8 @@ class _BatchReceiver:
                 ) from item
             yield item
 
-    def close(self, *, wait: bool = True) -> None:
-        """Stop receiving and close the client (idempotent).
-
-        ``wait=False`` closes in a daemon thread: detaching the link and the receive thread's
-        exit take 0.3-1 s that a reader which already has its whole range need not wait for
-        (it is a task's tail, paid once per task otherwise).
-        """
-        if self._closing:
-            return
-        self._closing = True
+    def _stopping(self) -> None:
         self._stop.set()
-        if wait:
-            self._close_client()
-        else:
-            threading.Thread(
-                target=self._close_client,
-                name=f"eventhubs-close-{self._partition_id}",
-                daemon=True,
-            ).start()
 
     def _close_client(self) -> None:
         try:
@@ -160,7 +176,7 @@ class _BatchReceiver:
             self._thread.join(timeout=5)
 
 
-class _PartitionPull:
+class _PartitionPull(_Closable):
     """Pulls one partition's raw AMQP messages on the calling thread (the fast path).
 
     The SDK's public receive (:class:`_BatchReceiver`) runs an event processor in a thread,
@@ -263,20 +279,6 @@ class _PartitionPull:
             elif time.monotonic() - last >= self._wait:
                 last = time.monotonic()
                 yield []
-
-    def close(self, *, wait: bool = True) -> None:
-        """Close the link and the client (idempotent); ``wait=False`` closes in a thread."""
-        if self._closed:
-            return
-        self._closed = True
-        if wait:
-            self._close_client()
-        else:
-            threading.Thread(
-                target=self._close_client,
-                name=f"eventhubs-close-{self._partition_id}",
-                daemon=True,
-            ).start()
 
     def _close_client(self) -> None:
         try:
