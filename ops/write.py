@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -230,7 +231,9 @@ def _source_missing(exc: BaseException) -> bool:
 STAGING_PREFIX = ".spark-staging-"
 
 
-def clean_batch_staging(sink: SinkSettings, keys: list[str]) -> list[str]:
+def clean_batch_staging(
+    sink: SinkSettings, keys: list[str], *, settle_seconds: float = 0.0
+) -> list[str]:
     """Remove Spark staging directories at the sink path that hold only these batch keys.
 
     A dynamic-overwrite write stages its files under ``<path>/.spark-staging-<job uuid>/``
@@ -240,7 +243,39 @@ def clean_batch_staging(sink: SinkSettings, keys: list[str]) -> list[str]:
     current owner writes, so a concurrent run's staging (other keys) is never touched, nor one
     too new to hold any batch directory yet. Best effort: never raises (a leftover is only
     litter, nobody reads it). Returns the removed paths.
+
+    ``settle_seconds``: after a failed write, tasks of the failed job may still be finishing
+    and write into a staging directory Spark's abort already removed; look again every 0.5 s
+    until a look finds nothing of this batch's, at most this long.
     """
+    removed = _clean_batch_staging_once(sink, keys)
+    deadline = time.monotonic() + settle_seconds
+    quiet = 0
+    while settle_seconds > 0 and quiet < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        again = _clean_batch_staging_once(sink, keys)
+        quiet = 0 if again else quiet + 1
+        removed += again
+    return removed
+
+
+def _wait_for_running_tasks(spark: Any, timeout: float) -> None:
+    """Until a classic session has no active stage (the failed job's tasks were stopped), at
+    most ``timeout`` seconds; Spark Connect cannot tell, so this returns at once there."""
+    from resources.spark_kind import is_connect_session
+
+    if is_connect_session(spark):
+        return
+    try:
+        tracker = spark.sparkContext.statusTracker()
+        deadline = time.monotonic() + timeout
+        while tracker.getActiveStageIds() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    except Exception:  # best effort, as the cleanup itself
+        logger.debug("could not wait for the failed job's tasks", exc_info=True)
+
+
+def _clean_batch_staging_once(sink: SinkSettings, keys: list[str]) -> list[str]:
     if sink.path is None or sink.format == DELTALAKE_FORMAT:
         return []
     from pyarrow import fs as pafs
@@ -391,7 +426,11 @@ def write_batch(
             try:
                 _write_spark(keyed, sink)
             except BaseException:
-                clean_batch_staging(sink, list(keys.values()))  # when Spark's abort could not
+                # When Spark's abort could not; and a task of the failed job that was still
+                # being stopped may write into the staging after the abort removed it: wait
+                # for the job's tasks to end, then look until it is quiet.
+                _wait_for_running_tasks(df.sparkSession, timeout=10.0)
+                clean_batch_staging(sink, list(keys.values()), settle_seconds=3.0)
                 raise
     except (SinkError, ConfigurationError):
         raise

@@ -265,6 +265,20 @@ def _staging(path: Path) -> list[str]:
     return sorted(p.name for p in path.glob(".spark-staging-*")) if path.exists() else []
 
 
+def _staged_batches(path: Path) -> list[str]:
+    """Batch folders (with their files) left in any Spark staging directory under ``path``.
+
+    A task of a failed job that Spark was still stopping can recreate an empty attempt folder
+    (``_temporary/.../attempt_*``) after the abort removed the staging: no batch, no data, and
+    not told apart from a concurrent run's staging that has no batch yet, so it is left.
+    """
+    return sorted(
+        str(p.relative_to(path))
+        for p in path.glob(".spark-staging-*/**/eh_batch=*")
+        if any(f.is_file() for f in p.rglob("*"))
+    )
+
+
 @pytest.mark.parametrize("partition_by", [(), ("partition",)])
 def test_leftover_staging_of_the_batch_is_removed_and_a_concurrent_runs_is_kept(
     spark: SparkSession, tmp_path: Path, partition_by: tuple[str, ...]
@@ -303,6 +317,6 @@ def test_a_failed_write_leaves_no_staging_of_its_batch(spark: SparkSession, tmp_
     ).otherwise(F.col("body"))
     with pytest.raises(SinkError, match="crash"):
         write_batch(good.withColumn("body", boom), sink, ranges)
-    assert _staging(out) == []
+    assert _staged_batches(out) == []
     write_batch(good, sink, ranges)
-    assert _staging(out) == [] and keys(read_sink(spark, sink)) == expected(ranges)
+    assert _staged_batches(out) == [] and keys(read_sink(spark, sink)) == expected(ranges)
