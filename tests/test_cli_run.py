@@ -125,7 +125,11 @@ def test_two_concurrent_runs_over_the_same_partitions_split_the_work(
 ) -> None:
     """Two real ``ehingest run`` processes over the same 4 partitions, the second started while
     the first reads: with batches of max_events_per_cycle, the first releases its leases between
-    batches and claims only its share, so both read events; every event lands once."""
+    batches and claims only its share, so both read events; every event lands once.
+
+    A lone run grows its cycles (ops.plan.cycle_size: 30, 30, 120 here), so the first's readers
+    are slowed (2 s per received batch, ~8 s per cycle on local[1]) to keep it reading while the
+    second starts, as a slower source or a bigger backlog would."""
     from resources.settings import EventHubSettings, StoreSettings
     from resources.store import PartitionStore
     from tests.landed import assert_exactly_once, landed_events, sent_events
@@ -150,7 +154,7 @@ def test_two_concurrent_runs_over_the_same_partitions_split_the_work(
     path = tmp_path / "ehingest.yaml"
     path.write_text(yaml.safe_dump(config))
 
-    def spawn(owner: str) -> subprocess.Popen:
+    def spawn(owner: str, extra: dict[str, str] | None = None) -> subprocess.Popen:
         # Files, not pipes: a peer blocked on a full pipe would hold its leases forever.
         return subprocess.Popen(
             [
@@ -165,13 +169,13 @@ def test_two_concurrent_runs_over_the_same_partitions_split_the_work(
                 "--json",
             ],
             cwd=ROOT,
-            env={**os.environ, **env},
+            env={**os.environ, **env, **(extra or {})},
             stdout=open(tmp_path / f"{owner}.json", "w"),
             stderr=open(tmp_path / f"{owner}.log", "w"),
             text=True,
         )
 
-    first = spawn("share-a")
+    first = spawn("share-a", {"EHINGEST_SLOW_READ_SECONDS": "2"})
     second: subprocess.Popen | None = None
     try:
         # Start the second once the first has checkpointed its first batch (it is reading).
