@@ -191,6 +191,9 @@ class Step:
 _GROWTH = 4
 _ALONE_BEFORE_GROWING = 2
 _MAX_GROWTH = 16
+#: A cycle also reads the rest of its partition's range when the rest is at most
+#: ``max_events_per_cycle // _TAIL`` events (``next_step``).
+_TAIL = 4
 
 
 def cycle_size(max_events_per_cycle: int | None, cycles_alone: int) -> int | None:
@@ -225,7 +228,9 @@ def next_step(
     same output once), whatever this run's bound is. Otherwise the range is
     ``[checkpoint + 1, bound.end]`` (a peer may have moved the checkpoint since the snapshot),
     cut to its first ``max_events`` events (``max_events_per_cycle``): the rest is read in
-    later cycles, by this run or a peer that claims the partition meanwhile.
+    later cycles, by this run or a peer that claims the partition meanwhile. A rest of at most
+    a quarter of ``max_events`` is read now: a cycle of its own would be a whole Spark job
+    (planning, tasks, commit, verification) for a few events.
     """
     cp = checkpoint.sequence_number if checkpoint is not None else None
     pid = bound.partition_id
@@ -264,7 +269,9 @@ def next_step(
             raise DataLossError(_data_loss_message(hub, pid, cp + 1, begin - 1, begin))
         skipped = SeqRange(cp + 1, begin_sequence_number - 1)
         start = begin_sequence_number
-    end = target if max_events is None else min(target, start - 1 + max_events)
+    end = target
+    if max_events is not None and target - (start - 1 + max_events) > max_events // _TAIL:
+        end = start - 1 + max_events
     if end < start:
         if skipped is not None:
             return Step("skip", skipped.start, skipped.end, skipped=skipped)

@@ -153,6 +153,20 @@ def test_cycle_cap_cuts_a_read_but_never_a_pending_intent() -> None:
     assert (replay.kind, replay.start, replay.end) == ("replay", 10, 80)  # replayed exactly
 
 
+def test_a_rest_of_at_most_a_quarter_cycle_is_read_with_the_cycle_before_it() -> None:
+    bound = snapshot_bound(info(), Checkpoint("0", 9), 1000, "fail")  # [10, 99]
+    # 90 events, cycles of 80: a rest of 10 (<= 80 // 4) is not a Spark job of its own.
+    whole = next_step(bound, Checkpoint("0", 9), None, 0, "fail", max_events=80)
+    assert (whole.start, whole.end) == (10, 99)
+    # Cycles of 70: a rest of 20 (> 70 // 4 = 17) is its own cycle.
+    cut = next_step(bound, Checkpoint("0", 9), None, 0, "fail", max_events=70)
+    assert (cut.start, cut.end) == (10, 79)
+    # Cycles of 3 never take more (3 // 4 = 0), not even a rest of one event.
+    four = snapshot_bound(info(), Checkpoint("0", 9), 4, "fail")  # [10, 13]
+    small = next_step(four, Checkpoint("0", 9), None, 0, "fail", max_events=3)
+    assert (small.start, small.end) == (10, 12)
+
+
 def test_capped_cycles_checkpoint_in_batches_that_grow_while_the_run_is_alone() -> None:
     """Two cycles at the configured size (a peer that joins can claim its share between
     them), then 4x, then 16x: a lone run over a big backlog is not one Spark job per 20k."""
