@@ -32,6 +32,7 @@ from dagster_project.metadata import (
     materialization_plan,
     partition_metadata,
 )
+from dagster_project.resources import session_or_factory
 from ops.run import IngestConfig, ReplaySpec, RunReport, run_ingestion
 from resources.config import (
     AssetPolicies,
@@ -400,7 +401,9 @@ def build_eventhub_ingest_asset(
                 sink=sink_settings,
                 **run_options.model_dump(),
             )
-            spark = getattr(resources, keys.pyspark).spark_session
+            spark, spark_factory = session_or_factory(
+                getattr(resources, keys.pyspark), ingest_config.sink
+            )
             context.log.info(
                 f"run {context.run.run_id} ingesting "
                 f"{ingest_config.eventhub.hub_ref().describe()} partitions {targets} "
@@ -409,6 +412,9 @@ def build_eventhub_ingest_asset(
             report: RunReport = run_ingestion(
                 ingest_config,
                 spark,
+                # This package's resource starts its session only when there is something to
+                # read: a run with nothing to read starts no JVM.
+                spark_factory=spark_factory,
                 owner_id=context.run.run_id,
                 partition_ids=targets,
                 replay=replay,

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import dagster as dg
@@ -55,7 +55,7 @@ from resources.config import (
     StoreIdentityCredential,
 )
 from resources.hub_client import EventHubClient
-from resources.settings import EventHubSettings, StoreSettings
+from resources.settings import EventHubSettings, SinkSettings, StoreSettings
 from resources.spark_kind import DEFAULT_SPARK_MASTER
 from resources.spark_session import LOCAL_PINS, SPARK_CONF_DIR, session_defaults
 from resources.store import HubRef, PartitionStore
@@ -72,6 +72,7 @@ __all__ = [
     "StoreConnectionString",
     "StoreIdentity",
     "local_pyspark_resource",
+    "session_or_factory",
     "spark_resource",
 ]
 
@@ -269,15 +270,19 @@ REMOTE_SPARK_CONFIG: dict[str, str] = session_defaults(None, remote="sc://")
 
 
 class LocalPySparkResource(PySparkResource):
-    """dagster-pyspark's ``PySparkResource`` that also fixes a local environment first.
+    """dagster-pyspark's ``PySparkResource`` that fixes a local environment first and starts its
+    session at first use.
 
-    For a local master it sets, when unset: ``SPARK_LOCAL_IP`` (loopback) and ``PYSPARK_PYTHON``
-    (executors need this interpreter, which has pyarrow and the Azure SDK). It always points
-    ``SPARK_CONF_DIR`` at the package's quiet log4j2 config, and lowers a classic session's log
-    level to WARN. On a cluster (``spark.master`` not local) or Spark Connect (``spark.remote``)
-    the driver host and executor Python stay the user's; the project's code is shipped to the
-    executors when the ``eventhubs`` source is registered. The environment only matters for the
-    first session of a process (when the JVM starts).
+    The session starts when ``spark_session`` is first read, not when the run's resources are
+    set up: the asset reads it only when there is something to read, so a run with nothing to
+    read (a schedule tick on a quiet hub, a retry of a partition already up to date) starts no
+    JVM. For a local master it sets, when unset: ``SPARK_LOCAL_IP`` (loopback) and
+    ``PYSPARK_PYTHON`` (executors need this interpreter, which has pyarrow and the Azure SDK). It
+    always points ``SPARK_CONF_DIR`` at the package's quiet log4j2 config, and lowers a classic
+    session's log level to WARN. On a cluster (``spark.master`` not local) or Spark Connect
+    (``spark.remote``) the driver host and executor Python stay the user's; the project's code is
+    shipped to the executors when the ``eventhubs`` source is registered. The environment only
+    matters for the first session of a process (when the JVM starts).
     """
 
     log_level: str = Field(
@@ -287,7 +292,7 @@ class LocalPySparkResource(PySparkResource):
     )
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        from resources.spark_kind import is_connect_session, is_local_master
+        from resources.spark_kind import is_local_master
 
         remote = self.spark_config.get("spark.remote")
         if not remote and is_local_master(self.spark_config.get("spark.master")):
@@ -295,10 +300,31 @@ class LocalPySparkResource(PySparkResource):
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
             os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_CONF_DIR", str(SPARK_CONF_DIR))
-        super().setup_for_execution(context)
-        # Spark Connect has no SparkContext (and refuses any JVM access).
-        if not is_connect_session(self.spark_session):
-            self.spark_session.sparkContext.setLogLevel(self.log_level)
+
+    def engine(self) -> SparkConfig:
+        """Where this resource's executors run, from its config alone (no session started)."""
+        return SparkConfig.from_dict(
+            {
+                "master": self.spark_config.get("spark.master"),
+                "remote": self.spark_config.get("spark.remote"),
+            },
+            where="spark",
+        )
+
+    @property
+    def spark_session(self) -> Any:
+        """The session, started (``getOrCreate``) on first use."""
+        from dagster_pyspark.resources import spark_session_from_config
+
+        from resources.spark_kind import is_connect_session
+
+        if self._spark_session is None:
+            session = spark_session_from_config(self.spark_config)
+            # Spark Connect has no SparkContext (and refuses any JVM access).
+            if not is_connect_session(session):
+                session.sparkContext.setLogLevel(self.log_level)
+            self._spark_session = session
+        return self._spark_session
 
 
 def local_pyspark_resource(
@@ -334,6 +360,27 @@ def local_pyspark_resource(
             if key not in user:
                 config.pop(key, None)
     return LocalPySparkResource(spark_config=config)
+
+
+def session_or_factory(
+    pyspark: Any, sink: SinkSettings
+) -> tuple[Any | None, Callable[[], Any] | None]:
+    """What ``run_ingestion`` gets from a run's PySpark resource: ``(session, None)`` or
+    ``(None, factory)``.
+
+    This package's resource gives a factory, so the session starts only when there is something
+    to read; the check that needs its engine (a local sink path executors on other machines
+    cannot share) is made from its config, before anything is claimed, as the CLI does. Any
+    other resource (``dagster_pyspark.PySparkResource``, which started its session when the
+    run's resources were set up) gives its session, which the run asks.
+    """
+    if isinstance(pyspark, LocalPySparkResource):
+        from ops.sink_checks import check_sink_reachable
+
+        engine = pyspark.engine()
+        check_sink_reachable(sink, local=engine.is_local, engine=engine.engine)
+        return None, lambda: pyspark.spark_session
+    return pyspark.spark_session, None
 
 
 def spark_resource(config: SparkConfig) -> LocalPySparkResource:

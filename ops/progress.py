@@ -94,6 +94,16 @@ class PhaseClock:
                 self._stack[-1][0] += wall
                 self._stack[-1][1] += cpu
 
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """Make this the clock of :func:`phase` in the block, without timing the block itself
+        (e.g. the session start, a phase only when the session does start)."""
+        token = _CLOCK.set(self)
+        try:
+            yield
+        finally:
+            _CLOCK.reset(token)
+
     def as_dict(self) -> dict[str, dict[str, float]]:
         """``{phase: {"seconds": s, "cpu_seconds": c}}`` in :data:`PHASES` order."""
         names = [p for p in PHASES if p in self.seconds]

@@ -602,8 +602,10 @@ class Processor:
             # Spark starts between the claims and the intents: while it starts (seconds), a
             # run that joined meanwhile can still take its share of leases not yet started
             # (ops.balancing: unstarted surplus is stealable), so runs a few seconds apart
-            # split even a small backlog; a lone run waits no longer than before.
-            prepare()
+            # split even a small backlog; a lone run waits no longer than before. Timed as
+            # spark_start when the session does start there.
+            with self.clock.active():
+                prepare()
         with self.clock.phase("planning"):
             steps, replayed, gens = self._plan_cycle(keeper, claimed, bounds, infos, reports)
         fault_point("after_intent")

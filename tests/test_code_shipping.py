@@ -159,6 +159,31 @@ def test_dagster_spark_resource_for_a_cluster_or_spark_connect() -> None:
         local_pyspark_resource(remote="http://h:15002")
 
 
+def test_the_dagster_resource_refuses_an_unshared_local_sink_on_a_cluster_without_a_session(
+    tmp_path: Path,
+) -> None:
+    """The project's PySpark resource starts its session only when there is something to read;
+    the check that needs to know where executors run is made from its config before anything
+    is claimed, and no session starts for it."""
+    from dagster_project.resources import local_pyspark_resource, session_or_factory
+
+    sink = SinkSettings(format="parquet", path=str(tmp_path / "out"))
+    cluster = local_pyspark_resource({"spark.master": "spark://10.0.0.5:7077"})
+    with pytest.raises(ConfigurationError) as err:
+        session_or_factory(cluster, sink)
+    assert "is a local path, but Spark runs on master 'spark://10.0.0.5:7077'" in str(err.value)
+    assert "shared: true" in str(err.value)
+    connect = local_pyspark_resource(remote="sc://spark.example:15002")
+    with pytest.raises(ConfigurationError, match="Spark runs on Spark Connect"):
+        session_or_factory(connect, sink)
+    shared = SinkSettings(format="parquet", path=str(tmp_path / "out"), shared=True)
+    session, factory = session_or_factory(cluster, shared)
+    assert session is None and callable(factory)
+    session, factory = session_or_factory(local_pyspark_resource(), sink)
+    assert session is None and callable(factory)
+    assert cluster._spark_session is None  # nothing above started a session
+
+
 def test_azure_sink_filesystem_from_options() -> None:
     from pyarrow import fs as pafs
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -471,6 +472,59 @@ def test_two_concurrent_cli_runs_over_the_same_keys_land_each_event_once(
     assert written == sum(sent.values())  # the runs split the reading; nothing was read twice
     per, total, distinct = _sink_counts(spark, sink)
     assert per == sent and total == distinct == sum(sent.values())
+
+
+def _java_seen(proc: subprocess.Popen[str]) -> bool:
+    """Watch ``proc``'s process tree until it exits: did a JVM (a Spark driver) ever start?"""
+    import psutil
+
+    root = psutil.Process(proc.pid)
+    seen = False
+    while proc.poll() is None:
+        try:
+            children = root.children(recursive=True)
+        except psutil.Error:
+            break
+        for child in children:
+            try:
+                seen = seen or child.name() == "java"
+            except psutil.Error:
+                continue
+        time.sleep(0.05)
+    return seen
+
+
+@pytest.mark.timeout(CLI_RUN_SECONDS + 60)
+def test_a_run_with_nothing_to_read_starts_no_jvm(
+    make_eventhub: Callable[..., Any],
+    azurite_connection_string: str,
+    container_name: str,
+    tmp_path: Path,
+) -> None:
+    """`dagster asset materialize` of the project's defs.yaml over a hub with nothing new: the
+    PySpark resource starts its session only when there is something to read, so the run
+    (and the step's process) never starts a JVM, and the partitions are reported up to date."""
+    hub = make_eventhub(partitions=4)
+    env = _cli_env(hub, azurite_connection_string, container_name, tmp_path / "sink", tmp_path)
+    proc = subprocess.Popen(
+        CLI, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.append(proc.stdout.read()))  # type: ignore[union-attr]
+    reader.start()
+    try:
+        java = _java_seen(proc)
+        proc.wait(CLI_RUN_SECONDS)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        reader.join(30)
+    text = "".join(output)
+    assert proc.returncode == 0, text[-4000:]
+    assert "RUN_SUCCESS" in text
+    assert not java, "a JVM started for a run with nothing to read"
+    assert not (tmp_path / "sink").exists()
 
 
 @pytest.mark.timeout(120)

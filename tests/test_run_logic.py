@@ -736,3 +736,31 @@ def test_phase_clock_counts_a_nested_phase_once() -> None:
     assert d["read_write"]["seconds"] >= 0.05
     # Exclusive: the two add up to the outer block's time, not more.
     assert d["read_write"]["seconds"] + d["spark_start"]["seconds"] <= outer + 0.002
+
+
+def test_a_session_started_between_claims_and_intents_is_timed_as_spark_start() -> None:
+    """The ingestor's ``prepare`` (where a lazily started session starts) runs under the run's
+    clock: the report's phases show the session start, not a gap none of them covers."""
+    from ops.progress import phase
+
+    class Starting(FakeIngestor):
+        started = 0
+
+        def prepare(self) -> None:
+            if not self.started:  # like SparkIngestor.spark: only the first time
+                with phase("spark_start"):
+                    time.sleep(0.2)
+            self.started += 1
+
+    hub = FakeHub(2)
+    hub.send_all(30)
+    backend = InMemoryBackend()
+    store = PartitionStore(backend, HUB)
+    ingestor = Starting(hub)
+    cfg = config(max_events_per_cycle=10)
+    proc = Processor(cfg, store, hub, ingestor, owner_id="a", claim=greedy_claim(store, "a", 5.0))
+    assert proc.run().complete
+    assert ingestor.started == 3  # once per cycle, the session started at the first
+    phases = proc.clock.as_dict()
+    assert 0.2 <= phases["spark_start"]["seconds"] < 0.5
+    assert list(phases).index("spark_start") < list(phases).index("read_write")
