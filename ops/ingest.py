@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from ops.progress import ReadCounter
+    from resources.hub_client import PartitionInfo
     from resources.settings import EventHubSettings, SinkSettings
     from resources.spark_source import ReadOptions
 
@@ -44,6 +45,7 @@ class Ingestor(Protocol):
         *,
         expired_before: Mapping[str, int] | None = None,
         generations: Mapping[str, int] | None = None,
+        partition_infos: Mapping[str, PartitionInfo] | None = None,
     ) -> dict[str, PartitionWriteStats]:
         """Read and write ``ranges``; the result has one entry per range written.
 
@@ -53,6 +55,9 @@ class Ingestor(Protocol):
         ``generations`` (partition -> hub generation): part of those batches' keys
         (``ops.stats.batch_key``), for a hub re-created and reset; the run passes it only
         when there is one.
+        ``partition_infos``: the run's last look at these partitions (first retained and last
+        enqueued sequence numbers), to check the ranges against instead of asking the service
+        again; events that expired since must still raise DataLossError.
         """
         ...
 
@@ -163,6 +168,7 @@ class SparkIngestor:
         *,
         expired_before: Mapping[str, int] | None = None,
         generations: Mapping[str, int] | None = None,
+        partition_infos: Mapping[str, PartitionInfo] | None = None,
     ) -> dict[str, PartitionWriteStats]:
         """One DataFrame for all ``ranges``, written once; per-range facts from the writer.
 
@@ -171,7 +177,10 @@ class SparkIngestor:
         ``ops.write.write_batch`` writes and aggregates the statistics in the same job. With
         ``expired_before`` the source reads what is left of those ranges (the run checks that
         only the expired head is missing); the batches keep the keys of the whole ranges.
-        ``generations`` go into the batch keys (``ops.stats.batch_key``).
+        ``generations`` go into the batch keys (``ops.stats.batch_key``). With
+        ``partition_infos`` covering every range, the source checks the ranges against them
+        rather than opening a connection of its own from Spark's planner process (~2 s of a
+        cold run); the readers still find events that expired since (DataLossError).
         """
         from resources.spark_source import PartitionRange, ReadOptions
 
@@ -183,6 +192,12 @@ class SparkIngestor:
             max_readers_per_partition=self.max_readers_per_partition,
             on_data_loss="skip" if expired_before else "fail",
             progress=None if self.read_counter is None else self.read_counter.start(),
+            known_bounds=None
+            if partition_infos is None
+            else tuple(
+                (p, i.begin_sequence_number, i.last_enqueued_sequence_number)
+                for p, i in partition_infos.items()
+            ),
         )
         try:
             return self._read_write(options, ranges, generations)

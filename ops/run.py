@@ -550,7 +550,7 @@ class Processor:
                 f"range=[{start}, {end}] (checkpoint not moved)"
             )
         with self.clock.phase("read_write"):
-            results = self._ingest(ranges, None, gens) if ranges else {}
+            results = self._ingest(ranges, None, gens, infos) if ranges else {}
         for pid, result in results.items():
             reports[pid].add(result, self.owner_id)
             self.progress.partitions[pid].landed_events += result.events
@@ -620,7 +620,7 @@ class Processor:
         if ranges:
             try:
                 with self.clock.phase("read_write"):
-                    results = self._ingest(ranges, expired, gens)
+                    results = self._ingest(ranges, expired, gens, infos)
             except DataLossError:
                 if self.config.on_data_loss != "skip":
                     raise
@@ -902,6 +902,7 @@ class Processor:
         ranges: Mapping[str, SeqRange],
         expired: Mapping[str, int] | None = None,
         generations: Mapping[str, int] | None = None,
+        infos: Mapping[str, PartitionInfo] | None = None,
     ) -> dict[str, PartitionWriteStats]:
         for pid, rng in ranges.items():
             if pid in self.progress.partitions:
@@ -919,6 +920,10 @@ class Processor:
                 gens = {p: g for p, g in (generations or {}).items() if p in ranges}
                 if gens:
                     extra["generations"] = gens
+                known = {p: i for p, i in (infos or {}).items() if p in ranges}
+                if len(known) == len(ranges):
+                    # The source checks the ranges against this look, not a new one.
+                    extra["partition_infos"] = known
                 results = self.ingestor.ingest(ranges, **extra)
         finally:
             if timer is not None:

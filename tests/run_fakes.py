@@ -96,6 +96,8 @@ class FakeIngestor:
         self.hub = hub
         self.sink: dict[tuple[Any, ...], list[tuple[int, bytes]]] = {}
         self.calls: list[dict[str, tuple[int, int]]] = []
+        #: The ``partition_infos`` of each call (the run's look the source checks against).
+        self.infos_given: list[dict[str, Any]] = []
         self.before_write = before_write
         self.after_write: Callable[[Mapping[str, Any]], None] | None = None
         self._lock = threading.Lock()
@@ -116,8 +118,10 @@ class FakeIngestor:
         *,
         expired_before: Mapping[str, int] | None = None,
         generations: Mapping[str, int] | None = None,
+        partition_infos: Mapping[str, Any] | None = None,
     ) -> dict[str, PartitionWriteStats]:
         self.calls.append(dict(ranges))
+        self.infos_given.append(dict(partition_infos or {}))
         if self.before_write is not None:
             self.before_write(ranges)
         out = {}

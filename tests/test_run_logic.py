@@ -561,9 +561,9 @@ class _Shared:
         self.sink, self.before, self.after = sink, before, after
         self.output_location = sink.output_location
 
-    def ingest(self, ranges):
+    def ingest(self, ranges, **kw):
         self.before(ranges)
-        out = self.sink.ingest(ranges)
+        out = self.sink.ingest(ranges, **kw)
         self.after(ranges)
         return out
 
@@ -644,9 +644,9 @@ def test_progress_at_snapshot_during_the_read_and_after_each_checkpoint() -> Non
     store = PartitionStore(backend, HUB)
 
     class SlowIngestor(FakeIngestor):
-        def ingest(self, ranges):  # type: ignore[no-untyped-def]
+        def ingest(self, ranges, **kw):  # type: ignore[no-untyped-def]
             _time.sleep(0.35)
-            return super().ingest(ranges)
+            return super().ingest(ranges, **kw)
 
     seen: list[tuple[str, int, int, str]] = []
 
@@ -764,3 +764,17 @@ def test_a_session_started_between_claims_and_intents_is_timed_as_spark_start() 
     phases = proc.clock.as_dict()
     assert 0.2 <= phases["spark_start"]["seconds"] < 0.5
     assert list(phases).index("spark_start") < list(phases).index("read_write")
+
+
+def test_the_run_gives_the_ingestor_its_own_look_at_the_partitions_it_reads() -> None:
+    """The source checks each cycle's ranges against the run's look at the hub, not a new one
+    (a connection from Spark's planner process); a range that expired since is still found."""
+    hub = FakeHub(2)
+    hub.send_all(30)
+    proc, _store, sink = make(hub, max_events_per_cycle=10)
+    assert proc.run().complete
+    assert len(sink.infos_given) == len(sink.calls) == 3
+    for ranges, infos in zip(sink.calls, sink.infos_given, strict=True):
+        assert set(infos) == set(ranges)  # exactly the partitions read, each with its bounds
+        assert all(i.last_enqueued_sequence_number == 29 for i in infos.values())
+        assert all(i.begin_sequence_number == 0 for i in infos.values())

@@ -172,6 +172,7 @@ def test_option_aliases_and_prefix() -> None:
             "either ranges or starting_position/ending_position",
         ),
         ({"ranges": '{"0": [0, 1]}', "partition_ids": "0"}, "partition_ids: not allowed"),
+        ({"known_bounds": '{"0": 5}'}, "known_bounds: '{\"0\": 5}' is not a JSON object"),
     ],
 )
 def test_bad_options_name_option_and_value(extra: dict[str, str], fragment: str) -> None:
@@ -227,3 +228,33 @@ def test_input_partitions_are_small_and_picklable() -> None:
     assert len(pickle.dumps(parts[1])) < 2000  # settings + range only, never a client
     assert plan.ranges_dict() == {"0": (0, 99999), "1": (0, 9)}
     assert ReadOptions.from_options(plan.spark_options()).ranges == plan.ranges
+
+
+def test_ranges_are_checked_against_known_bounds_without_asking_the_service() -> None:
+    """The ingestion run passes its own look at the partitions (known_bounds): planning then
+    makes no call (the hub here does not exist: any call would fail) and still refuses what
+    the bounds rule out."""
+    from resources.errors import DataLossError
+    from resources.spark_source import plan_read
+
+    nowhere = EventHubSettings(
+        eventhub_name="telemetry",
+        connection_string="Endpoint=sb://127.0.0.1:9/;SharedAccessKeyName=r;SharedAccessKey=k",
+    )
+    known = (("0", 10, 99), ("1", 0, 49))
+    ranges = (PartitionRange("0", 10, 59), PartitionRange("1", 0, 49))
+    options = ReadOptions(settings=nowhere, ranges=ranges, known_bounds=known)
+    assert ReadOptions.from_options(options.to_options()) == options
+    assert plan_read(options).ranges == ranges
+    with pytest.raises(RangeError, match="ends after the last enqueued sequence number 49"):
+        plan_read(
+            ReadOptions(settings=nowhere, ranges=(PartitionRange("1", 0, 50),), known_bounds=known)
+        )
+    expired = (PartitionRange("0", 5, 59),)
+    with pytest.raises(DataLossError, match=r"\[5, 9\] of partition 0 \[5, 59\] are no longer"):
+        plan_read(ReadOptions(settings=nowhere, ranges=expired, known_bounds=known))
+    skipped = plan_read(
+        ReadOptions(settings=nowhere, ranges=expired, known_bounds=known, on_data_loss="skip")
+    )
+    assert skipped.ranges == (PartitionRange("0", 10, 59),)
+    assert skipped.intent_ranges() == {"0": (5, 59)}

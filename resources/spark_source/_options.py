@@ -39,6 +39,7 @@ _OPTION_NAMES = (
     "min_events_per_reader",
     "on_data_loss",
     "progress",
+    "known_bounds",
 )
 # Spellings users bring from azure-event-hubs-spark or camelCase habits.
 _OPTION_ALIASES = {
@@ -84,6 +85,11 @@ class ReadOptions:
     #: Where readers write their running counts (``resources.read_progress``); set by the
     #: ingestion run, None for other reads. Holds the store's secret: not in ``repr``.
     progress: ProgressTarget | None = field(default=None, repr=False)
+    #: What the caller just looked up of the ranges' partitions: partition id -> (first
+    #: retained, last enqueued) sequence numbers. When it covers every range, the ranges are
+    #: checked against it instead of asking the service again (the ingestion run passes its
+    #: own look). A range that expired since is found by the readers (DataLossError).
+    known_bounds: tuple[tuple[str, int, int], ...] | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.receive_timeout, int | float) and self.receive_timeout > 0):
@@ -200,6 +206,8 @@ class ReadOptions:
             kwargs["on_data_loss"] = opts["on_data_loss"].strip().lower()
         if opts.get("progress"):
             kwargs["progress"] = ProgressTarget.from_option(opts["progress"])
+        if "known_bounds" in opts:
+            kwargs["known_bounds"] = _known_bounds(opts["known_bounds"])
         return cls(**kwargs)
 
     def to_options(self) -> dict[str, str]:
@@ -223,6 +231,8 @@ class ReadOptions:
             out["credential_options"] = json.dumps(dict(s.credential_options))
         if self.progress is not None:
             out["progress"] = self.progress.to_option()
+        if self.known_bounds is not None:
+            out["known_bounds"] = json.dumps({p: [b, e] for p, b, e in self.known_bounds})
         if self.ranges is not None:
             out["ranges"] = json.dumps({r.partition_id: [r.start, r.end] for r in self.ranges})
         else:
@@ -248,3 +258,16 @@ def _number(text: str, option: str, kind: type[int] | type[float]) -> Any:
     except (TypeError, ValueError) as exc:
         what = "an integer" if kind is int else "a number"
         raise ConfigurationError(f"{option}: {text!r} is not {what}") from exc
+
+
+def _known_bounds(raw: str) -> tuple[tuple[str, int, int], ...]:
+    """``{"0": [first retained, last enqueued], ...}`` (the ``known_bounds`` option)."""
+    try:
+        doc = json.loads(raw)
+        out = tuple((str(pid), int(b), int(e)) for pid, (b, e) in dict(doc).items())
+    except (ValueError, TypeError):
+        raise ConfigurationError(
+            f"known_bounds: {raw!r} is not a JSON object of partition id -> [first retained, "
+            'last enqueued] sequence numbers, e.g. {"0": [0, 99]}'
+        ) from None
+    return out

@@ -113,16 +113,22 @@ def plan_read(
         EventHubUnavailableError: the service cannot be reached.
     """
     settings = options.settings
-    own = client is None
-    cl = client if client is not None else settings.consumer_client()
+    known = _known_infos(options)
+    own = client is None and known is None
+    cl = client if client is not None or known is not None else settings.consumer_client()
     try:
         if options.ranges is not None:
             wanted = [r.partition_id for r in options.ranges]
         else:
             wanted = list(options.partition_ids) if options.partition_ids else []
-        # One round of concurrent management calls when the partitions are named.
-        hub = EventHubClient(settings, retry_total=None)  # the SDK's retries, as the readers
-        all_ids, infos = hub.snapshot(wanted or None, client=cl)
+        if known is not None:
+            # The caller's own look, moments old (a new connection from Spark's planner
+            # process costs seconds); retention that moved since is the readers' to find.
+            all_ids, infos = list(known), known
+        else:
+            # One round of concurrent management calls when the partitions are named.
+            hub = EventHubClient(settings, retry_total=None)  # the SDK's retries, as readers
+            all_ids, infos = hub.snapshot(wanted or None, client=cl)
         unknown = [p for p in wanted if p not in all_ids]
         if unknown:
             option = "ranges" if options.ranges is not None else "partition_ids"
@@ -158,8 +164,18 @@ def plan_read(
         )
         return plan
     finally:
-        if own:
+        if own and cl is not None:
             cl.close()
+
+
+def _known_infos(options: ReadOptions) -> dict[str, PartitionInfo] | None:
+    """``known_bounds`` as partition infos, when they cover every range (else None: ask)."""
+    if options.known_bounds is None or options.ranges is None:
+        return None
+    infos = {p: PartitionInfo(p, b, e) for p, b, e in options.known_bounds}
+    if any(r.partition_id not in infos for r in options.ranges):
+        return None
+    return infos
 
 
 def _check_retained(
