@@ -303,13 +303,7 @@ class LocalPySparkResource(PySparkResource):
 
     def engine(self) -> SparkConfig:
         """Where this resource's executors run, from its config alone (no session started)."""
-        return SparkConfig.from_dict(
-            {
-                "master": self.spark_config.get("spark.master"),
-                "remote": self.spark_config.get("spark.remote"),
-            },
-            where="spark",
-        )
+        return _engine(self.spark_config)
 
     @property
     def spark_session(self) -> Any:
@@ -327,6 +321,14 @@ class LocalPySparkResource(PySparkResource):
         return self._spark_session
 
 
+def _engine(spark_config: Mapping[str, Any]) -> SparkConfig:
+    """The master or Spark Connect URL of a PySpark resource's config, checked by SparkConfig."""
+    return SparkConfig.from_dict(
+        {"master": spark_config.get("spark.master"), "remote": spark_config.get("spark.remote")},
+        where="spark",
+    )
+
+
 def local_pyspark_resource(
     spark_config: dict[str, Any] | None = None, remote: str | None = None
 ) -> LocalPySparkResource:
@@ -342,16 +344,9 @@ def local_pyspark_resource(
     from resources.spark_kind import is_local_master
 
     user = dict(spark_config or {})
-    # The master/remote rules are SparkConfig's (the CLI's and defs.yaml's), checked here too.
-    SparkConfig.from_dict(
-        {
-            "master": user.get("spark.master"),
-            "remote": remote if remote is not None else user.get("spark.remote"),
-        },
-        where="spark",
-    )
     if remote is not None:
         user["spark.remote"] = remote
+    _engine(user)  # the master/remote rules are SparkConfig's (the CLI's and defs.yaml's)
     if user.get("spark.remote"):
         return LocalPySparkResource(spark_config={**REMOTE_SPARK_CONFIG, **user})
     config = {**LOCAL_SPARK_CONFIG, **user}

@@ -115,7 +115,7 @@ def plan_read(
     settings = options.settings
     known = _known_infos(options)
     own = client is None and known is None
-    cl = client if client is not None or known is not None else settings.consumer_client()
+    cl = settings.consumer_client() if own else client
     try:
         if options.ranges is not None:
             wanted = [r.partition_id for r in options.ranges]

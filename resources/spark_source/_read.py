@@ -100,26 +100,18 @@ def read_range(
     expected = rng.start
     # Never ask for more credit than the range holds: events past the end would be wasted.
     credit = max(1, min(prefetch, rng.count))
+    receive: dict[str, Any] = {
+        "starting_position": rng.start,
+        "prefetch": credit,
+        "wait_seconds": receive_timeout,
+    }
     receiver: _BatchReceiver | _PartitionPull
-    if partition_pull_available(settings):
-        receiver = _PartitionPull(
-            settings,
-            rng.partition_id,
-            starting_position=rng.start,
-            prefetch=credit,
-            wait_seconds=receive_timeout,
-        )
+    if partition_pull_available():
+        receiver = _PartitionPull(settings, rng.partition_id, **receive)
         seq_of: Callable[[Any], int | None] = receiver.sequence_number
         add: Callable[[Any, int], None] = builder.add_message
     else:
-        receiver = _BatchReceiver(
-            settings,
-            rng.partition_id,
-            starting_position=rng.start,
-            prefetch=credit,
-            max_batch_size=credit,
-            wait_seconds=receive_timeout,
-        )
+        receiver = _BatchReceiver(settings, rng.partition_id, max_batch_size=credit, **receive)
         seq_of, add = _event_sequence_number, builder.add
     where = f"Event Hub {settings.eventhub_name!r} consumer group {settings.consumer_group!r} {rng}"
     tracker = None if progress is None else ProgressWriter(progress, rng.partition_id, rng.range)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from resources.errors import EventHubIngestError, EventHubUnavailableError, redact
 from resources.settings import EventHubSettings
+from resources.spark_source._events import _SEQ
 
 if TYPE_CHECKING:
     from azure.eventhub import EventData
@@ -193,8 +195,6 @@ class _PartitionPull(_Closable):
     retryable); an empty list means nothing arrived for ``wait_seconds``.
     """
 
-    raw = True
-
     def __init__(
         self,
         settings: EventHubSettings,
@@ -230,7 +230,7 @@ class _PartitionPull(_Closable):
     def sequence_number(message: Any) -> int | None:
         """The sequence number of a raw message (its ``x-opt-sequence-number`` annotation)."""
         annotations = message.message_annotations
-        return None if annotations is None else annotations.get(_SEQ_ANNOTATION)
+        return None if annotations is None else annotations.get(_SEQ)
 
     def __iter__(self) -> Iterator[list[Any]]:
         consumer = self._consumer
@@ -288,20 +288,15 @@ class _PartitionPull(_Closable):
             logger.debug("closing the consumer of partition %s failed", self._partition_id)
 
 
-_SEQ_ANNOTATION = b"x-opt-sequence-number"
-
-
 def _ignore(*_args: Any) -> None:
     """The consumer's event callback, never called: messages are taken from its buffer."""
 
 
-def partition_pull_available(settings: EventHubSettings) -> bool:
+def partition_pull_available() -> bool:
     """Whether this azure-eventhub has the internals :class:`_PartitionPull` drives.
 
     Off with ``EHINGEST_SDK_RECEIVE=1`` (the SDK's public receive, for comparison).
     """
-    import os
-
     if os.environ.get("EHINGEST_SDK_RECEIVE") == "1":
         return False
     try:
