@@ -1,20 +1,27 @@
 """JVM CPU per event of ``ops.write.write_batch`` by the number of partitions in a batch.
 
-``write_batch`` observes, while the write consumes the DataFrame, a row count inside and outside
-the ranges and seven statistics per partition (events, bytes, first and last sequence number,
-last offset, first and last enqueued time): 2 + 7 x P aggregates that Spark updates for every row.
-This prints, for the same events (``--events`` rows of ``--size`` bytes, the ``eventhubs``
-schema, no Event Hub involved) spread over P partitions, the JVM's CPU microseconds per event of:
+With ``stats_method="observe"``, ``write_batch`` observes, while the write consumes the
+DataFrame, a row count inside and outside the ranges and seven statistics per partition (events,
+bytes, first and last sequence number, last offset, first and last enqueued time): 2 + 7 x P
+aggregates that Spark updates for every row. ``split`` (the default for columnar formats)
+observes 2 + P (the body bytes per partition) and reads the rest back per batch key in the
+verification pass, from the small columns. This prints, for the same events (``--events`` rows
+of ``--size`` bytes, the ``eventhubs`` schema, no Event Hub involved) spread over P partitions
+and laid out as the source reads them (one task per partition), the JVM's CPU microseconds per
+event of:
 
 * a plain Parquet write of the rows (the floor: Arrow-free, what the format itself costs),
-* ``write_batch`` to Parquet (observation, batch-key column, commit, verification),
+* ``write_batch`` to Parquet (observation, batch-key column, commit, verification) with each
+  ``--stats`` method (default: ``observe`` and ``split``),
 
-and the ratio. The JVM's CPU is read from its process (psutil) around each write, best of
-``--repeat``; the session is local[2] with the CLI's defaults and warm (one write first).
+and each one's ratio to the floor. The JVM's CPU is read from its process (psutil) around each
+write, best of ``--repeat``; the session is local[2] with the CLI's defaults and warm (one write
+first).
 
     source scripts/_bootstrap.sh
     uv run --frozen python bench/write_partitions.py                  # P = 4, 16, 32
     uv run --frozen python bench/write_partitions.py --partitions 4 64 --events 200000
+    uv run --frozen python bench/write_partitions.py --stats observe split readback
 """
 
 from __future__ import annotations
@@ -35,6 +42,13 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024, help="event body bytes")
     parser.add_argument("--partitions", type=int, nargs="+", default=[4, 16, 32])
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument(
+        "--stats",
+        nargs="+",
+        default=["observe", "split"],
+        choices=["observe", "split", "readback"],
+        help="write_batch's stats_method(s) to measure",
+    )
     args = parser.parse_args()
 
     import psutil
@@ -60,17 +74,23 @@ def main() -> None:
         f"best of {args.repeat}",
         file=sys.stderr,
     )
-    print(f"{'P':>4} {'parquet us/ev':>14} {'write_batch us/ev':>18} {'ratio':>6}")
+    names = ["parquet", *args.stats]
+    print(
+        f"{'P':>4} {'parquet us/ev':>14}"
+        + "".join(f" {m + ' us/ev':>14} {'ratio':>6}" for m in args.stats)
+    )
     with tempfile.TemporaryDirectory(prefix="bench-write-") as tmp:
         for p in args.partitions:
             per = args.events // p
+            # Laid out as the source reads them: one Spark partition (task) per Event Hub
+            # partition, each task's rows one partition's range in sequence order.
             rows = (
-                spark.range(per * p)
+                spark.range(0, per * p, 1, p)
                 .select(
                     F.expr(f"unhex(repeat(sha2(cast(id as string), 256), {hexes}))").alias("body"),
-                    (F.col("id") % p).cast("string").alias("partition"),
+                    (F.col("id") / per).cast("long").cast("string").alias("partition"),
                     F.col("id").cast("string").alias("offset"),
-                    (F.col("id") / p).cast("long").alias("sequenceNumber"),
+                    (F.col("id") % per).alias("sequenceNumber"),
                     F.current_timestamp().alias("enqueuedTime"),
                     F.lit(None).cast("string").alias("publisher"),
                     F.lit(None).cast("string").alias("partitionKey"),
@@ -79,27 +99,31 @@ def main() -> None:
                     .cast(schema["systemProperties"].dataType)
                     .alias("systemProperties"),
                 )
-                .repartition(4)
                 .cache()
             )
             rows.count()
             ranges = {str(i): SeqRange(0, per - 1) for i in range(p)}
             best: dict[str, float] = {}
             for rep in range(args.repeat + 1):  # the first is a warm-up, not counted
-                for name in ("parquet", "write_batch"):
+                for name in names:
                     out = Path(tmp) / name
                     shutil.rmtree(out, ignore_errors=True)
                     c0 = jvm_cpu()
                     if name == "parquet":
                         rows.write.mode("overwrite").parquet(str(out))
                     else:
-                        write_batch(rows, SinkSettings(format="parquet", path=str(out)), ranges)
+                        sink = SinkSettings(format="parquet", path=str(out))
+                        write_batch(rows, sink, ranges, stats_method=name)
                     used = (jvm_cpu() - c0) / (per * p) * 1e6
                     if rep:
                         best[name] = min(best.get(name, used), used)
             rows.unpersist()
-            ratio = best["write_batch"] / best["parquet"]
-            print(f"{p:>4} {best['parquet']:>14.1f} {best['write_batch']:>18.1f} {ratio:>6.2f}")
+            floor = best["parquet"]
+            print(
+                f"{p:>4} {floor:>14.1f}"
+                + "".join(f" {best[m]:>14.1f} {best[m] / floor:>6.2f}" for m in args.stats),
+                flush=True,
+            )
     spark.stop()
 
 

@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from pyspark.sql import functions as F
 
 from ops.write import BATCH_COLUMN, batch_key, read_sink, write_batch
 from resources.errors import ConfigurationError, SinkError
+from resources.ranges import SeqRange
 from resources.settings import SinkSettings
 from resources.spark_source import eventhubs_schema
 
@@ -171,14 +173,48 @@ def test_skipped_events_show_as_missing(spark: SparkSession, tmp_path: Path) -> 
     assert result.partitions["0"].events == 8 and result.partitions["0"].missing_events == 2
 
 
-def test_readback_stats_match_observed(spark: SparkSession, tmp_path: Path) -> None:
-    ranges = {"0": (5, 24), "1": (0, 9)}
-    df = events(spark, ranges)
-    observed = write_batch(df, SinkSettings(path=str(tmp_path / "a")), ranges)
-    readback = write_batch(
-        df, SinkSettings(path=str(tmp_path / "b")), ranges, stats_method="readback"
+@pytest.mark.parametrize("fmt", ["parquet", "orc"])
+def test_every_stats_method_gives_the_same_statistics(
+    spark: SparkSession, tmp_path: Path, fmt: str
+) -> None:
+    # Holes (skipped events), bodies of different sizes, a partition with no event left.
+    ranges = {"0": (5, 24), "1": (0, 9), "2": (40, 49)}
+    df = events(spark, ranges).where(
+        "NOT (partition = '0' AND sequenceNumber IN (5, 11)) AND partition != '2'"
     )
-    assert observed.partitions == readback.partitions
+    df = df.withColumn("body", F.expr("repeat(body, CAST(sequenceNumber % 4 AS INT) + 1)"))
+    results = {
+        method: write_batch(
+            df, SinkSettings(format=fmt, path=str(tmp_path / method)), ranges, stats_method=method
+        )
+        for method in ("observe", "split", "readback")
+    }
+    zero = results["observe"].partitions
+    assert zero["0"].events == 18 and zero["0"].missing_events == 2
+    assert (zero["0"].first_sequence_number, zero["0"].last_sequence_number) == (6, 24)
+    assert zero["0"].last_offset == "2400"
+    assert zero["0"].bytes == sum(10 * (s % 4 + 1) for s in range(6, 25) if s != 11)
+    assert zero["0"].first_enqueued_time == T0 + timedelta(seconds=6)
+    assert zero["2"].events == 0 and zero["2"].last_offset is None
+    assert results["split"].partitions == zero
+    assert results["readback"].partitions == zero
+    # The default for columnar formats is split.
+    default = write_batch(df, SinkSettings(format=fmt, path=str(tmp_path / "default")), ranges)
+    assert default.partitions == zero
+
+
+def test_split_refuses_read_back_rows_outside_their_batch_range() -> None:
+    from ops.write import _split_row
+
+    ranges = {"0": SeqRange(10, 19)}
+    keys = {"0": batch_key("0", 10, 19, None)}
+    good = {"n": 10, "fs": 10, "ls": 19, "lo": "1900", "ft": None, "lt": None}
+    row = _split_row({"b0": 99}, {keys["0"]: good}, ranges, keys, "/sink")
+    assert (row["n0"], row["b0"], row["fs0"], row["ls0"], row["lo0"]) == (10, 99, 10, 19, "1900")
+    for first, last in ((9, 18), (11, 20)):
+        bad = {**good, "fs": first, "ls": last}
+        with pytest.raises(SinkError, match=rf"\[{first}, {last}\] outside its range \[10, 19\]"):
+            _split_row({"b0": 99}, {keys["0"]: bad}, ranges, keys, "/sink")
 
 
 @pytest.mark.parametrize("kind", ["parquet", "deltalake"])
