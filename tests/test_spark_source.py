@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pickle
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from resources.errors import ConfigurationError, RangeError
 from resources.settings import EventHubSettings
@@ -258,3 +261,67 @@ def test_ranges_are_checked_against_known_bounds_without_asking_the_service() ->
     )
     assert skipped.ranges == (PartitionRange("0", 10, 59),)
     assert skipped.intent_ranges() == {"0": (5, 59)}
+
+
+_TEXTS = st.one_of(st.none(), st.binary(max_size=8), st.text(max_size=8))
+_COLUMN_KEYS = {
+    b"x-opt-offset": st.one_of(_TEXTS, st.integers()),
+    b"x-opt-enqueued-time": st.one_of(
+        st.none(), st.integers(0, 2**42), st.datetimes(timezones=st.just(UTC))
+    ),
+    b"x-opt-partition-key": _TEXTS,
+    b"x-opt-publisher": _TEXTS,
+    b"x-opt-sequence-number": st.integers(0, 2**40),
+}
+
+
+@st.composite
+def raw_messages(draw: st.DrawFn) -> Any:
+    """pyamqp messages as the fast pull hands them over: mostly the usual event, and the rest."""
+    from azure.eventhub._pyamqp.message import Message, Properties
+
+    annotations = None
+    if draw(st.integers(0, 5)):
+        keys = draw(st.sets(st.sampled_from(sorted(_COLUMN_KEYS))))
+        annotations = {key: draw(_COLUMN_KEYS[key]) for key in sorted(keys)}
+        if draw(st.integers(0, 4)) == 0:
+            annotations[draw(st.sampled_from([b"x-opt-custom", b"other"]))] = draw(st.text())
+    data = draw(
+        st.one_of(
+            st.lists(st.binary(max_size=20), min_size=1, max_size=1),
+            st.lists(st.binary(max_size=20), max_size=3),
+            st.none(),
+        )
+    )
+    app = draw(st.one_of(st.none(), st.just({}), st.dictionaries(st.binary(max_size=4), st.text())))
+    props = draw(
+        st.one_of(
+            st.none(),
+            st.just(Properties()),
+            st.builds(Properties, message_id=st.text(max_size=4), group_sequence=st.integers(0, 9)),
+        )
+    )
+    return Message(
+        message_annotations=annotations,
+        application_properties=app,
+        properties=props,
+        data=data,
+        value=None if data else draw(st.one_of(st.none(), st.text(max_size=10))),
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(raw_messages(), min_size=1, max_size=20))
+def test_raw_messages_and_their_event_data_give_the_same_rows(messages: list[Any]) -> None:
+    """The fast pull's rows (add_message, raw pyamqp messages) are the SDK receive's (add, the
+    EventData the SDK builds from the same message), for the usual event and the rest."""
+    from azure.eventhub import EventData
+
+    from resources.spark_source._events import _ArrowBuilder
+    from resources.spark_source._schema import _arrow_schema
+
+    raw, sdk = _ArrowBuilder("3", _arrow_schema()), _ArrowBuilder("3", _arrow_schema())
+    for seq, message in enumerate(messages):
+        raw.add_message(message, seq)
+        sdk.add(EventData._from_message(message), seq)
+    assert raw.flush().to_pylist() == sdk.flush().to_pylist()

@@ -112,8 +112,10 @@ class _ArrowBuilder:
     def add_message(self, message: Any, seq: int) -> None:
         """A raw AMQP message as the SDK's consumer decoded it (the fast path's)."""
         data = message.data
-        if type(data) is list and data and all(type(d) is bytes for d in data):
-            body = data[0] if len(data) == 1 else b"".join(data)
+        if type(data) is list and len(data) == 1 and type(data[0]) is bytes:
+            body = data[0]  # the usual event: one data section
+        elif type(data) is list and data and all(type(d) is bytes for d in data):
+            body = b"".join(data)
         elif data:
             body = _body_bytes(data)
         elif message.sequence:
@@ -132,6 +134,8 @@ class _ArrowBuilder:
         self.body.append(body)
         self.seq.append(seq)
         offset = ann.get(_OFFSET)
+        if type(offset) is bytes:  # as pyamqp decodes an AMQP string
+            offset = offset.decode("utf-8", "replace")
         self.offset.append(offset if offset is None or type(offset) is str else _text(offset))
         when = ann.get(_TIME)
         ms = when if when is None or type(when) is int else _to_ms(when)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from resources.errors import EventHubIngestError, EventHubUnavailableError, redact
 from resources.settings import EventHubSettings
+from resources.spark_source._amqp import buffer_reads, install_decoder
 from resources.spark_source._events import _SEQ
 
 if TYPE_CHECKING:
@@ -188,11 +189,16 @@ class _PartitionPull(_Closable):
     (connection, CBS auth, link, credit and reconnects stay the SDK's) and yields its decoded
     messages as they are buffered, ``sequence number`` read from their annotations.
 
+    Two cuts of :mod:`._amqp` make pyamqp itself cheaper per event: the connection's socket
+    reads are buffered (installed on each new connection, so after a reconnect too) and the
+    receiver links decode with an equivalent, faster ``decode_payload``.
+
     It stands on azure-eventhub internals (``_create_consumer``, the consumer's message buffer),
     so :func:`partition_pull_available` checks they are there and the reader falls back to
-    :class:`_BatchReceiver` otherwise. A failed link is reopened at the next sequence number
-    the caller has not seen (``max_retries`` times, the SDK's policy deciding what is
-    retryable); an empty list means nothing arrived for ``wait_seconds``.
+    :class:`_BatchReceiver` otherwise; each cut checks the pyamqp internals it needs and stays
+    off without them (the pull works either way). A failed link is reopened at
+    the next sequence number the caller has not seen (``max_retries`` times, the SDK's policy
+    deciding what is retryable); an empty list means nothing arrived for ``wait_seconds``.
     """
 
     def __init__(
@@ -219,6 +225,7 @@ class _PartitionPull(_Closable):
             event_position_inclusive=True,
         )
         self._closed = False
+        install_decoder()
 
     def __enter__(self) -> _PartitionPull:
         return self
@@ -242,6 +249,7 @@ class _PartitionPull(_Closable):
             try:
                 if consumer._open():
                     handler: Any = consumer._handler
+                    buffer_reads(handler)  # once per socket: a reconnect brings a new one
                     handler.do_work(batch=self._prefetch)
             except Exception as exc:
                 if self._closed:

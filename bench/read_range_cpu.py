@@ -1,0 +1,92 @@
+"""CPU per event of ``read_range`` alone (the fast pull), with and without each pyamqp cut.
+
+The cuts (``resources/spark_source/_amqp.py``): ``sock``, pyamqp's socket reads served from a
+buffer; ``dec``, the faster AMQP payload decoder. The emulator runs in its own process
+(``python -m emulator serve``); this process reads the same range once per mode, round after
+round, each round starting one mode later (the machine is shared: alternating spreads its noise
+over every mode), and prints the ``time.process_time()`` per event of each read and each mode's
+median. Run:
+
+    source scripts/_bootstrap.sh && uv run --frozen python bench/read_range_cpu.py
+    uv run --frozen python bench/read_range_cpu.py --events 20000 --rounds 2  # quicker
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from source_throughput import emulator_process, send  # noqa: E402
+
+MODES = {"none": (), "sock": ("sock",), "dec": ("dec",), "sock+dec": ("sock", "dec")}
+
+
+def _no_buffering(_handler: Any) -> bool:
+    return False
+
+
+def set_cuts(cuts: tuple[str, ...]) -> None:
+    """Turn the cuts on or off for the next read_range (the pull installs them as it runs)."""
+    from azure.eventhub._pyamqp import _decode, receiver
+
+    from resources.spark_source import _amqp, _receiver
+
+    wanted = _amqp.buffer_reads if "sock" in cuts else _no_buffering
+    vars(_receiver)["buffer_reads"] = wanted  # the name the pull calls
+    _amqp._decoder_installed = True  # the pull's install_decoder() leaves this choice alone
+    receiver.decode_payload = _amqp.decode_payload if "dec" in cuts else _decode.decode_payload
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=1024, help="body bytes")
+    parser.add_argument("--prefetch", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--modes", default=",".join(MODES), help=f"of {', '.join(MODES)}")
+    args = parser.parse_args()
+
+    from resources.settings import EventHubSettings
+    from resources.spark_source import PartitionRange, read_range
+    from resources.spark_source._receiver import partition_pull_available
+
+    assert partition_pull_available(), "the fast pull is off (EHINGEST_SDK_RECEIVE=1?)"
+    modes = args.modes.split(",")
+    n = args.events
+    figures: dict[str, list[float]] = {m: [] for m in modes}
+    with emulator_process({"cpu1": 1}) as conn:
+        settings = EventHubSettings(eventhub_name="cpu1", connection_string=conn)
+        send(settings, ["0"], n, args.size)
+        rng = PartitionRange("0", 0, n - 1)
+        set_cuts(MODES["sock+dec"])  # warm up: imports, first connection
+        sum(b.num_rows for b in read_range(settings, PartitionRange("0", 0, 999)))
+        for r in range(args.rounds):
+            for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:
+                set_cuts(MODES[mode])
+                wall, cpu = time.perf_counter(), time.process_time()
+                got = sum(b.num_rows for b in read_range(settings, rng, prefetch=args.prefetch))
+                cpu = time.process_time() - cpu
+                wall = time.perf_counter() - wall
+                assert got == n, got
+                figures[mode].append(cpu / n * 1e6)
+                print(
+                    f"round {r + 1} {mode:<9} cpu {cpu:6.2f} s = {cpu / n * 1e6:5.1f} us/event, "
+                    f"wall {wall:6.2f} s ({n / wall:,.0f} ev/s)",
+                    flush=True,
+                )
+    print(f"== us of CPU per event of read_range, {n:,} events of {args.size} B")
+    for mode, values in figures.items():
+        shown = " ".join(f"{v:5.1f}" for v in values)
+        print(f"  {mode:<9} median {statistics.median(values):5.1f}  ({shown})")
+
+
+if __name__ == "__main__":
+    main()
