@@ -198,9 +198,43 @@ def test_every_stats_method_gives_the_same_statistics(
     assert zero["2"].events == 0 and zero["2"].last_offset is None
     assert results["split"].partitions == zero
     assert results["readback"].partitions == zero
-    # The default for columnar formats is split.
     default = write_batch(df, SinkSettings(format=fmt, path=str(tmp_path / "default")), ranges)
     assert default.partitions == zero
+
+
+def test_a_batch_of_many_partitions_reads_its_statistics_back(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ops.write
+
+    ranges = {str(p): (10 * p, 10 * p + 4) for p in range(ops.write._SPLIT_FROM_PARTITIONS)}
+    df = events(spark, ranges)
+    observed = write_batch(
+        df, SinkSettings(path=str(tmp_path / "observe")), ranges, stats_method="observe"
+    )
+    read_back: list[list[str]] = []
+    real = ops.write._read_back_stats
+
+    def spy(spark: SparkSession, sink: SinkSettings, keys: list[str]) -> object:
+        read_back.append(sorted(keys))
+        return real(spark, sink, keys)
+
+    monkeypatch.setattr(ops.write, "_read_back_stats", spy)
+    default = write_batch(df, SinkSettings(path=str(tmp_path / "default")), ranges)
+    assert read_back == [sorted(batch_key(p, a, b) for p, (a, b) in ranges.items())]
+    assert default.partitions == observed.partitions
+    assert default.events == 5 * len(ranges)
+
+
+def test_the_default_stats_method_follows_format_and_partitions() -> None:
+    from ops.write import _SPLIT_FROM_PARTITIONS, _default_stats_method
+
+    many, few = _SPLIT_FROM_PARTITIONS, _SPLIT_FROM_PARTITIONS - 1
+    assert _default_stats_method(SinkSettings(format="parquet", path="/x"), many) == "split"
+    assert _default_stats_method(SinkSettings(table="t", format="delta"), many) == "split"
+    assert _default_stats_method(SinkSettings(format="parquet", path="/x"), few) == "observe"
+    assert _default_stats_method(SinkSettings(format="json", path="/x"), many) == "observe"
+    assert _default_stats_method(SinkSettings(format="deltalake", path="/x"), many) == "observe"
 
 
 def test_split_refuses_read_back_rows_outside_their_batch_range() -> None:
