@@ -747,7 +747,9 @@ def test_read_range_reconnects_onto_a_new_buffered_socket(
             spy.sockets[0].wrapped.shutdown(socket.SHUT_RDWR)
     assert [row["sequenceNumber"] for row in rows] == list(range(COUNT))
     assert [row["body"] for row in rows] == items
-    assert len(spy.sockets) == 2 and spy.sockets[0].wrapped is not spy.sockets[1].wrapped
+    # One buffered socket per connection: the first, and the reconnect's (a retry may add one).
+    assert len(spy.sockets) >= 2
+    assert len({id(s.wrapped) for s in spy.sockets}) == len(spy.sockets)
 
 
 @pytest.mark.integration
