@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from azure.eventhub._pyamqp import _decode as sdk
@@ -276,7 +276,11 @@ def test_decoder_equals_pyamqps_on_every_encoded_message(message: Message) -> No
 
 
 def test_decoder_on_the_usual_event_and_edge_bodies() -> None:
-    usual = {b"x-opt-sequence-number": 5, b"x-opt-offset": "5597", b"x-opt-enqueued-time": 17}
+    usual: dict[str | bytes, Any] = {
+        b"x-opt-sequence-number": 5,
+        b"x-opt-offset": "5597",
+        b"x-opt-enqueued-time": 17,
+    }
     for data in ([b"x" * 1024], [b""], [b"a", b"b" * 255, b"c" * 256], [b"d" * 70_000]):
         assert_fast_path_equal(encoded(Message(message_annotations=usual, data=data)))
     assert _amqp.decode_payload(memoryview(b"")) == sdk.decode_payload(memoryview(b"")) == Message()
@@ -434,7 +438,12 @@ def test_huge_counts_are_left_to_pyamqp(monkeypatch: pytest.MonkeyPatch) -> None
     """A count no input could hold is pyamqp's to handle (the fast path allocates nothing)."""
     calls: list[Any] = []
     _amqp._bind()
-    monkeypatch.setattr(_amqp, "_sdk_decode_payload", lambda b: calls.append(b) or "pyamqp's")
+
+    def sdk_decode(b: Any) -> str:
+        calls.append(b)
+        return "pyamqp's"
+
+    monkeypatch.setattr(_amqp, "_sdk_decode_payload", sdk_decode)
     big_list = b"\x00\x53\x77\xd0\x00\x00\x00\x08\x7f\xff\xff\xff"
     big_array = b"\x00\x53\x77\xf0\x00\x00\x00\x08\x7f\xff\xff\xff\x40"
     for payload in (big_list, big_array):
@@ -533,7 +542,7 @@ def test_frames_split_across_refills_arrive_whole_and_in_order(
             assert channel == 1
     finally:
         sender.join()
-    assert transport.sock.buffered == 0
+    assert cast(_amqp.BufferedSocket, transport.sock).buffered == 0
 
 
 def test_a_timeout_with_nothing_buffered_is_the_sockets_and_loses_nothing(
@@ -626,7 +635,7 @@ def test_buffer_reads_leaves_other_transports_alone(
 ) -> None:
     a, _ = pair
     websocket = WebSocketTransport("127.0.0.1:1")
-    websocket.sock = a
+    websocket.sock = cast(Any, a)
     assert not _amqp.buffer_reads(handler_of(websocket)) and websocket.sock is a
 
     class OwnRead(SSLTransport):
@@ -785,7 +794,10 @@ def test_read_range_over_tls_buffers_the_ssl_socket(
     emu, ca = tls_emulator
     assert "UseDevelopmentEmulator" not in emu.connection_string
     # The SDK dials the TLS port of the Endpoint's host only through custom_endpoint_address.
-    tls = {"connection_verify": ca, "custom_endpoint_address": f"sb://127.0.0.1:{emu.port}"}
+    tls: dict[str, Any] = {
+        "connection_verify": ca,
+        "custom_endpoint_address": f"sb://127.0.0.1:{emu.port}",
+    }
     hub = emu.create_hub(partitions=1)
     items = bodies(COUNT)
     send_all(
