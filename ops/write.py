@@ -103,11 +103,30 @@ _COLUMNAR_FORMATS = frozenset({"parquet", "orc", "delta", "iceberg", "hudi"})
 _SPLIT_FROM_PARTITIONS = 8
 
 
-def _default_stats_method(sink: SinkSettings, partitions: int) -> StatsMethod:
-    """``split`` for a batch of many partitions where the read-back can skip the bodies."""
-    if sink.format in _COLUMNAR_FORMATS and partitions >= _SPLIT_FROM_PARTITIONS:
-        return "split"
-    return "observe"
+#: The columns ``split`` reads back (with the batch key).
+_READ_BACK_COLUMNS = ("sequenceNumber", "offset", "enqueuedTime")
+
+
+def _stats_method(
+    sink: SinkSettings, partitions: int, requested: StatsMethod | None = None
+) -> StatsMethod:
+    """The method :func:`write_batch` uses for a batch of ``partitions`` partitions.
+
+    ``requested``, or by default ``split`` for a batch of many partitions where the read-back
+    can skip the bodies. ``split`` becomes ``observe`` where its read-back cannot serve:
+    ``deltalake`` (its verification reads the Delta log, not the rows) and an output
+    partitioned by a read-back column (partition directories come back as strings).
+    """
+    method = requested or (
+        "split"
+        if sink.format in _COLUMNAR_FORMATS and partitions >= _SPLIT_FROM_PARTITIONS
+        else "observe"
+    )
+    if method == "split" and (
+        sink.format == DELTALAKE_FORMAT or set(sink.partition_by) & set(_READ_BACK_COLUMNS)
+    ):
+        return "observe"
+    return method
 
 
 def _batch_keys(
@@ -392,7 +411,8 @@ def write_batch(
             commit, for Spark formats after the write).
         stats_method: where the statistics come from (docs/sinks.md has the measurements).
             ``split`` (the default for a batch of 8 or more partitions in a columnar format:
-            parquet, orc, delta, iceberg, hudi): body bytes are observed during the write,
+            parquet, orc, delta, iceberg, hudi, unless the output is partitioned by one of
+            the columns it reads back): body bytes are observed during the write,
             everything else (events, sequence bounds, last offset, enqueued times) is read
             back per batch key from what the sink holds, in the verification pass that reads
             the row count anyway, from the small columns only; ``observe`` (the default
@@ -431,9 +451,7 @@ def write_batch(
             f"sink partition_by: unknown column(s) {unknown}; valid: {', '.join(df.columns)}"
         )
     location = sink_location(sink, df.sparkSession)
-    method = stats_method or _default_stats_method(sink, len(rng))
-    if method == "split" and sink.format == DELTALAKE_FORMAT:
-        method = "observe"  # its verification reads the Delta log, not the rows
+    method = _stats_method(sink, len(rng), stats_method)
     # The count of rows outside the ranges (never written) and what the method observes are
     # aggregated while the write consumes the DataFrame; nothing is collected on the driver.
     observation = Observation(f"ehwrite_{uuid.uuid4().hex[:12]}")
@@ -576,7 +594,9 @@ def _read_back_stats(
     """
     from pyspark.sql import functions as F
 
-    seq = F.col("sequenceNumber")
+    # The source's types, whatever the format's reader inferred (a no-op for Parquet and ORC).
+    seq = F.col("sequenceNumber").cast("long")
+    when = F.col("enqueuedTime").cast("timestamp")
     rows = (
         read_sink(spark, sink)
         .where(_batch_filter(keys))
@@ -585,9 +605,9 @@ def _read_back_stats(
             F.count(F.lit(1)).alias("n"),
             F.min(seq).alias("fs"),
             F.max(seq).alias("ls"),
-            F.max_by(F.col("offset"), seq).alias("lo"),
-            F.min("enqueuedTime").alias("ft"),
-            F.max("enqueuedTime").alias("lt"),
+            F.max_by(F.col("offset").cast("string"), seq).alias("lo"),
+            F.min(when).alias("ft"),
+            F.max(when).alias("lt"),
         )
         .collect()
     )

@@ -226,15 +226,43 @@ def test_a_batch_of_many_partitions_reads_its_statistics_back(
     assert default.events == 5 * len(ranges)
 
 
-def test_the_default_stats_method_follows_format_and_partitions() -> None:
-    from ops.write import _SPLIT_FROM_PARTITIONS, _default_stats_method
+def test_the_stats_method_follows_format_partitions_and_partition_by() -> None:
+    from ops.write import _SPLIT_FROM_PARTITIONS, _stats_method
 
     many, few = _SPLIT_FROM_PARTITIONS, _SPLIT_FROM_PARTITIONS - 1
-    assert _default_stats_method(SinkSettings(format="parquet", path="/x"), many) == "split"
-    assert _default_stats_method(SinkSettings(table="t", format="delta"), many) == "split"
-    assert _default_stats_method(SinkSettings(format="parquet", path="/x"), few) == "observe"
-    assert _default_stats_method(SinkSettings(format="json", path="/x"), many) == "observe"
-    assert _default_stats_method(SinkSettings(format="deltalake", path="/x"), many) == "observe"
+    parquet = SinkSettings(format="parquet", path="/x")
+    assert _stats_method(parquet, many) == "split"
+    assert _stats_method(SinkSettings(table="t", format="delta"), many) == "split"
+    assert _stats_method(parquet, few) == "observe"
+    assert _stats_method(parquet, few, "split") == "split"
+    assert _stats_method(parquet, many, "readback") == "readback"
+    assert _stats_method(SinkSettings(format="json", path="/x"), many) == "observe"
+    # Where the read-back cannot serve, split is observe even when asked for.
+    deltalake = SinkSettings(format="deltalake", path="/x")
+    assert _stats_method(deltalake, many) == _stats_method(deltalake, 1, "split") == "observe"
+    for column in ("sequenceNumber", "offset", "enqueuedTime"):
+        by = SinkSettings(format="parquet", path="/x", partition_by=(column,))
+        assert _stats_method(by, many) == _stats_method(by, many, "split") == "observe"
+    by_key = SinkSettings(format="parquet", path="/x", partition_by=("partitionKey",))
+    assert _stats_method(by_key, many) == "split"
+
+
+def test_split_statistics_keep_their_types_under_a_partitioned_output(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # Partition directories read back as strings: split must still give typed statistics.
+    ranges = {"0": (8, 12), "1": (0, 3)}
+    df = events(spark, ranges)
+    observed = write_batch(
+        df, SinkSettings(path=str(tmp_path / "o")), ranges, stats_method="observe"
+    )
+    by = ("partitionKey",)
+    split = write_batch(
+        df, SinkSettings(path=str(tmp_path / "s"), partition_by=by), ranges, stats_method="split"
+    )
+    assert split.partitions == observed.partitions
+    assert isinstance(split.partitions["0"].first_enqueued_time, datetime)
+    assert isinstance(split.partitions["0"].last_sequence_number, int)
 
 
 def test_split_refuses_read_back_rows_outside_their_batch_range() -> None:

@@ -408,14 +408,15 @@ def install_decoder() -> bool:
     global _decoder_installed
     if _decoder_installed is not None:
         return _decoder_installed
-    from azure.eventhub._pyamqp import _decode as sdk
-    from azure.eventhub._pyamqp import receiver
-
     digest = decoder_source_sha256() if sdk_supported() else None
     if digest != _DECODER_SOURCE_SHA256:
         logger.debug("pyamqp's decoder is not the one ours was proven against (%s)", digest)
         _decoder_installed = False
-    elif receiver.decode_payload is sdk.decode_payload:
+        return False
+    from azure.eventhub._pyamqp import _decode as sdk
+    from azure.eventhub._pyamqp import receiver
+
+    if receiver.decode_payload is sdk.decode_payload:
         receiver.decode_payload = decode_payload
         _decoder_installed = True
     else:

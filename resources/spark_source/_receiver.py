@@ -276,8 +276,10 @@ class _PartitionPull(_Closable):
                     ) from last_exception
                 continue
             if buffer:
-                messages = list(buffer)
-                buffer.clear()
+                # One at a time: the SDK's keep-alive thread may append meanwhile (a copy and a
+                # clear would drop what it appended between the two).
+                take = buffer.popleft
+                messages = [take() for _ in range(len(buffer))]
                 seq = self.sequence_number(messages[-1])
                 if seq is not None:
                     self._next = max(self._next, seq + 1)
