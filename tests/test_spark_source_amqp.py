@@ -630,6 +630,112 @@ def test_buffer_reads_installs_once_per_socket(pair: tuple[socket.socket, socket
     assert _amqp.buffer_reads(handler_of(transport)) and transport.sock.wrapped is b
 
 
+def _frames(rnd: Any, count: int) -> list[bytes]:
+    """Frames as pyamqp reads them: sizes from empty to past the buffer, data offsets 2-4,
+    channels (AMQP frames, type 0)."""
+    frames = []
+    for n in range(count):
+        doff = rnd.choice([2, 2, 2, 3, 4])
+        body = bytes([n % 251]) * rnd.choice([0, 0, 1, 7, 100, 1000, 5000, 70_000])
+        extended = bytes(4 * (doff - 2))
+        size = 8 + len(extended) + len(body)
+        header = size.to_bytes(4) + bytes([doff, 0])
+        frames.append(header + rnd.randrange(65536).to_bytes(2) + extended + body)
+    return frames
+
+
+def _read_all(
+    reader: Any, transport: SSLTransport, count: int, verify: int | None
+) -> list[tuple[Any, ...]]:
+    out: list[tuple[Any, ...]] = []
+    while len(out) < count:
+        try:
+            header, channel, payload = reader(verify_frame_type=verify)
+        except TimeoutError:
+            continue
+        out.append((type(header), bytes(header), channel, type(payload), bytes(payload or b"")))
+    return out
+
+
+@pytest.mark.parametrize("verify", [0, None])
+def test_the_frame_reader_reads_what_pyamqps_read_does(
+    verify: int | None, pair: tuple[socket.socket, socket.socket]
+) -> None:
+    """The same stream, sent in random pieces with pauses (timeouts mid-frame), read by pyamqp's
+    read over the plain socket and by the frame reader over the buffered one: the same frames,
+    errors and types, in the same order."""
+    import random
+
+    rnd = random.Random(11)
+    frames = _frames(rnd, 400)
+    stream = b"".join(frames)
+    results = []
+    for fast in (False, True):
+        a, b = socket.socketpair()
+        a.settimeout(0.02)
+        transport = _transport_with(a)
+        if fast:
+            assert _amqp.buffer_reads(handler_of(transport))
+            reader = transport.read
+            assert isinstance(reader, _amqp._FrameReader)
+        else:
+            reader = transport.read
+        pieces = random.Random(3)
+
+        def send(b: socket.socket = b, pieces: random.Random = pieces) -> None:
+            i = 0
+            while i < len(stream):
+                step = pieces.randint(1, 9000)
+                b.sendall(stream[i : i + step])
+                i += step
+                if pieces.random() < 0.03:
+                    time.sleep(0.05)  # longer than the read timeout: a frame cut by a timeout
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        try:
+            results.append(_read_all(reader, transport, len(frames), verify))
+        finally:
+            sender.join()
+            a.close()
+            b.close()
+    assert results[0] == results[1]
+    # pyamqp skips doff - 2 bytes of the payload (it reads the data offset as bytes past 8, not
+    # as 4-byte words); equal to it is what matters, and every frame came through once.
+    assert [r[1] + r[4] for r in results[1]] == [f[:8] + f[8 + f[4] - 2 :] for f in frames]
+
+
+def test_a_frame_type_not_asked_for_is_pyamqps_error() -> None:
+    errors = []
+    for fast in (False, True):
+        a, b = socket.socketpair()
+        a.settimeout(1)
+        transport = _transport_with(a)
+        if fast:
+            assert _amqp.buffer_reads(handler_of(transport))
+        b.sendall((8 + 3).to_bytes(4) + b"\x02\x01\x00\x05" + b"sas")
+        with pytest.raises(ValueError) as err:
+            transport.read(verify_frame_type=0)
+        errors.append(str(err.value))
+        a.close()
+        b.close()
+    assert errors[0] == errors[1] and "frame type" in errors[0]
+
+
+def test_the_frame_reader_leaves_the_protocol_header_and_other_calls_to_pyamqp(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    a, b = pair
+    a.settimeout(1)
+    transport = _transport_with(a)
+    assert _amqp.buffer_reads(handler_of(transport))
+    b.sendall(b"AMQP\x00\x01\x00\x00" + (8).to_bytes(4) + b"\x02\x00\x00\x07")
+    header, channel, payload = transport.read()
+    assert bytes(header) == b"AMQP\x00\x01\x00\x00" and payload is None
+    header, channel, payload = transport.read()
+    assert channel == 7 and bytes(payload) == b""
+
+
 def test_buffer_reads_leaves_other_transports_alone(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
