@@ -28,6 +28,8 @@ import struct
 import uuid
 from typing import Any
 
+from resources.spark_source._events import _MESSAGE_PROPERTIES
+
 logger = logging.getLogger(__name__)
 
 # One refill serves ~250 frames of a 1 KB event on plain TCP (what the kernel holds); over TLS a
@@ -508,7 +510,7 @@ def _check_sdk() -> bool:
         and not issubclass(WebSocketTransport, SSLTransport)
         and Message._fields == _MESSAGE_FIELDS
         and Header._fields == _HEADER_FIELDS
-        and Properties._fields == _PROPERTIES_FIELDS
+        and Properties._fields == _MESSAGE_PROPERTIES
     )
 
 
@@ -524,18 +526,3 @@ _MESSAGE_FIELDS = (
     "footer",
 )
 _HEADER_FIELDS = ("durable", "priority", "ttl", "first_acquirer", "delivery_count")
-_PROPERTIES_FIELDS = (
-    "message_id",
-    "user_id",
-    "to",
-    "subject",
-    "reply_to",
-    "correlation_id",
-    "content_type",
-    "content_encoding",
-    "absolute_expiry_time",
-    "creation_time",
-    "group_id",
-    "group_sequence",
-    "reply_to_group_id",
-)
