@@ -190,9 +190,18 @@ class EventHubSettings:
         return HubRef(self.namespace, self.eventhub_name, self.consumer_group)
 
     def consumer_client(self, **kwargs: Any) -> EventHubConsumerClient:
-        """A new ``EventHubConsumerClient``; create it where it is used (e.g. in ``read()``)."""
+        """A new ``EventHubConsumerClient``; create it where it is used (e.g. in ``read()``).
+
+        Its management calls and receivers open without the SDK's 50 ms poll per handshake
+        frame (:mod:`resources.eventhubs_transport`) unless ``kwargs`` name a transport.
+        """
         from azure.eventhub import EventHubConsumerClient
 
+        from resources.eventhubs_transport import prompt_transport
+
+        transport = prompt_transport()
+        if transport is not None and not {"amqp_transport", "uamqp_transport"} & kwargs.keys():
+            kwargs = {**kwargs, "amqp_transport": transport}
         client: EventHubConsumerClient = self._consumer(
             EventHubConsumerClient, make_credential, kwargs
         )
