@@ -80,7 +80,7 @@ def prompt_transport() -> type | None:
     ):
         return None
 
-    class PromptPyamqpTransport(PyamqpTransport):  # type: ignore[misc, valid-type]
+    class PromptPyamqpTransport(PyamqpTransport):
         """:class:`PyamqpTransport` whose clients are ready without the 50 ms polls."""
 
         @staticmethod
