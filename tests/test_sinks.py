@@ -19,6 +19,8 @@ from resources.spark_source import eventhubs_schema
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from ops.write import StatsMethod
+
 pytestmark = pytest.mark.spark
 
 T0 = datetime(2024, 5, 1, 12, tzinfo=UTC)
@@ -171,6 +173,55 @@ def test_skipped_events_show_as_missing(spark: SparkSession, tmp_path: Path) -> 
     df = events(spark, {"0": (0, 9)}).where("sequenceNumber NOT IN (3, 4)")
     result = write_batch(df, sink, {"0": (0, 9)})
     assert result.partitions["0"].events == 8 and result.partitions["0"].missing_events == 2
+
+
+#: Partition ids SQL text would read differently: a quote, backslashes (Spark's unescaping keeps
+#: the one of ``\%`` and drops the one of ``\c``), variable substitution, a newline.
+ODD_IDS = ["a'b\\c", "\\%_\\", "${spark.app.name}", "${x}", "-- x\n/*", "é'"]
+
+
+@pytest.mark.parametrize("escaped", ["false", "true"])
+def test_partition_ids_reach_sql_unchanged(spark: SparkSession, escaped: str) -> None:
+    from ops.write import _sql_string
+
+    key = "spark.sql.parser.escapedStringLiterals"
+    previous = spark.conf.get(key, None)
+    spark.conf.set(key, escaped)
+    try:
+        row = spark.range(1).select(*(F.expr(_sql_string(v)) for v in [*ODD_IDS, "0"])).first()
+    finally:
+        if previous is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, previous)
+    assert row is not None and list(row) == [*ODD_IDS, "0"]
+    assert _sql_string("0") == "'0'"  # plain ids stay readable in plans
+
+
+@pytest.mark.parametrize(
+    ("kind", "method"), [("parquet", "observe"), ("parquet", "readback"), ("deltalake", "observe")]
+)
+def test_a_partition_id_with_a_quote_and_a_backslash_is_keyed_and_filtered(
+    spark: SparkSession, tmp_path: Path, kind: str, method: StatsMethod
+) -> None:
+    odd = "a'b\\c"
+    ranges = {odd: (0, 4), "${x}": (0, 2), "0": (10, 14)}
+    sink = make_sink(kind, tmp_path)
+    result = write_batch(events(spark, ranges), sink, ranges, stats_method=method)
+    assert {
+        p: (s.events, s.first_sequence_number, s.last_offset) for p, s in result.partitions.items()
+    } == {
+        odd: (5, 0, "400"),
+        "${x}": (3, 0, "200"),
+        "0": (5, 10, "1400"),
+    }
+    rows = read_sink(spark, sink).select("partition", "sequenceNumber", BATCH_COLUMN).collect()
+    assert sorted((r[0], r[1]) for r in rows) == expected(ranges)
+    assert {r[0]: r[2] for r in rows} == {p: batch_key(p, a, b) for p, (a, b) in ranges.items()}
+    # Ids one unescaping away from the odd one are other partitions: outside the batch.
+    lookalikes = {"a'bc": (0, 4), "a'b\\\\c": (0, 1), "a\\'b\\c": (2, 2)}
+    with pytest.raises(SinkError, match=r"holds 8 event\(s\) outside the batch ranges"):
+        write_batch(events(spark, {**ranges, **lookalikes}), sink, ranges, stats_method=method)
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "orc"])
