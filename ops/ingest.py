@@ -9,6 +9,7 @@ in-process fake with the same contract.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
@@ -101,6 +102,8 @@ class SparkIngestor:
         read_counter: ReadCounter | None = None,
     ) -> None:
         self._spark = spark
+        self._starting: threading.Thread | None = None
+        self._start_error: BaseException | None = None
         self.read_counter = read_counter
         self._factory = spark_factory
         self._location: str | None = None
@@ -112,20 +115,52 @@ class SparkIngestor:
 
     @property
     def spark(self) -> SparkSession:
-        """The session, started locally on first use when none was given."""
+        """The session, started locally on first use when none was given (or the one
+        :meth:`start_early` is starting, waited for: timed as ``spark_start``)."""
         if self._spark is None:
-            from ops.fault import pause_point
             from ops.progress import phase
 
             with phase("spark_start"):
-                pause_point("spark_start")
-                if self._factory is not None:
-                    self._spark = self._factory()
+                starting = self._starting
+                if starting is None:
+                    self._spark = self._start_session()
                 else:
-                    from resources.spark_session import local_spark_session
-
-                    self._spark = local_spark_session("ehingest")
+                    starting.join()
+                    self._starting = None
+                    if self._start_error is not None:
+                        error, self._start_error = self._start_error, None
+                        raise error
+        assert self._spark is not None
         return self._spark
+
+    def _start_session(self) -> SparkSession:
+        from ops.fault import pause_point
+
+        pause_point("spark_start")
+        if self._factory is not None:
+            return self._factory()
+        from resources.spark_session import local_spark_session
+
+        return local_spark_session("ehingest")
+
+    def start_early(self) -> None:
+        """Start the session on a thread now; the first use of :attr:`spark` waits for it.
+
+        The run calls it once its snapshot shows something to read, so the JVM starts while
+        the run waits out its join grace and claims (a second or more of store calls and
+        waiting) instead of after. A failure is raised where the session is first used.
+        """
+        if self._spark is not None or self._starting is not None:
+            return
+
+        def start() -> None:
+            try:
+                self._spark = self._start_session()
+            except BaseException as exc:  # raised in the run's thread, by spark
+                self._start_error = exc
+
+        self._starting = threading.Thread(target=start, name="ehingest-spark-start", daemon=True)
+        self._starting.start()
 
     @property
     def output_location(self) -> str | None:
@@ -137,8 +172,8 @@ class SparkIngestor:
         return self.sink.path or self.sink.table
 
     def prepare(self) -> None:
-        """Start the session now if it is not running yet (the run calls it after claiming and
-        before recording intents, see ``ops.run``)."""
+        """Have the session running (start it, or wait for :meth:`start_early`'s start): the run
+        calls it after claiming and before recording intents, see ``ops.run``."""
         _ = self.spark
 
     def task_counts(self) -> tuple[int, int] | None:

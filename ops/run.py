@@ -385,6 +385,11 @@ class Processor:
                     targets, bounds, infos, reports, 0, started, replay=False, fresh=(infos, cps)
                 )
         self._preflight()
+        start_early = getattr(self.ingestor, "start_early", None)
+        if start_early is not None:
+            # Something to read: the session starts while the run claims (the join grace is
+            # a second of waiting); the first cycle waits for it before recording intents.
+            start_early()
         return self._loop(targets, bounds, infos, reports, started)
 
     def _snapshot(
@@ -599,11 +604,11 @@ class Processor:
     ) -> None:
         prepare = getattr(self.ingestor, "prepare", None)
         if prepare is not None:
-            # Spark starts between the claims and the intents: while it starts (seconds), a
-            # run that joined meanwhile can still take its share of leases not yet started
-            # (ops.balancing: unstarted surplus is stealable), so runs a few seconds apart
-            # split even a small backlog; a lone run waits no longer than before. Timed as
-            # spark_start when the session does start there.
+            # The session (started early, or now) is up before the intents: while it starts
+            # (seconds), a run that joined meanwhile can still take its share of leases not
+            # yet started (ops.balancing: unstarted surplus is stealable), so runs a few
+            # seconds apart split even a small backlog. What is left of the start is timed as
+            # spark_start.
             with self.clock.active():
                 prepare()
         with self.clock.phase("planning"):

@@ -778,3 +778,73 @@ def test_the_run_gives_the_ingestor_its_own_look_at_the_partitions_it_reads() ->
         assert set(infos) == set(ranges)  # exactly the partitions read, each with its bounds
         assert all(i.last_enqueued_sequence_number == 29 for i in infos.values())
         assert all(i.begin_sequence_number == 0 for i in infos.values())
+
+
+def test_a_run_with_something_to_read_starts_its_session_before_it_claims() -> None:
+    """The session starts (on a thread) as soon as the snapshot shows work, so the JVM's start
+    overlaps the join grace and the claims; a run with nothing to read never starts it."""
+    seen: list[str] = []
+
+    class Early(FakeIngestor):
+        def start_early(self) -> None:
+            seen.append("start")
+
+    hub = FakeHub(2)
+    hub.send_all(10)
+    store = PartitionStore(InMemoryBackend(), HUB)
+    claim = greedy_claim(store, "a", 5.0)
+
+    def recorded_claim(targets: Sequence[str]):
+        seen.append("claim")
+        return claim(targets)
+
+    proc = Processor(config(), store, hub, Early(hub), owner_id="a", claim=recorded_claim)
+    assert proc.run().complete
+    assert seen[0] == "start" and seen.count("start") == 1 and "claim" in seen
+    seen.clear()
+    idle = Processor(config(), store, hub, Early(hub), owner_id="b", claim=recorded_claim)
+    assert idle.run().complete and seen == []
+
+
+def _spark_ingestor(factory):
+    from ops.ingest import SparkIngestor
+
+    settings = EventHubSettings(
+        eventhub_name="hub",
+        connection_string="Endpoint=sb://ns.example/;SharedAccessKeyName=k;SharedAccessKey=s",
+    )
+    return SparkIngestor(None, settings, SinkSettings(path="/tmp/x"), spark_factory=factory)
+
+
+def test_an_early_session_start_is_waited_for_at_first_use_and_timed_as_spark_start() -> None:
+    from ops.progress import PhaseClock
+
+    session = object()
+    threads: list[str] = []
+
+    def factory():
+        threads.append(threading.current_thread().name)
+        time.sleep(0.3)
+        return session
+
+    ingestor = _spark_ingestor(factory)
+    t0 = time.perf_counter()
+    ingestor.start_early()
+    ingestor.start_early()  # once
+    assert time.perf_counter() - t0 < 0.2  # not waited for here
+    clock = PhaseClock()
+    with clock.active():
+        assert ingestor.spark is session
+        assert ingestor.spark is session
+    assert threads == ["ehingest-spark-start"]
+    assert 0.1 <= clock.seconds["spark_start"] < 0.6
+
+
+def test_an_early_session_start_that_fails_raises_where_the_session_is_first_used() -> None:
+    def factory():
+        raise RuntimeError("Java gateway process exited before sending its port number")
+
+    ingestor = _spark_ingestor(factory)
+    ingestor.start_early()
+    with pytest.raises(RuntimeError, match="Java gateway"):
+        ingestor.prepare()
