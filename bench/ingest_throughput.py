@@ -23,6 +23,10 @@ Then one hot partition (``--hot``, default 500k events): one SDK receiver ((a) w
 partition, exactly one receiver) vs the pipeline with ``--hot-readers`` sub-range readers on
 ``local[P]``.
 
+Every local Spark JVM starts from the driver's class-data archive (resources/jvm_archive.py), as
+every run after the first on a machine does; ``--jvm-archive write`` (the default) writes it
+first and prints what that costs the first run once, ``off`` measures without it.
+
 Every variant runs in its own process. Each figure carries the CPU seconds of its whole process
 tree (the JVM and Spark's Python workers included) and the load average when it ran: on a shared,
 loaded machine wall times are inflated, CPU seconds and the side-by-side ratios much less. The
@@ -550,6 +554,35 @@ def run_cli(
     }
 
 
+def prepare_jvm_archive(mode: str) -> dict[str, Any]:
+    """The class-data archive every variant's local JVM starts from (a run after the first on a
+    machine), per ``--jvm-archive``: with ``write``, ``ehingest spark-archive --rebuild`` first,
+    its time printed as what the first run on a machine pays once."""
+    from resources.jvm_archive import ARCHIVE_ENV
+
+    if mode == "off":
+        os.environ[ARCHIVE_ENV] = "off"
+        _say("JVM class-data archive: off (every JVM loads its classes from the jars)")
+        return {"mode": mode}
+    os.environ.pop(ARCHIVE_ENV, None)
+    if mode == "keep":
+        return {"mode": mode}
+    exe = str(Path(sys.executable).with_name("ehingest"))
+    load = load_average()
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [exe, "spark-archive", "--rebuild"], capture_output=True, text=True, timeout=900
+    )
+    seconds = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise RuntimeError(f"ehingest spark-archive failed: {done.stderr[-2000:]}")
+    _say(
+        f"JVM class-data archive written in {seconds:.1f} s (once per machine and Spark/Java "
+        f"version; load {load}): {done.stdout.strip()}"
+    )
+    return {"mode": mode, "seconds": round(seconds, 2), "load": load}
+
+
 def _cycle_option(cycle: str) -> dict[str, Any]:
     """``--max-events-per-cycle`` as a run option (nothing for 'default')."""
     if cycle == "default":
@@ -815,6 +848,14 @@ def main() -> None:
         help="max_events_per_cycle of (e), (c), (w): 'default' (the run's), 'none' (one cycle "
         "per run) or a number",
     )
+    parser.add_argument(
+        "--jvm-archive",
+        choices=("write", "keep", "off"),
+        default="write",
+        help="the local driver JVM's class-data archive (resources/jvm_archive.py): 'write' it "
+        "first, timed as a first run on a machine would pay it (default); 'keep' the one there "
+        "(written by whichever JVM needs it); 'off' for every variant",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs of each variant per size")
     parser.add_argument("--json", action="store_true", help="print every figure as JSON")
     parser.add_argument("--child", choices=sorted(MODES), help=argparse.SUPPRESS)
@@ -838,6 +879,7 @@ def main() -> None:
     table: dict[int, dict[str, dict]] = {}
     hot: dict[str, dict] | None = None
     sent_rates: dict[str, float] = {}
+    archive = prepare_jvm_archive(args.jvm_archive)
     with azurite() as store_conn, tempfile.TemporaryDirectory(prefix="bench-ingest-") as tmp:
         for n in args.events:
             with emulator_process(args.partitions) as conn:
@@ -885,6 +927,7 @@ def main() -> None:
             "send_events_per_second": sent_rates,
             "labels": LABELS,
             "sizes": {str(n): res for n, res in table.items()},
+            "jvm_archive": archive,
             "hot_partition": None
             if hot is None
             else {"events": args.hot, "readers": args.hot_readers, "runs": hot},

@@ -18,6 +18,7 @@ SUBCOMMANDS: dict[str, str] = {
     "emulator": "emulator.cli:emulator",
     "simulate": "cli.simulate:simulate",
     "run": "cli.run:run",
+    "spark-archive": "cli.spark_archive:spark_archive",
     "status": "cli.status:status",
 }
 

@@ -308,17 +308,36 @@ class LocalPySparkResource(PySparkResource):
     @property
     def spark_session(self) -> Any:
         """The session, started (``getOrCreate``) on first use."""
-        from dagster_pyspark.resources import spark_session_from_config
-
         from resources.spark_kind import is_connect_session
 
         if self._spark_session is None:
-            session = spark_session_from_config(self.spark_config)
+            session = self._start()
             # Spark Connect has no SparkContext (and refuses any JVM access).
             if not is_connect_session(session):
                 session.sparkContext.setLogLevel(self.log_level)
             self._spark_session = session
         return self._spark_session
+
+    def _start(self) -> Any:
+        """``getOrCreate`` as dagster-pyspark does; a local driver's JVM from the class-data
+        archive (:func:`resources.spark_session.start_local_driver`)."""
+        from dagster_pyspark.resources import spark_session_from_config
+
+        from resources.spark_kind import is_local_master
+
+        config = self.spark_config
+        if config.get("spark.remote") or not is_local_master(config.get("spark.master")):
+            return spark_session_from_config(config)
+        from dagster_spark.utils import flatten_dict
+        from pyspark.sql import SparkSession
+
+        from resources.spark_session import start_local_driver
+
+        settings = {key: str(value) for key, value in flatten_dict(config)}
+        builder = SparkSession.builder
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        return start_local_driver(builder, settings)
 
 
 def _engine(spark_config: Mapping[str, Any]) -> SparkConfig:

@@ -24,10 +24,13 @@ from resources.spark_kind import DEFAULT_SPARK_MASTER, is_local_master
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from resources.jvm_archive import ArchivePlan
+
 __all__ = [
     "SPARK_CONF_DIR",
     "local_spark_session",
     "spark_session",
+    "start_local_driver",
 ]
 
 #: Shipped with the package: a log4j2.properties printing warnings and errors only.
@@ -121,6 +124,34 @@ def spark_session(
     )
 
 
+def start_local_driver(builder: SparkSession.Builder, settings: Mapping[str, str]) -> SparkSession:
+    """``builder.getOrCreate()`` for a local master, its JVM started from the class-data
+    archive of :mod:`resources.jvm_archive` when one can be used (or written).
+
+    ``settings`` are the session's settings as ``builder`` holds them. A process whose JVM is
+    already up (an earlier session) reuses it as it is.
+    """
+    from pyspark import SparkContext
+
+    from resources.jvm_archive import plan_archive, start_with_archive
+
+    java_options = settings.get("spark.driver.extraJavaOptions", "")
+    plan = None
+    if SparkContext._gateway is None:
+        plan = plan_archive(
+            java_options,
+            settings,
+            log4j_config=SPARK_CONF_DIR / "log4j2.properties",
+            default_conf_dir=SPARK_CONF_DIR,
+        )
+
+    def start(with_plan: ArchivePlan | None) -> SparkSession:
+        options = java_options if with_plan is None else f"{java_options} {with_plan.java_options}"
+        return builder.config("spark.driver.extraJavaOptions", options.strip()).getOrCreate()
+
+    return start_with_archive(plan, start)
+
+
 def local_spark_session(
     app_name: str,
     *,
@@ -167,35 +198,32 @@ def local_spark_session(
 
     from pyspark.sql import SparkSession
 
-    defaults = session_defaults(master)
+    settings = session_defaults(master)
     if ui:
-        defaults["spark.ui.enabled"] = "true"
+        settings["spark.ui.enabled"] = "true"
     if shuffle_partitions is not None:
-        defaults["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
+        settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
     if local:
         # SPARK_LOCAL_IP when the environment sets it, loopback otherwise.
         for key in LOCAL_PINS:
-            defaults[key] = os.environ["SPARK_LOCAL_IP"]
-    builder = SparkSession.builder.appName(app_name).master(master)
-    for key, value in defaults.items():
-        builder = builder.config(key, value)
+            settings[key] = os.environ["SPARK_LOCAL_IP"]
     if warehouse_dir is not None:
         warehouse = Path(warehouse_dir).resolve()
-        builder = builder.config("spark.sql.warehouse.dir", str(warehouse)).config(
-            # Keeps a Derby metastore (if Hive support is on) out of the working directory.
-            "spark.driver.extraJavaOptions",
-            " ".join(
-                o
-                for o in (
-                    defaults.get("spark.driver.extraJavaOptions"),
-                    f"-Dderby.system.home={warehouse / '_derby'}",
-                )
-                if o
-            ),
+        settings["spark.sql.warehouse.dir"] = str(warehouse)
+        # Keeps a Derby metastore (if Hive support is on) out of the working directory.
+        settings["spark.driver.extraJavaOptions"] = " ".join(
+            o
+            for o in (
+                settings.get("spark.driver.extraJavaOptions"),
+                f"-Dderby.system.home={warehouse / '_derby'}",
+            )
+            if o
         )
-    for key, value in (conf or {}).items():
+    settings.update(conf or {})
+    builder = SparkSession.builder.appName(app_name).master(master)
+    for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = start_local_driver(builder, settings) if local else builder.getOrCreate()
     if register_source:
         from resources.spark_source import register_eventhubs_source
 

@@ -23,6 +23,11 @@ export EHINGEST_TEST_JAVA_OPTS="${EHINGEST_TEST_JAVA_OPTS--XX:TieredStopAtLevel=
 export SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:-$EHINGEST_TEST_JAVA_OPTS}"
 export SPARK_DAEMON_JAVA_OPTS="${SPARK_DAEMON_JAVA_OPTS:-$EHINGEST_TEST_JAVA_OPTS}"
 
+# Local Spark JVMs start from a class-data archive (resources/jvm_archive.py) once it exists.
+# The tests only ever map it: it is written once, by `ehingest spark-archive` beside the lint
+# (below), not by every short-lived test JVM at its exit (~20 s each until one had written it).
+export EHINGEST_JVM_ARCHIVE="${EHINGEST_JVM_ARCHIVE:-use}"
+
 if [ $# -eq 0 ]; then TIERS=${TIERS:-all}; else TIERS=${TIERS:-none}; fi
 TIER_LOGS=${TIER_LOGS:-$(mktemp -d -t ehingest-tiers.XXXXXX)}
 export TIER_LOGS
@@ -69,6 +74,9 @@ trap stop_tiers INT TERM EXIT
 
 # Lint and format fail fast; the type checker (minutes on a cold cache) runs beside the tests
 # like a tier, so it is not on the main run's critical path.
+if [ "$EHINGEST_JVM_ARCHIVE" = use ]; then
+  start_tier spark-archive env EHINGEST_JVM_ARCHIVE=auto uv run --frozen ehingest spark-archive
+fi
 echo "== ruff"; uv run --frozen ruff check .
 uv run --frozen ruff format --check .
 start_tier mypy uv run --frozen mypy
@@ -93,7 +101,7 @@ for name in "${!tier_pid[@]}"; do
   end=$(cat "$TIER_LOGS/$name.end" 2>/dev/null || date +%s)
   secs=$(( end - ${tier_start[$name]} ))
   if [ "$trc" -eq 0 ]; then
-    echo "== $name: passed in ${secs}s ($(grep -E '[0-9]+ (passed|failed)|^Success' "$TIER_LOGS/$name.log" | tail -n 1))"
+    echo "== $name: passed in ${secs}s ($(grep -E '[0-9]+ (passed|failed)|^Success|^wrote |^up to date' "$TIER_LOGS/$name.log" | tail -n 1))"
   else
     echo "== $name: FAILED (exit $trc) in ${secs}s; last lines of $TIER_LOGS/$name.log:"
     tail -n 60 "$TIER_LOGS/$name.log" | sed 's/^/   | /'
