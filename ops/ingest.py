@@ -130,6 +130,12 @@ class SparkIngestor:
                     if self._start_error is not None:
                         error, self._start_error = self._start_error, None
                         raise error
+                    assert self._spark is not None
+                    # Started on another thread, where it became the active session; Spark
+                    # looks up Python data sources (the Delta writer) in the caller's.
+                    from resources.spark_session import make_active
+
+                    make_active(self._spark)
         assert self._spark is not None
         return self._spark
 

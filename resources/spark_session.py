@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SPARK_CONF_DIR",
     "local_spark_session",
+    "make_active",
     "spark_session",
     "start_local_driver",
 ]
@@ -122,6 +123,23 @@ def spark_session(
         conf=conf,
         register_source=register_source,
     )
+
+
+def make_active(spark: SparkSession) -> None:
+    """Make ``spark`` the active session of the calling thread.
+
+    A classic session is active (JVM side, per thread) only in the thread that created it,
+    and Spark resolves a Python data source named in ``df.write.format(...)`` through the
+    calling thread's active session: a session started on another thread (the run's early
+    start) would not find the Delta writer. Spark Connect sessions have no JVM here.
+    """
+    from resources.spark_kind import is_connect_session
+
+    if is_connect_session(spark):
+        return
+    jvm = spark._jvm
+    assert jvm is not None
+    jvm.SparkSession.setActiveSession(spark._jsparkSession)
 
 
 def start_local_driver(builder: SparkSession.Builder, settings: Mapping[str, str]) -> SparkSession:

@@ -469,3 +469,31 @@ def test_a_failed_write_leaves_no_staging_of_its_batch(spark: SparkSession, tmp_
     assert _staged_batches(out) == []
     write_batch(good, sink, ranges)
     assert _staged_batches(out) == [] and keys(read_sink(spark, sink)) == expected(ranges)
+
+
+def test_a_session_started_on_another_thread_writes_delta_from_the_runs_thread(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A run starts its session on a thread (ops.ingest.SparkIngestor.start_early); a classic
+    session is active only in the thread that created it, and Spark finds the Delta writer (a
+    Python data source) through the writing thread's active session."""
+    from pyspark.sql import SparkSession as Session
+
+    from ops.ingest import SparkIngestor
+    from resources.settings import EventHubSettings
+
+    jvm = spark._jvm
+    assert jvm is not None
+    jvm.SparkSession.clearActiveSession()  # as in a process whose session another thread made
+    hub = EventHubSettings(
+        eventhub_name="hub",
+        connection_string="Endpoint=sb://ns.example/;SharedAccessKeyName=k;SharedAccessKey=s",
+    )
+    sink = SinkSettings(format="deltalake", path=str(tmp_path / "delta"))
+    ingestor = SparkIngestor(None, hub, sink, spark_factory=lambda: Session.builder.getOrCreate())
+    ingestor.start_early()
+    session = ingestor.spark
+    assert jvm.SparkSession.getActiveSession().isDefined()
+    ranges = {"0": (0, 9)}
+    result = write_batch(events(session, ranges), sink, ranges)
+    assert result.events == 10
