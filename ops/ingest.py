@@ -102,7 +102,10 @@ class SparkIngestor:
         read_counter: ReadCounter | None = None,
     ) -> None:
         self._spark = spark
-        self._starting: threading.Thread | None = None
+        # start_early's thread, the session it started (or was given), and when it did.
+        self._early: threading.Thread | None = None
+        self._started: SparkSession | None = spark
+        self._ready = threading.Event()
         self._start_error: BaseException | None = None
         self.read_counter = read_counter
         self._factory = spark_factory
@@ -121,21 +124,21 @@ class SparkIngestor:
             from ops.progress import phase
 
             with phase("spark_start"):
-                starting = self._starting
-                if starting is None:
+                if self._early is None:
                     self._spark = self._start_session()
                 else:
-                    starting.join()
-                    self._starting = None
+                    self._ready.wait()
                     if self._start_error is not None:
                         error, self._start_error = self._start_error, None
+                        self._early = None
                         raise error
-                    assert self._spark is not None
+                    assert self._started is not None
                     # Started on another thread, where it became the active session; Spark
                     # looks up Python data sources (the Delta writer) in the caller's.
                     from resources.spark_session import make_active
 
-                    make_active(self._spark)
+                    make_active(self._started)
+                    self._spark = self._started
         assert self._spark is not None
         return self._spark
 
@@ -150,23 +153,39 @@ class SparkIngestor:
         return local_spark_session("ehingest")
 
     def start_early(self) -> None:
-        """Start the session on a thread now; the first use of :attr:`spark` waits for it.
+        """Start the session on a thread now, or warm a running one's Python workers; the
+        first use of :attr:`spark` waits for the session only.
 
         The run calls it once its snapshot shows something to read, so the JVM starts while
         the run waits out its join grace and claims (a second or more of store calls and
-        waiting) instead of after. A failure is raised where the session is first used.
+        waiting) instead of after. With a session already running, the executors' Python
+        workers start and import the reader then (:func:`ops.warm_up.warm_session`) instead
+        of inside the first read's tasks. A failed start is raised where the session is first
+        used; a failed warm-up only logged.
         """
-        if self._spark is not None or self._starting is not None:
+        if self._early is not None:
             return
+        given = self._spark
 
-        def start() -> None:
+        def work() -> None:
+            from ops.warm_up import warm_session
+
             try:
-                self._spark = self._start_session()
+                session = given if given is not None else self._start_session()
+                self._started = session
             except BaseException as exc:  # raised in the run's thread, by spark
                 self._start_error = exc
+                return
+            finally:
+                self._ready.set()
+            if given is not None:
+                # The JVM was up: the join grace's second is idle, spent starting the workers.
+                # A session started here keeps both cores busy for longer than the grace, and
+                # a warm-up beside it only competes with the run's own planning (measured).
+                warm_session(session)
 
-        self._starting = threading.Thread(target=start, name="ehingest-spark-start", daemon=True)
-        self._starting.start()
+        self._early = threading.Thread(target=work, name="ehingest-spark-start", daemon=True)
+        self._early.start()
 
     @property
     def output_location(self) -> str | None:

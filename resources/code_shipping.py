@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import tempfile
+import threading
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,6 +50,7 @@ SHIPPED_PACKAGES = ("resources", "ops")
 
 _ROOT = Path(__file__).resolve().parent.parent
 _SHIPPED: set[int] = set()
+_SHIPPING = threading.Lock()
 _MISSING_RE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
 
 
@@ -122,6 +124,11 @@ def ship_code(spark: SparkSession) -> Path | None:
     Local sessions (``local[...]`` masters) are skipped: their workers run this interpreter.
     ``spark.ehingest.shipCode=false`` skips it too (the cluster has the package installed).
     """
+    with _SHIPPING:  # the run's early start may ship from its own thread meanwhile
+        return _ship_code(spark)
+
+
+def _ship_code(spark: SparkSession) -> Path | None:
     if id(spark) in _SHIPPED:
         return None
     if session_is_local(spark):

@@ -819,7 +819,22 @@ def _spark_ingestor(factory):
 def test_an_early_session_start_is_waited_for_at_first_use_and_timed_as_spark_start() -> None:
     from ops.progress import PhaseClock
 
-    session = object()
+    class _Jvm:
+        def __init__(self) -> None:
+            self.active: list[tuple[object, str]] = []
+
+        @property
+        def SparkSession(self) -> _Jvm:
+            return self
+
+        def setActiveSession(self, jsession: object) -> None:
+            self.active.append((jsession, threading.current_thread().name))
+
+    class _Session:  # a classic session's JVM handles, as make_active uses them
+        _jvm = _Jvm()
+        _jsparkSession = object()
+
+    session = _Session()
     threads: list[str] = []
 
     def factory():
@@ -838,6 +853,8 @@ def test_an_early_session_start_is_waited_for_at_first_use_and_timed_as_spark_st
         assert ingestor.spark is session
     assert threads == ["ehingest-spark-start"]
     assert 0.1 <= clock.seconds["spark_start"] < 0.6
+    # Made active in the thread that uses it (a classic session is active where it was made).
+    assert (session._jsparkSession, threading.current_thread().name) in session._jvm.active
 
 
 def test_an_early_session_start_that_fails_raises_where_the_session_is_first_used() -> None:

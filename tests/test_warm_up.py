@@ -1,0 +1,57 @@
+"""ops.warm_up.warm_python on a real local session in a fresh process: the session's next
+Python tasks run in the workers it started, with the reader's modules already imported."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_SCRIPT = """
+import json, sys
+from resources.spark_session import local_spark_session
+from ops.warm_up import warm_python
+spark = local_spark_session("warm-test", master="local[2]", register_source=False)
+warm = warm_python(spark) if sys.argv[1] == "warm" else set()
+
+def report(batches):
+    import os, sys
+    import pyarrow as pa
+    for batch in batches:
+        loaded = "azure.eventhub" in sys.modules and "resources.spark_source._read" in sys.modules
+        yield pa.RecordBatch.from_pydict({"id": [os.getpid() * 10 + int(loaded)]})
+
+df = spark.range(0, 2, 1, 2)
+rows = [int(r.id) for r in df.mapInArrow(report, df.schema).collect()]
+print(json.dumps({"warm": sorted(warm), "read": [r // 10 for r in rows],
+                  "loaded": [bool(r % 10) for r in rows]}))
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("warm", ["warm", "cold"])
+def test_warmed_workers_run_the_next_job_with_the_reader_imported(
+    tmp_path: Path, warm: str
+) -> None:
+    env = {**os.environ, "EHINGEST_JVM_ARCHIVE": "off"}
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, warm],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if warm == "cold":  # the control: fresh workers have not imported the reader
+        assert not any(result["loaded"])
+        return
+    assert len(result["warm"]) == 2
+    assert set(result["read"]) <= set(result["warm"]) and all(result["loaded"])
