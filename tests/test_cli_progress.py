@@ -115,3 +115,18 @@ def test_a_sink_errors_exit_code_follows_its_cause() -> None:
         RuntimeError("Traceback ...\n  File x\nTypeError: unsupported operand type(s)")
     )
     assert sink_failure_retryable(ConnectionResetError(104, "Connection reset by peer"))
+
+
+def test_the_startup_phase_is_the_process_age_to_the_centisecond() -> None:
+    """cli.run.process_age_seconds: psutil's create_time adds a boot time in whole seconds,
+    which read a 0.3 s start-up as anything up to 1.3 s."""
+    import subprocess
+    import sys
+    import time
+
+    code = "import time; time.sleep(0.3); from cli.run import process_age_seconds as a; print(a())"
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    elapsed = time.monotonic() - t0
+    age = float(out.stdout)
+    assert 0.3 <= age <= elapsed + 0.02, (age, elapsed)
