@@ -33,6 +33,7 @@ See docs/sinks.md for the trade-offs and the measurements.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -82,6 +83,7 @@ __all__ = [
     "check_sink_layout",
     "check_sink_reachable",
     "clean_batch_staging",
+    "read_batches",
     "read_sink",
     "sink_failure_retryable",
     "sink_location",
@@ -536,7 +538,7 @@ def write_batch(
     elif method == "split":
         stats = _stats_from_row(_split_row(metrics_row, read_back, rng, keys, location), rng, keys)
     else:
-        written = read_sink(df.sparkSession, sink).where(_batch_filter(list(keys.values())))
+        written = read_batches(df.sparkSession, sink, list(keys.values()))
         row = written.agg(*_stat_columns(rng)).first()
         stats = _stats_from_row(row.asDict() if row is not None else {}, rng, keys)
     result = WriteResult(output_location=location, format=sink.format, partitions=stats)
@@ -578,10 +580,12 @@ def _verify_written(
             stats = _read_back_stats(spark, sink, keys)
             found = sum(int(s["n"]) for s in stats.values())
         else:
-            found = read_sink(spark, sink).where(_batch_filter(keys)).count()
+            found = read_batches(spark, sink, keys).count()
     except (SinkError, ConfigurationError):
         raise
     except Exception as exc:
+        if written == 0 and _nothing_there(exc):
+            return stats  # nothing written, nothing there
         raise _sink_error(
             f"sink {sink.format} {location!r}: the batch {sorted(keys)} was written but cannot "
             f"be read back to verify it: {_cause(exc)}; no checkpoint moved. Check that the "
@@ -614,8 +618,7 @@ def _read_back_stats(
     seq = F.col("sequenceNumber").cast("long")
     when = F.col("enqueuedTime").cast("timestamp")
     rows = (
-        read_sink(spark, sink)
-        .where(_batch_filter(keys))
+        read_batches(spark, sink, keys)
         .groupBy(BATCH_COLUMN)
         .agg(
             F.count(F.lit(1)).alias("n"),
@@ -1304,17 +1307,63 @@ def read_sink(spark: SparkSession, sink: SinkSettings) -> DataFrame:
             )
         return spark.createDataFrame(table)
     if sink.path is not None:
-        # Hive-style directories would turn partition "0" into an int: keep the written types
-        # (partition discovery runs inside load(), so the setting only needs to span it).
-        key = "spark.sql.sources.partitionColumnTypeInference.enabled"
-        previous = spark.conf.get(key, None)
-        spark.conf.set(key, "false")
-        try:
+        with _partition_values_as_written(spark):
             return spark.read.format(sink.format).load(sink.path)
-        finally:
-            if previous is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, previous)
     assert sink.table is not None
     return spark.table(sink.table)
+
+
+@contextlib.contextmanager
+def _partition_values_as_written(spark: SparkSession) -> Iterator[None]:
+    """Hive-style directories would turn partition "0" into an int: keep the written types
+    (partition discovery runs inside load(), so the setting only needs to span it)."""
+    key = "spark.sql.sources.partitionColumnTypeInference.enabled"
+    previous = spark.conf.get(key, None)
+    spark.conf.set(key, "false")
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, previous)
+
+
+#: Batch keys written into a glob as they are: what Spark's partition directory names keep
+#: unescaped and Hadoop's glob syntax does not interpret.
+_GLOB_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def read_batches(spark: SparkSession, sink: SinkSettings, keys: list[str]) -> DataFrame:
+    """The rows of the batches ``keys`` in the sink.
+
+    A Spark-format path is read through the batches' own directories (one glob,
+    ``<path>/<a level per partition_by column>/eh_batch={k1,k2}``, the path as base for
+    partition discovery): reading the whole sink lists every batch directory it ever got and
+    reads their footers, which grows with every run (2,000 batch directories: 5.7-6.8 s a
+    verification, 8,000: 24-25 s; the batch's own: 0.15 s). A glob that matches nothing is
+    Spark's PATH_NOT_FOUND. Keys with other characters, tables and ``deltalake`` read the sink
+    with a filter on the key.
+    """
+    if (
+        sink.path is None
+        or sink.format == DELTALAKE_FORMAT
+        or not keys
+        or not all(_GLOB_PLAIN_KEY.fullmatch(k) for k in keys)
+    ):
+        return read_sink(spark, sink).where(_batch_filter(keys))
+    root = sink.path.rstrip("/")
+    levels = "[^._]*/" * len(sink.partition_by)  # not Spark's _temporary or .spark-staging-*
+    batches = keys[0] if len(keys) == 1 else "{" + ",".join(keys) + "}"
+    with _partition_values_as_written(spark):
+        df = (
+            spark.read.format(sink.format)
+            .option("basePath", root)
+            .load(f"{root}/{levels}{BATCH_COLUMN}={batches}")
+        )
+    return df.where(_batch_filter(keys))
+
+
+def _nothing_there(exc: BaseException) -> bool:
+    """Whether ``exc`` is Spark's answer to a path or glob that matches nothing."""
+    return "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc)
