@@ -108,9 +108,9 @@ def warm_python(spark: SparkSession) -> set[int]:
     A first read's tasks wait for Spark to start the Python worker daemon, fork a worker per
     task slot and have each import pyarrow, the Azure SDK and the reader, after the source's
     own planning steps, one after another. A small Python job over as many partitions as the
-    session has task slots does that beforehand (the run: during its join grace, when the
-    session was already running; a cold 100k read in process 9.5 -> 8.4 s); Spark keeps the
-    workers (``spark.python.worker.reuse``) for the read's tasks. Returns the workers' pids.
+    session has task slots does that beforehand (the run: on a thread, while it claims and
+    plans); Spark keeps the workers (``spark.python.worker.reuse``) for the read's tasks.
+    Returns the workers' pids.
     """
     slots = max(1, int(spark.sparkContext.defaultParallelism))
     df = spark.range(0, slots, 1, slots)
