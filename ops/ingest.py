@@ -180,7 +180,7 @@ class SparkIngestor:
                 return
             finally:
                 self._ready.set()
-            warm_session(session)
+            warm_session(session, with_planners=given is not None)
 
         self._early = threading.Thread(target=work, name="ehingest-spark-start", daemon=True)
         self._early.start()

@@ -55,3 +55,48 @@ def test_warmed_workers_run_the_next_job_with_the_reader_imported(
         return
     assert len(result["warm"]) == 2
     assert set(result["read"]) <= set(result["warm"]) and all(result["loaded"])
+
+
+_PLANNERS = """
+import json, sys
+import psutil
+from resources.spark_session import local_spark_session
+from ops.warm_up import warm_python
+spark = local_spark_session("warm-test", master="local[1]", register_source=False)
+warm_python(spark, with_planners=sys.argv[1] == "planners")
+jvm = psutil.Process(spark.sparkContext._gateway.proc.pid)
+names = set()
+for child in jvm.children():
+    try:
+        names.add(" ".join(child.cmdline()).rsplit(" ", 1)[-1])
+    except psutil.Error:  # a short-lived child (a zombie until reaped)
+        pass
+print(json.dumps(sorted(names)))
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("planners", ["planners", "workers"])
+def test_planner_daemons_are_started_only_when_asked(tmp_path: Path, planners: str) -> None:
+    """with_planners: the Python daemons that create and plan a data source run afterwards (the
+    run's read then forks from them); without, only the executors' worker daemon does."""
+    env = {**os.environ, "EHINGEST_JVM_ARCHIVE": "off"}
+    done = subprocess.run(
+        [sys.executable, "-c", _PLANNERS, planners],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    daemons = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert "pyspark.worker" in daemons
+    planner_daemons = {
+        "pyspark.sql.worker.create_data_source",
+        "pyspark.sql.worker.plan_data_source_read",
+    }
+    if planners == "planners":
+        assert planner_daemons <= daemons, daemons
+    else:
+        assert not planner_daemons & daemons, daemons
