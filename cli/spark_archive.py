@@ -33,7 +33,7 @@ def spark_archive(config_path: str | None, rebuild: bool) -> None:
     from cli.run import EXIT_CONFIG, EXIT_FAILED
     from ops.warm_up import warm_up
     from resources.errors import ConfigurationError
-    from resources.jvm_archive import ARCHIVE_ENV, REBUILD, current_plan, finish_dumps
+    from resources.jvm_archive import ARCHIVE_ENV, REBUILD, WRITE, current_plan, finish_dumps
     from resources.spark_session import local_spark_session
 
     started = time.monotonic()
@@ -56,15 +56,14 @@ def spark_archive(config_path: str | None, rebuild: bool) -> None:
     except ConfigurationError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_CONFIG)
-    if rebuild:
-        os.environ[ARCHIVE_ENV] = REBUILD
+    os.environ[ARCHIVE_ENV] = REBUILD if rebuild else WRITE
     spark = factory()
     plan = current_plan()
     if plan is None:
         click.echo(
-            f"no archive: {ARCHIVE_ENV}=off, or the driver's class path or Java options rule "
-            "it out (a SPARK_CONF_DIR, HADOOP_CONF_DIR or extra class path of yours; "
-            "docs/deploy.md), or this process's JVM was already running",
+            "no archive: the driver's class path or Java options rule it out (a "
+            "SPARK_CONF_DIR, HADOOP_CONF_DIR or extra class path of yours, Java options that "
+            "set class data sharing; docs/deploy.md)",
             err=True,
         )
         sys.exit(EXIT_FAILED)

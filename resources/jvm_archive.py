@@ -1,20 +1,23 @@
 """A local Spark driver's JVM started from a class-data archive (JDK AppCDS), not from jars.
 
 A local session's JVM loads ~15,000 classes from Spark's ~250 jars, verifying and linking each:
-most of its start (JVM, SparkContext, SparkSession: 5-7 s on 2 cores) and a good part of the
+most of its start (JVM, SparkContext, SparkSession: 4-7 s on 2 cores) and a good part of the
 first job. JDK 13+ can write every class a JVM loaded into an archive when it exits
 (``-XX:ArchiveClassesAtExit``) and map that archive at the next start
-(``-XX:SharedArchiveFile``): a cold ``ehingest run`` of 100k events took 20-21 s without and 15 s
-with it (docs/run.md has the measurements).
+(``-XX:SharedArchiveFile``): a cold ``ehingest run`` of 100k events took 16.1-16.6 s without
+and 12.2-12.5 s with it (docs/deploy.md, "Local runs").
 
 How it is used (local masters only; a cluster's or Spark Connect's JVMs are not ours to start):
 
 * :func:`plan_archive` decides, before the JVM starts, from the driver's Java options and the
   environment: with an archive for this Java, this Spark and these options, the JVM maps it;
-  without one, this JVM writes one when it exits. The archive lives in :func:`cache_dir`
-  (``$EHINGEST_CACHE_DIR``, else ``$XDG_CACHE_HOME/ehingest``, else ``~/.cache/ehingest``),
-  ~150-200 MB, named by a hash of what it depends on. ``EHINGEST_JVM_ARCHIVE`` (:data:`ARCHIVE_ENV`)
-  turns it off, or to using an archive without ever writing one.
+  without one, the second JVM to want it writes it when it exits (the first leaves a note: a
+  cache that is still there at the next run is one worth filling; a container started fresh
+  for every run never pays for writing an archive it would throw away). The archive lives in
+  :func:`cache_dir` (``$EHINGEST_CACHE_DIR``, else ``$XDG_CACHE_HOME/ehingest``, else
+  ``~/.cache/ehingest``), ~150-200 MB, named by a hash of what it depends on.
+  ``EHINGEST_JVM_ARCHIVE`` (:data:`ARCHIVE_ENV`) turns it off, to using an archive without
+  ever writing one, or to writing it now (``ehingest spark-archive``).
 * The JDK refuses to write an archive when the class path holds a non-empty directory, and
   Spark's launcher puts ``SPARK_CONF_DIR`` on it. So the package's quiet log4j2 config is passed
   as ``-Dlog4j2.configurationFile`` and ``SPARK_CONF_DIR`` points at an empty directory; a
@@ -55,6 +58,7 @@ __all__ = [
     "CACHE_DIR_ENV",
     "REBUILD",
     "USE_ONLY",
+    "WRITE",
     "ArchivePlan",
     "cache_dir",
     "current_plan",
@@ -64,11 +68,13 @@ __all__ = [
     "start_with_archive",
 ]
 
-#: Unset (or ``auto``): a JVM maps the archive, or writes it when there is none. ``off`` (or
-#: ``0``, ``false``, ``no``): neither. ``use``: map it, never write one (e.g. many short-lived
-#: JVMs while ``ehingest spark-archive`` writes it). ``rebuild``: write it again.
+#: Unset (or ``auto``): a JVM maps the archive; without one, the second JVM to want it writes
+#: it. ``off`` (or ``0``, ``false``, ``no``): neither. ``use``: map it, never write one (e.g.
+#: many short-lived JVMs while ``ehingest spark-archive`` writes it). ``write``: write it now if
+#: there is none. ``rebuild``: write it again.
 ARCHIVE_ENV = "EHINGEST_JVM_ARCHIVE"
 USE_ONLY = "use"
+WRITE = "write"
 REBUILD = "rebuild"
 #: Where the package keeps what it caches on this machine (default: the XDG cache directory).
 CACHE_DIR_ENV = "EHINGEST_CACHE_DIR"
@@ -208,6 +214,14 @@ def plan_archive(
             archive, f"{quiet} -XX:SharedArchiveFile={archive} -Xlog:cds=off", empty, None
         )
     if mode == USE_ONLY:
+        return None
+    wanted = archive.with_suffix(".wanted")
+    if mode not in (WRITE, REBUILD) and not wanted.exists():
+        # The first JVM here only notes that it would have used one: writing it costs that
+        # run ~20 s, worth it only where the cache outlives the run. A container started
+        # fresh for every run never gets further (bake the archive into its image instead).
+        with contextlib.suppress(OSError):
+            wanted.touch()
         return None
     _remove_stale(directory)
     dump_to = directory / f"{archive.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"

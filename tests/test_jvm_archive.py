@@ -38,8 +38,26 @@ def _plan(env: dict[str, str], options: str = OPTIONS, **conf: str) -> ArchivePl
     return plan_archive(options, conf, log4j_config=LOG4J, default_conf_dir=SPARK_CONF_DIR, env=env)
 
 
-def test_without_an_archive_the_jvm_writes_one_to_a_temporary_name(tmp_path: Path) -> None:
+def test_the_first_jvm_without_an_archive_only_notes_it_the_second_writes_it(
+    tmp_path: Path,
+) -> None:
+    """Writing costs the run that does it ~20 s: only once the cache has outlived a run."""
+    assert _plan(_env(tmp_path)) is None
+    assert list((tmp_path / "cache" / "jvm").glob("spark-*.wanted"))
     plan = _plan(_env(tmp_path))
+    assert plan is not None and plan.dump_to is not None
+    assert _plan(_env(tmp_path / "fresh", EHINGEST_JVM_ARCHIVE="rebuild")) is not None
+
+
+def _wanted(tmp_path: Path) -> dict[str, str]:
+    """The environment of a cache that has already seen a run wanting the archive."""
+    env = _env(tmp_path)
+    _plan(env)
+    return env
+
+
+def test_without_an_archive_the_jvm_writes_one_to_a_temporary_name(tmp_path: Path) -> None:
+    plan = _plan(_wanted(tmp_path))
     assert plan is not None and plan.dump_to is not None
     directory = tmp_path / "cache" / "jvm"
     assert plan.archive.parent == directory and plan.dump_to.parent == directory
@@ -50,7 +68,7 @@ def test_without_an_archive_the_jvm_writes_one_to_a_temporary_name(tmp_path: Pat
 
 
 def test_with_an_archive_the_jvm_maps_it_unless_asked_to_rebuild(tmp_path: Path) -> None:
-    first = _plan(_env(tmp_path))
+    first = _plan(_wanted(tmp_path))
     assert first is not None
     first.archive.write_bytes(b"archive")
     plan = _plan(_env(tmp_path))
@@ -87,11 +105,15 @@ def test_with_an_archive_the_jvm_maps_it_unless_asked_to_rebuild(tmp_path: Path)
 def test_what_rules_the_archive_out(
     tmp_path: Path, env: dict[str, str], options: str, conf: dict[str, str]
 ) -> None:
-    assert _plan(_env(tmp_path, **env), options, **conf) is None
+    # rebuild: a plan to write one whatever the cache has seen, unless something rules it out.
+    assert _plan(_env(tmp_path, EHINGEST_JVM_ARCHIVE="rebuild"), OPTIONS) is not None
+    assert (
+        _plan(_env(tmp_path, **{"EHINGEST_JVM_ARCHIVE": "rebuild", **env}), options, **conf) is None
+    )
 
 
 def test_a_non_empty_conf_dir_of_ours_rules_it_out(tmp_path: Path) -> None:
-    plan = _plan(_env(tmp_path))
+    plan = _plan(_wanted(tmp_path))
     assert plan is not None
     (plan.conf_dir / "spark-defaults.conf").write_text("spark.x 1\n")
     assert _plan(_env(tmp_path)) is None
@@ -99,7 +121,7 @@ def test_a_non_empty_conf_dir_of_ours_rules_it_out(tmp_path: Path) -> None:
 
 def test_the_key_follows_jvm_flags_and_heap_not_system_properties(tmp_path: Path) -> None:
     def name(options: str = OPTIONS, **conf: str) -> str:
-        plan = _plan(_env(tmp_path), options, **conf)
+        plan = _plan(_env(tmp_path, EHINGEST_JVM_ARCHIVE="rebuild"), options, **conf)
         assert plan is not None
         return plan.archive.name
 
@@ -108,11 +130,12 @@ def test_the_key_follows_jvm_flags_and_heap_not_system_properties(tmp_path: Path
     assert name(f"{OPTIONS} -Dderby.system.home=/tmp/w2/_derby") == base
     assert name("-XX:TieredStopAtLevel=1 -XX:+UseG1GC") != base
     assert name(**{"spark.driver.memory": "48g"}) != base
-    assert _plan(_env(tmp_path, SPARK_SUBMIT_OPTS="-Xmx40g")).archive.name != base  # type: ignore[union-attr]
+    other = _plan(_env(tmp_path, EHINGEST_JVM_ARCHIVE="rebuild", SPARK_SUBMIT_OPTS="-Xmx40g"))
+    assert other is not None and other.archive.name != base
 
 
 def test_stale_temporary_archives_are_removed_fresh_ones_kept(tmp_path: Path) -> None:
-    plan = _plan(_env(tmp_path))
+    plan = _plan(_wanted(tmp_path))
     assert plan is not None
     stale = plan.archive.parent / f"{plan.archive.name}.1-dead.tmp"
     fresh = plan.archive.parent / f"{plan.archive.name}.2-live.tmp"
@@ -125,7 +148,7 @@ def test_stale_temporary_archives_are_removed_fresh_ones_kept(tmp_path: Path) ->
 
 
 def test_a_jvm_that_refuses_the_options_is_started_again_without_them(tmp_path: Path) -> None:
-    env = _env(tmp_path)
+    env = _wanted(tmp_path)
     plan = _plan(env)
     assert plan is not None
     calls: list[ArchivePlan | None] = []
@@ -146,7 +169,7 @@ def test_a_jvm_that_refuses_the_options_is_started_again_without_them(tmp_path: 
 
 
 def test_a_jvm_that_cannot_start_at_all_raises_its_own_error(tmp_path: Path) -> None:
-    env = _env(tmp_path)
+    env = _wanted(tmp_path)
     plan = _plan(env)
 
     def start(with_plan: ArchivePlan | None) -> str:
@@ -171,7 +194,7 @@ def _jvm_like(tmp_path: Path, dump_to: Path, code: int) -> subprocess.Popen[byte
 def test_the_archive_is_put_in_place_only_after_a_clean_exit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
 ) -> None:
-    plan = _plan(_env(tmp_path))
+    plan = _plan(_wanted(tmp_path))
     assert plan is not None and plan.dump_to is not None
     proc = _jvm_like(tmp_path, plan.dump_to, code)
     monkeypatch.setattr(jvm_archive, "_gateway_process", lambda: proc)
