@@ -24,8 +24,8 @@ partition, exactly one receiver) vs the pipeline with ``--hot-readers`` sub-rang
 ``local[P]``.
 
 Every local Spark JVM starts from the driver's class-data archive (resources/jvm_archive.py), as
-every run after the first on a machine does; ``--jvm-archive write`` (the default) writes it
-first and prints what that costs the first run once, ``off`` measures without it.
+every run on a machine after the second does; ``--jvm-archive write`` (the default) writes it
+first and prints what that costs once, ``off`` measures without it.
 
 Every variant runs in its own process. Each figure carries the CPU seconds of its whole process
 tree (the JVM and Spark's Python workers included) and the load average when it ran: on a shared,
@@ -555,9 +555,10 @@ def run_cli(
 
 
 def prepare_jvm_archive(mode: str) -> dict[str, Any]:
-    """The class-data archive every variant's local JVM starts from (a run after the first on a
-    machine), per ``--jvm-archive``: with ``write``, ``ehingest spark-archive --rebuild`` first,
-    its time printed as what the first run on a machine pays once."""
+    """The class-data archive every variant's local JVM starts from (as every run on a machine
+    after the second, or in an image that has it baked in), per ``--jvm-archive``: with
+    ``write``, ``ehingest spark-archive --rebuild`` first, its time printed (what writing it
+    costs once: an image build step, or the second run on a machine)."""
     from resources.jvm_archive import ARCHIVE_ENV
 
     if mode == "off":
@@ -577,7 +578,7 @@ def prepare_jvm_archive(mode: str) -> dict[str, Any]:
     if done.returncode != 0:
         raise RuntimeError(f"ehingest spark-archive failed: {done.stderr[-2000:]}")
     _say(
-        f"JVM class-data archive written in {seconds:.1f} s (once per machine and Spark/Java "
+        f"JVM class-data archive written in {seconds:.1f} s (once per machine, Spark and Java "
         f"version; load {load}): {done.stdout.strip()}"
     )
     return {"mode": mode, "seconds": round(seconds, 2), "load": load}
@@ -853,8 +854,8 @@ def main() -> None:
         choices=("write", "keep", "off"),
         default="write",
         help="the local driver JVM's class-data archive (resources/jvm_archive.py): 'write' it "
-        "first, timed as a first run on a machine would pay it (default); 'keep' the one there "
-        "(written by whichever JVM needs it); 'off' for every variant",
+        "first with ehingest spark-archive and print what that costs once (default); 'keep' "
+        "whatever the cache has; 'off' for every variant",
     )
     parser.add_argument("--repeat", type=int, default=1, help="runs of each variant per size")
     parser.add_argument("--json", action="store_true", help="print every figure as JSON")
