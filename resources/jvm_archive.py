@@ -125,8 +125,9 @@ def _java(env: Mapping[str, str]) -> Path | None:
 
 
 def _fingerprint(java: Path, java_options: str, driver_memory: str, env: Mapping[str, str]) -> str:
-    """A hash of what an archive is valid for: the JVM build, Spark's jars, the JVM's flags
-    and heap size (past 32 GB the JVM stops compressing pointers)."""
+    """A hash of what an archive is valid for: the JVM build, Spark's jars (where they are,
+    their names and sizes), the JVM's flags and heap size (past 32 GB the JVM stops compressing
+    pointers)."""
     import pyspark
 
     digest = hashlib.sha256()
@@ -136,7 +137,10 @@ def _fingerprint(java: Path, java_options: str, driver_memory: str, env: Mapping
         digest.update(release.read_bytes())
     with contextlib.suppress(OSError):
         digest.update(str(java.stat().st_mtime_ns).encode())
-    jars = Path(pyspark.__file__).parent / "jars"
+    # The archive records the class path it was written with (absolute jar paths): another
+    # install of the same Spark (a second virtualenv, a CI checkout) needs its own.
+    jars = Path(pyspark.__file__).resolve().parent / "jars"
+    digest.update(str(jars).encode())
     with contextlib.suppress(OSError):
         for jar in sorted(jars.iterdir()):
             digest.update(f"{jar.name}:{jar.stat().st_size}".encode())

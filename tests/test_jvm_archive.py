@@ -259,3 +259,23 @@ def test_a_users_spark_conf_dir_keeps_its_place_and_no_archive_is_used(tmp_path:
     assert used.returncode == 0, used.stderr[-3000:]
     assert "NOT-MAPPED" in used.stdout.split()
     assert not (tmp_path / "cache" / "jvm").exists()
+
+
+def test_another_install_of_the_same_spark_gets_its_own_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The JVM checks an archive against the class path it was written with (absolute jar
+    paths): a second virtualenv must not find the first one's and silently never use one."""
+    import pyspark
+
+    env = _env(tmp_path, EHINGEST_JVM_ARCHIVE="rebuild")
+    here = _plan(env)
+    other = tmp_path / "other-venv" / "pyspark"
+    (other / "jars").mkdir(parents=True)
+    for jar in (Path(pyspark.__file__).parent / "jars").iterdir():
+        (other / "jars" / jar.name).write_bytes(b"")
+        os.truncate(other / "jars" / jar.name, jar.stat().st_size)  # same names and sizes
+    monkeypatch.setattr(pyspark, "__file__", str(other / "__init__.py"))
+    there = _plan(env)
+    assert here is not None and there is not None
+    assert here.archive != there.archive
