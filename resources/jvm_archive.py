@@ -271,12 +271,36 @@ def start_with_archive(
         with contextlib.suppress(OSError):
             plan.marker.touch()
         return started
+    if plan.dump_to is None and not _mapped(plan.archive):
+        # The JVM checked the archive and started without it (it was written by another JVM
+        # build or for another class path, or is damaged): a note keeps later runs from
+        # paying for it again; removing both lets the second run from now write a new one.
+        logger.warning(
+            "the local Spark JVM did not use its class-data archive %s; it is removed and "
+            "runs start without one (remove %s to have the next runs write a new one)",
+            plan.archive,
+            plan.marker,
+        )
+        with contextlib.suppress(OSError):
+            plan.marker.touch()
+            plan.archive.unlink()
+        return started
     _CURRENT = plan
     if plan.dump_to is not None:
         if not _PENDING:
             atexit.register(finish_dumps)
         _PENDING.append(plan)
     return started
+
+
+def _mapped(archive: Path) -> bool:
+    """Whether this process's Spark JVM has ``archive`` mapped (True where it cannot tell)."""
+    proc = _gateway_process()
+    maps = Path(f"/proc/{getattr(proc, 'pid', '-')}/maps")
+    try:
+        return str(archive) in maps.read_text()
+    except OSError:  # not Linux, or no JVM of ours: cannot tell
+        return True
 
 
 #: Plans whose JVM writes an archive at exit, not put in place yet (:func:`finish_dumps`).

@@ -243,6 +243,16 @@ def test_spark_archive_writes_the_archive_a_session_then_maps(tmp_path: Path) ->
     assert "MAPPED" in used.stdout.split()
     # The package's quiet log4j2 config still applies (passed as a system property now).
     assert " INFO " not in used.stderr and "default log4j profile" not in used.stderr
+    # A damaged archive: the JVM starts without it; it is removed and not written again.
+    archive = archives[0]
+    archive.chmod(0o644)
+    with archive.open("r+b") as f:
+        f.write(b"\0" * 4096)
+    damaged = _run([sys.executable, "-c", _SESSION], env)
+    assert damaged.returncode == 0, damaged.stderr[-3000:]
+    assert "NOT-MAPPED" in damaged.stdout.split()
+    assert "did not use its class-data archive" in damaged.stderr
+    assert not archive.exists() and archive.with_suffix(".unusable").exists()
 
 
 @pytest.mark.spark
@@ -279,3 +289,21 @@ def test_another_install_of_the_same_spark_gets_its_own_archive(
     there = _plan(env)
     assert here is not None and there is not None
     assert here.archive != there.archive
+
+
+@pytest.mark.parametrize("mapped", [True, False])
+def test_an_archive_the_jvm_did_not_map_is_removed_and_not_written_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mapped: bool
+) -> None:
+    env = _wanted(tmp_path)
+    written = _plan(env)
+    assert written is not None
+    written.archive.write_bytes(b"archive")
+    plan = _plan(env)
+    assert plan is not None and plan.dump_to is None
+    monkeypatch.setattr(jvm_archive, "_mapped", lambda archive: mapped)
+    monkeypatch.setattr(jvm_archive, "_CURRENT", None)  # restored after the test
+    assert start_with_archive(plan, lambda with_plan: "session", env) == "session"
+    assert plan.archive.exists() is mapped
+    assert plan.marker.exists() is not mapped
+    assert (jvm_archive.current_plan() == plan) is mapped
