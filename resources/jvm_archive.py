@@ -32,7 +32,8 @@ How it is used (local masters only; a cluster's or Spark Connect's JVMs are not 
   (:func:`start_with_archive`), and that key is then never tried again.
 
 The JVM itself checks that an archive matches its build and class path and silently starts
-without it otherwise, so a stale archive costs the gain, never the run.
+without it otherwise, so a stale or damaged archive costs the gain, never the run; the run then
+finds it unmapped in the JVM's memory map, removes it and notes its hash unusable.
 """
 
 from __future__ import annotations
