@@ -147,11 +147,13 @@ def start_local_driver(builder: SparkSession.Builder, settings: Mapping[str, str
     archive of :mod:`resources.jvm_archive` when one can be used (or written).
 
     ``settings`` are the session's settings as ``builder`` holds them. A process whose JVM is
-    already up (an earlier session) reuses it as it is.
+    already up (an earlier session) reuses it as it is. The Python processes the JVM starts
+    import the installed pyspark rather than Spark's zip (:mod:`resources.worker_python`).
     """
     from pyspark import SparkContext
 
     from resources.jvm_archive import plan_archive, start_with_archive
+    from resources.worker_python import installed_pyspark_for_workers
 
     java_options = settings.get("spark.driver.extraJavaOptions", "")
     plan = None
@@ -167,7 +169,8 @@ def start_local_driver(builder: SparkSession.Builder, settings: Mapping[str, str
         options = java_options if with_plan is None else f"{java_options} {with_plan.java_options}"
         return builder.config("spark.driver.extraJavaOptions", options.strip()).getOrCreate()
 
-    return start_with_archive(plan, start)
+    with installed_pyspark_for_workers():
+        return start_with_archive(plan, start)
 
 
 def local_spark_session(

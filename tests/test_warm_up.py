@@ -3,32 +3,9 @@ Python tasks run in the workers it started, with the reader's modules already im
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-from typing import Any
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _last_json(script: str, arg: str) -> Any:
-    """Run ``script`` with ``arg`` in a fresh interpreter (its own JVM); its last line, parsed."""
-    env = {**os.environ, "EHINGEST_JVM_ARCHIVE": "off"}
-    done = subprocess.run(
-        [sys.executable, "-c", script, arg],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
+from tests.fixtures.spark import script_in_fresh_jvm
 
 _SCRIPT = """
 import json, sys
@@ -54,7 +31,7 @@ print(json.dumps({"warm": sorted(warm), "read": [r // 10 for r in rows],
 @pytest.mark.spark
 @pytest.mark.parametrize("warm", ["warm", "cold"])
 def test_warmed_workers_run_the_next_job_with_the_reader_imported(warm: str) -> None:
-    result = _last_json(_SCRIPT, warm)
+    result = script_in_fresh_jvm(_SCRIPT, warm)
     if warm == "cold":  # the control: fresh workers have not imported the reader
         assert not any(result["loaded"])
         return
@@ -85,7 +62,7 @@ print(json.dumps(sorted(names)))
 def test_planner_daemons_are_started_only_when_asked(planners: str) -> None:
     """with_planners: the Python daemons that create and plan a data source run afterwards (the
     run's read then forks from them); without, only the executors' worker daemon does."""
-    daemons = set(_last_json(_PLANNERS, planners))
+    daemons = set(script_in_fresh_jvm(_PLANNERS, planners))
     assert "pyspark.worker" in daemons
     planner_daemons = {
         "pyspark.sql.worker.create_data_source",
