@@ -33,7 +33,8 @@ WORKER_SITE_ENV = "EHINGEST_WORKER_SITE"
 def installed_pyspark_for_workers(env: MutableMapping[str, str] = os.environ) -> Iterator[None]:
     """While a local driver's JVM starts (it copies ``env``), :data:`WORKER_SITE` leads its
     ``PYTHONPATH``; the variable is as it was afterwards, in this process."""
-    if env.get(WORKER_SITE_ENV, "").strip().lower() == "off":
+    if env.get(WORKER_SITE_ENV, "").strip().lower() == "off" or os.pathsep in str(WORKER_SITE):
+        # (An install path holding the separator cannot be one PYTHONPATH entry.)
         yield
         return
     previous = env.get("PYTHONPATH")
