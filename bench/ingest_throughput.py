@@ -636,16 +636,18 @@ def run_child(
     partitions: int,
     parallelism: int,
     max_readers: int = 1,
+    rep: int = 0,
 ) -> dict:
     if mode in ("e", "n"):
-        # (n) runs right after (e) on the same container: nothing left to read.
+        # (n) runs right after (e) on the same container: nothing left to read. Each repeat
+        # of (e) reads everything again, into a container of its own.
         return run_cli(
             env["BENCH_EH_CONN"],
             env["BENCH_ST_CONN"],
             os.path.dirname(workdir),
             parallelism,
             max_readers,
-            container=f"cli-{n}-{partitions}",
+            container=f"cli-{n}-{partitions}-{rep}",
             extra_options=_cycle_option(args.max_events_per_cycle),
         )
     cmd = [
@@ -716,6 +718,7 @@ def _measure(
                     partitions=partitions,
                     parallelism=parallelism.get(mode, args.parallelism),
                     max_readers=max_readers,
+                    rep=rep,
                 )
             except RuntimeError as exc:
                 # e.g. (b) at 1M: the driver loop runs the JVM out of heap.
