@@ -527,6 +527,27 @@ def test_verification_reads_only_the_batches_own_directories(
     assert dict(df.groupBy("partition").count().collect()) == {"0": 10, "1": 5}
 
 
+@pytest.mark.parametrize("fmt", ["delta", "iceberg", "hudi", "avro"])
+def test_table_formats_on_a_path_are_read_through_their_own_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    """A table format's files under its path are not its table (an overwritten batch's old
+    files stay until vacuumed): only Spark's own file formats are read by a glob."""
+    import ops.write
+    from ops.write import read_batches
+
+    class Read:
+        def where(self, condition: object) -> str:
+            return "filtered read of the whole sink"
+
+    seen: list[SinkSettings] = []
+    monkeypatch.setattr(ops.write, "read_sink", lambda spark, sink: seen.append(sink) or Read())
+    sink = make_sink(fmt, tmp_path)
+    read = read_batches(object(), sink, [batch_key("0", 0, 9)])  # type: ignore[arg-type]
+    assert read == "filtered read of the whole sink"
+    assert seen == [sink]
+
+
 def keys_of(df: DataFrame) -> list[tuple[str, int]]:
     return [
         (r.partition, r.sequenceNumber) for r in df.select("partition", "sequenceNumber").collect()
