@@ -329,15 +329,10 @@ class LocalPySparkResource(PySparkResource):
         if config.get("spark.remote") or not is_local_master(config.get("spark.master")):
             return spark_session_from_config(config)
         from dagster_spark.utils import flatten_dict
-        from pyspark.sql import SparkSession
 
         from resources.spark_session import start_local_driver
 
-        settings = {key: str(value) for key, value in flatten_dict(config)}
-        builder = SparkSession.builder
-        for key, value in settings.items():
-            builder = builder.config(key, value)
-        return start_local_driver(builder, settings)
+        return start_local_driver({key: str(value) for key, value in flatten_dict(config)})
 
 
 def _engine(spark_config: Mapping[str, Any]) -> SparkConfig:

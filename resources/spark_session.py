@@ -142,13 +142,23 @@ def make_active(spark: SparkSession) -> None:
     jvm.SparkSession.setActiveSession(spark._jsparkSession)
 
 
-def start_local_driver(builder: SparkSession.Builder, settings: Mapping[str, str]) -> SparkSession:
-    """``builder.getOrCreate()`` for a local master, its JVM started from the class-data
-    archive of :mod:`resources.jvm_archive` when one can be used (or written).
+def _builder(settings: Mapping[str, str]) -> SparkSession.Builder:
+    from pyspark.sql import SparkSession
 
-    ``settings`` are the session's settings as ``builder`` holds them. A process whose JVM is
-    already up (an earlier session) reuses it as it is. The Python processes the JVM starts
-    import the installed pyspark rather than Spark's zip (:mod:`resources.worker_python`).
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder
+
+
+def start_local_driver(settings: Mapping[str, str]) -> SparkSession:
+    """``getOrCreate()`` of a session with ``settings`` (a local master among them), its JVM
+    started from the class-data archive of :mod:`resources.jvm_archive` when one can be used
+    (or written).
+
+    A process whose JVM is already up (an earlier session) reuses it as it is. The Python
+    processes the JVM starts import the installed pyspark rather than Spark's zip
+    (:mod:`resources.worker_python`).
     """
     from pyspark import SparkContext
 
@@ -167,7 +177,9 @@ def start_local_driver(builder: SparkSession.Builder, settings: Mapping[str, str
 
     def start(with_plan: ArchivePlan | None) -> SparkSession:
         options = java_options if with_plan is None else f"{java_options} {with_plan.java_options}"
-        return builder.config("spark.driver.extraJavaOptions", options.strip()).getOrCreate()
+        return _builder(
+            {**settings, "spark.driver.extraJavaOptions": options.strip()}
+        ).getOrCreate()
 
     with installed_pyspark_for_workers():
         return start_with_archive(plan, start)
@@ -217,8 +229,6 @@ def local_spark_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_CONF_DIR", str(SPARK_CONF_DIR))
 
-    from pyspark.sql import SparkSession
-
     settings = session_defaults(master)
     if ui:
         settings["spark.ui.enabled"] = "true"
@@ -241,10 +251,8 @@ def local_spark_session(
             if o
         )
     settings.update(conf or {})
-    builder = SparkSession.builder.appName(app_name).master(master)
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    spark = start_local_driver(builder, settings) if local else builder.getOrCreate()
+    settings = {"spark.app.name": app_name, "spark.master": master, **settings}
+    spark = start_local_driver(settings) if local else _builder(settings).getOrCreate()
     if register_source:
         from resources.spark_source import register_eventhubs_source
 
