@@ -115,13 +115,14 @@ def warm_python(spark: SparkSession, *, with_planners: bool = False) -> set[int]
     """
     import threading
 
-    planners = threading.Thread(target=_warm_planners, args=(spark,), daemon=True)
+    planners = None
     if with_planners:
+        planners = threading.Thread(target=_warm_planners, args=(spark,), daemon=True)
         planners.start()
     slots = max(1, int(spark.sparkContext.defaultParallelism))
     df = spark.range(0, slots, 1, slots)
     pids = {int(row.id) for row in df.mapInArrow(_import_reader, df.schema).collect()}
-    if with_planners:
+    if planners is not None:
         planners.join()
     return pids
 
