@@ -1,11 +1,11 @@
 """CPU per event of ``read_range`` alone (the fast pull), with and without each pyamqp cut.
 
 The cuts (``resources/spark_source/_amqp.py``): ``sock``, pyamqp's socket reads served from a
-buffer; ``dec``, the faster AMQP payload decoder. The emulator runs in its own process
-(``python -m emulator serve``); this process reads the same range once per mode, round after
-round, each round starting one mode later (the machine is shared: alternating spreads its noise
-over every mode), and prints the ``time.process_time()`` per event of each read and each mode's
-median. Run:
+buffer; ``dec``, the faster AMQP payload decoder; ``frame``, the faster performative decoder.
+The emulator runs in its own process (``python -m emulator serve``); this process reads the
+same range once per mode, round after round, each round starting one mode later (the machine is
+shared: alternating spreads its noise over every mode), and prints the ``time.process_time()``
+per event of each read and each mode's median. Run:
 
     source scripts/_bootstrap.sh && uv run --frozen python bench/read_range_cpu.py
     uv run --frozen python bench/read_range_cpu.py --events 20000 --rounds 2  # quicker
@@ -26,7 +26,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from source_throughput import emulator_process, send  # noqa: E402
 
-MODES = {"none": (), "sock": ("sock",), "dec": ("dec",), "sock+dec": ("sock", "dec")}
+MODES = {
+    "none": (),
+    "sock": ("sock",),
+    "dec": ("dec",),
+    "sock+dec": ("sock", "dec"),
+    "sock+dec+frame": ("sock", "dec", "frame"),
+}
 
 
 def _no_buffering(_handler: Any) -> bool:
@@ -35,7 +41,7 @@ def _no_buffering(_handler: Any) -> bool:
 
 def set_cuts(cuts: tuple[str, ...]) -> None:
     """Turn the cuts on or off for the next read_range (the pull installs them as it runs)."""
-    from azure.eventhub._pyamqp import _decode, receiver
+    from azure.eventhub._pyamqp import _decode, _transport, receiver
 
     from resources.spark_source import _amqp, _receiver
 
@@ -43,6 +49,7 @@ def set_cuts(cuts: tuple[str, ...]) -> None:
     vars(_receiver)["buffer_reads"] = wanted  # the name the pull calls
     _amqp._decoder_installed = True  # the pull's install_decoder() leaves this choice alone
     receiver.decode_payload = _amqp.decode_payload if "dec" in cuts else _decode.decode_payload
+    _transport.decode_frame = _amqp.decode_frame if "frame" in cuts else _decode.decode_frame
 
 
 def main() -> None:
@@ -66,7 +73,7 @@ def main() -> None:
         settings = EventHubSettings(eventhub_name="cpu1", connection_string=conn)
         send(settings, ["0"], n, args.size)
         rng = PartitionRange("0", 0, n - 1)
-        set_cuts(MODES["sock+dec"])  # warm up: imports, first connection
+        set_cuts(MODES["sock+dec+frame"])  # warm up: imports, first connection
         sum(b.num_rows for b in read_range(settings, PartitionRange("0", 0, 999)))
         for r in range(args.rounds):
             for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:

@@ -463,6 +463,123 @@ def test_the_decoder_is_installed_only_over_the_source_it_was_proven_against() -
     assert _amqp._sdk_decode_payload is sdk.decode_payload
 
 
+# -- the performative decoder: strict equality with pyamqp's decode_frame --------------------------
+
+
+def frame_outcome(decode: Callable[[Any], Any], payload: bytes) -> tuple[Any, ...]:
+    """What ``decode`` makes of a frame's payload as pyamqp's transport passes it (a view).
+
+    pyamqp allocates ``[None] * count`` for a frame's list32 before reading a field: such a
+    count past the input (garbage) is dropped, as in :func:`outcome`."""
+    if len(payload) >= 12 and payload[3] == 0xD0 and struct.unpack(">i", payload[8:12])[0] > 4096:
+        reject()
+    return outcome(decode, payload)
+
+
+def assert_frame_equivalent(payload: bytes) -> None:
+    ours = frame_outcome(_amqp.decode_frame, payload)
+    theirs = frame_outcome(sdk.decode_frame, payload)
+    assert same(ours, theirs), (payload.hex(), ours, theirs)
+
+
+def assert_frame_fast_path_equal(payload: bytes) -> None:
+    """pyamqp decodes it, and the fast path itself (no fallback) returns the same."""
+    expected = sdk.decode_frame(memoryview(bytearray(payload)))
+    assert same(_amqp._decode_frame(memoryview(bytearray(payload))), expected)
+    sliced = memoryview(b"\x00\x01\x02" + payload + b"\x03")[3:-1]  # as the transport's slice
+    assert same(_amqp.decode_frame(sliced), expected)
+
+
+def performative(kind: int, fields: list[bytes], body: bytes = b"", *, wide: bool = False) -> bytes:
+    """A frame's payload: the described list of ``fields`` (raw encodings), then ``body``."""
+    content = b"".join(fields)
+    if wide:
+        listed = b"\xd0" + (len(content) + 4).to_bytes(4) + len(fields).to_bytes(4) + content
+    else:
+        listed = b"\xc0" + bytes([len(content) + 1, len(fields)]) + content
+    return b"\x00\x53" + bytes([kind]) + listed + body
+
+
+def test_the_frame_decoder_on_the_emulators_transfers() -> None:
+    """What the emulator sends (resources' tests read through it): every field, the message view."""
+    from emulator.framing import transfer_header
+
+    message = b"\x00\x53\x75\xb0" + (1024).to_bytes(4) + bytes(range(256)) * 4
+    for handle, delivery, more in [(0, 0, False), (3, 2**32 - 1, True), (255, 123_456, False)]:
+        frame = transfer_header(5, handle, delivery, len(message), more) + message
+        assert_frame_fast_path_equal(frame[8:])
+        kind, fields = _amqp.decode_frame(memoryview(bytearray(frame[8:])))
+        assert kind == 20 and fields[:6] == [handle, delivery, delivery.to_bytes(4), 0, True, more]
+        assert type(fields[11]) is memoryview and bytes(fields[11]) == message
+
+
+def test_the_frame_decoder_on_pyamqps_own_performatives() -> None:
+    """Every performative pyamqp's encoder writes, as the service sends them."""
+    from azure.eventhub._pyamqp import performatives as p
+    from azure.eventhub._pyamqp._encode import encode_frame
+    from azure.eventhub._pyamqp.error import AMQPError
+
+    error = AMQPError(condition=b"amqp:link:stolen", description="stolen", info={b"k": b"v"})
+    frames = [
+        p.OpenFrame("container", "host", 65536, 8191, 60000, None, None, None, None, {b"p": 1}),
+        p.BeginFrame(1, 0, 5000, 5000, 255, None, None, None),
+        p.AttachFrame(
+            "link", 3, True, 1, 0, None, None, None, None, None, 7, None, None, {b"x": 2}
+        ),
+        p.FlowFrame(10, 5000, 20, 5000, 0, 7, 300, 0, False, False, None),
+        p.TransferFrame(
+            0, 9, b"tag-0123456789ab", 0, True, False, None, None, None, None, None, b"\x00Sw\x40"
+        ),
+        p.DispositionFrame(True, 1, 4, True, None, None),
+        p.DetachFrame(3, True, error),
+        p.EndFrame(None),
+        p.CloseFrame(error),
+    ]
+    for frame in frames:
+        _, payload = encode_frame(cast(Any, frame))
+        assert payload is not None
+        assert_frame_equivalent(bytes(payload))
+
+
+raw_fields = st.lists(st.one_of(raw_values, st.sampled_from([b"\x40", b"\x41", b"\x42", b"\x43"])))
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from([0x10, 0x11, 0x12, 0x13, 0x14, 0x14, 0x15, 0x16, 0x17, 0x18, 0x40, 0x41]),
+    raw_fields,
+    st.binary(max_size=64),
+    st.booleans(),
+    st.data(),
+)
+def test_the_frame_decoder_equals_pyamqps_on_raw_performatives(
+    kind: int, fields: list[bytes], body: bytes, wide: bool, data: Any
+) -> None:
+    """Any fields in a list8 or list32, a message after them; then cut short, then mutated."""
+    payload = performative(kind, fields, body, wide=wide)
+    assert_frame_equivalent(payload)
+    assert_frame_equivalent(payload[: data.draw(st.integers(0, len(payload)))])
+    at = data.draw(st.integers(0, len(payload) - 1))
+    changed = bytes([data.draw(st.integers(0, 255))])
+    assert_frame_equivalent(payload[:at] + changed + payload[at + 1 :])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=200))
+def test_the_frame_decoder_equals_pyamqps_on_garbage(payload: bytes) -> None:
+    assert_frame_equivalent(payload)
+    assert_frame_equivalent(b"\x00\x53\x14" + payload)
+
+
+def test_the_frame_decoder_is_installed_with_the_message_decoder() -> None:
+    from azure.eventhub._pyamqp import _transport
+
+    assert _amqp.install_decoder() is True
+    assert _transport.decode_frame is _amqp.decode_frame
+    assert sdk.decode_frame is not _amqp.decode_frame  # pyamqp's own stays the fallback
+    assert _amqp._sdk_decode_frame is sdk.decode_frame
+
+
 # -- the buffered socket --------------------------------------------------------------------------
 
 
@@ -770,8 +887,11 @@ class Spy:
         self.refills = 0
         self.decoded = 0
         self.fallbacks = 0
+        self.frames = 0
+        self.frame_fallbacks = 0
         init, fill = _amqp.BufferedSocket.__init__, _amqp.BufferedSocket._fill
         decode, fallback = _amqp._decode, sdk.decode_payload
+        decode_frame, frame_fallback = _amqp._decode_frame, sdk.decode_frame
 
         def spy_init(sock: Any, *args: Any, **kwargs: Any) -> None:
             init(sock, *args, **kwargs)
@@ -789,11 +909,21 @@ class Spy:
             self.fallbacks += 1
             return fallback(b)
 
+        def spy_decode_frame(data: Any) -> Any:
+            self.frames += 1
+            return decode_frame(data)
+
+        def spy_frame_fallback(data: Any) -> Any:
+            self.frame_fallbacks += 1
+            return frame_fallback(data)
+
+        monkeypatch.setattr(_amqp, "_decode_frame", spy_decode_frame)
         monkeypatch.setattr(_amqp.BufferedSocket, "__init__", spy_init)
         monkeypatch.setattr(_amqp.BufferedSocket, "_fill", spy_fill)
         monkeypatch.setattr(_amqp, "_decode", spy_decode)
         _amqp._bind()
         monkeypatch.setattr(_amqp, "_sdk_decode_payload", spy_fallback)
+        monkeypatch.setattr(_amqp, "_sdk_decode_frame", spy_frame_fallback)
 
 
 def bodies(count: int) -> list[bytes]:
@@ -841,6 +971,7 @@ def test_read_range_over_plain_tcp_buffers_and_decodes_fast(
     assert type(buffered.wrapped) is socket.socket
     assert 0 < spy.refills < COUNT  # one refill served many frames
     assert spy.decoded >= COUNT and spy.fallbacks == 0
+    assert spy.frames >= COUNT and spy.frame_fallbacks == 0
     assert receiver.decode_payload is _amqp.decode_payload
 
 

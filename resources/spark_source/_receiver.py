@@ -189,9 +189,10 @@ class _PartitionPull(_Closable):
     (connection, CBS auth, link, credit and reconnects stay the SDK's) and yields its decoded
     messages as they are buffered, ``sequence number`` read from their annotations.
 
-    Two cuts of :mod:`._amqp` make pyamqp itself cheaper per event: the connection's socket
-    reads are buffered (installed on each new connection, so after a reconnect too) and the
-    receiver links decode with an equivalent, faster ``decode_payload``.
+    The cuts of :mod:`._amqp` make pyamqp itself cheaper per event: the connection's socket
+    reads are buffered (installed on each new connection, so after a reconnect too), and
+    messages and performatives are decoded by equivalent, faster ``decode_payload`` and
+    ``decode_frame``.
 
     It stands on azure-eventhub internals (``_create_consumer``, the consumer's message buffer),
     so :func:`partition_pull_available` checks they are there and the reader falls back to
