@@ -899,6 +899,21 @@ def _utc(value: Any) -> datetime | None:
     return value
 
 
+#: Columns a Parquet path sink writes without dictionary encoding: each event has its own
+#: value, so parquet-mr's dictionary only costs a hash insert per value until it gives up on
+#: the page. ``body`` gives up within ~1,000 rows and is left to Parquet (repeated bodies do
+#: compress into a dictionary). The files are the same size; JVM CPU of a plain Parquet write
+#: of 300k 1 KB events 6.5-6.8 -> 5.1-5.3 us per event (docs/run.md, session 9).
+_PLAIN_PARQUET_COLUMNS = ("sequenceNumber", "offset", "enqueuedTime")
+
+
+def _format_options(sink: SinkSettings) -> dict[str, str]:
+    """Write options of the sink's format (parquet-mr reads per-column ones as ``key#column``)."""
+    if sink.format != "parquet":
+        return {}
+    return {f"parquet.enable.dictionary#{column}": "false" for column in _PLAIN_PARQUET_COLUMNS}
+
+
 def _write_spark(out: DataFrame, sink: SinkSettings) -> None:
     partition_cols = [*sink.partition_by, BATCH_COLUMN]
     if sink.path is not None:
@@ -906,6 +921,7 @@ def _write_spark(out: DataFrame, sink: SinkSettings) -> None:
             out.write.format(sink.format)
             .mode("overwrite")
             .option("partitionOverwriteMode", "dynamic")
+            .options(**_format_options(sink))
             .partitionBy(*partition_cols)
             .save(sink.path)
         )

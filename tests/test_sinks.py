@@ -564,3 +564,45 @@ def test_batch_keys_that_are_not_plain_are_read_through_the_whole_sink(
     assert write_batch(events(spark, ranges), sink, ranges).events == 3
     df = read_batches(spark, sink, [batch_key("a{b},c", 0, 2)])
     assert keys(df) == expected(ranges)
+
+
+def _column_encodings(path: Path) -> dict[str, set[str]]:
+    """Every encoding each column of the Parquet files under ``path`` uses."""
+    import pyarrow.parquet as pq
+
+    out: dict[str, set[str]] = {}
+    files = sorted(path.rglob("*.parquet"))
+    assert files
+    for file in files:
+        meta = pq.ParquetFile(file).metadata
+        for g in range(meta.num_row_groups):
+            for c in range(meta.num_columns):
+                column = meta.row_group(g).column(c)
+                out.setdefault(column.path_in_schema, set()).update(column.encodings)
+    return out
+
+
+def test_parquet_writes_the_per_event_columns_without_a_dictionary(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Sequence numbers, offsets and enqueued times are unique per event, so Parquet's
+    dictionary for them is work it then drops: they are written plain. Rows repeating a few
+    values of each (a dictionary Parquet would keep, as the plain write of the same rows, the
+    control, shows) tell that apart; the other columns keep their dictionary."""
+    ranges = {"0": (0, 9)}
+    rows = [
+        (b"same body", "0", str(seq * 100), seq, T0 + timedelta(seconds=seq), None, "k", {}, {})
+        for seq in list(range(10)) * 300
+    ]
+    df = spark.createDataFrame(rows, eventhubs_schema()).repartition(2)
+    result = write_batch(df, make_sink("parquet", tmp_path), ranges)
+    assert result.events == 3000
+    ours = _column_encodings(tmp_path / "parquet")
+    df.write.parquet(str(tmp_path / "control"))
+    control = _column_encodings(tmp_path / "control")
+    dictionary = {"PLAIN_DICTIONARY", "RLE_DICTIONARY"}
+    for column in ("sequenceNumber", "offset", "enqueuedTime"):
+        assert control[column] & dictionary, (column, control[column])
+        assert not ours[column] & dictionary, (column, ours[column])
+    for column in ("body", "partition", "partitionKey"):
+        assert ours[column] & dictionary, (column, ours[column])
