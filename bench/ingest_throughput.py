@@ -29,7 +29,10 @@ first and prints what that costs once, ``off`` measures without it.
 
 Every variant runs in its own process. Each figure carries the CPU seconds of its whole process
 tree (the JVM and Spark's Python workers included) and the load average when it ran: on a shared,
-loaded machine wall times are inflated, CPU seconds and the side-by-side ratios much less. The
+loaded machine wall times are inflated, CPU seconds and the side-by-side ratios much less. For
+(e), (w), (c) and (b) that CPU is also split by process (the driver, the JVM, Spark's Python
+processes) and the JVM's by thread role (Spark's task threads, the JIT compilers, the garbage
+collector, the rest; from ``/proc``, Linux). The
 run's own phase timings (``RunReport.phases``) are printed for (e), (n), (w), (c). Issue 15's
 targets are checked at the end; ``--json`` prints every figure, ratio and target as one JSON
 document on stdout (the commentary goes to stderr). No timed tests: the targets live here.
@@ -88,14 +91,57 @@ def _tree_cpu(pid: int | None = None) -> float:
     return total
 
 
+#: A JVM thread's role by the start of its name (``/proc/<pid>/task/<tid>/comm``).
+_JVM_THREAD_ROLES = (
+    ("tasks", ("Executor task",)),
+    ("compiler", ("C1 Compiler", "C2 Compiler")),
+    ("gc", ("VM Thread", "GC Thread", "G1 ")),
+)
+
+
+def _process_kind(proc: Any) -> str:
+    """The part of a run a process is: ``jvm``, ``python_workers`` (every Python process Spark
+    starts: executor workers, data source planners) or ``driver`` (the run's own process)."""
+    if "java" in proc.name():
+        return "jvm"
+    return "python_workers" if "pyspark" in " ".join(proc.cmdline()[:4]) else "driver"
+
+
+def _jvm_threads(pid: int) -> dict[int, tuple[str, float]]:
+    """CPU seconds of each thread of a JVM, with its role (Linux ``/proc``; {} elsewhere)."""
+    out: dict[int, tuple[str, float]] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            comm = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        role = next((r for r, starts in _JVM_THREAD_ROLES if comm.startswith(starts)), "other")
+        out[int(task.name)] = (role, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
 class _TreeCpuSampler(threading.Thread):
     """Samples the CPU seconds of every process of a tree (by pid, the last value seen), so
-    processes that exit before the end (Python workers, the JVM at shutdown) still count."""
+    processes that exit before the end (Python workers, the JVM at shutdown) still count; and
+    of every JVM thread, by role (its compilers, garbage collector, Spark's task threads).
 
-    def __init__(self, pid: int) -> None:
+    ``baseline()`` first (an in-process run's tree is already running): only what each process
+    and thread spends after it counts."""
+
+    def __init__(self, pid: int, period: float = 0.1) -> None:
         super().__init__(daemon=True)
         self.pid = pid
-        self.seen: dict[int, float] = {}
+        self.period = period
+        self.seen: dict[int, tuple[str, float]] = {}
+        self.threads: dict[int, tuple[str, float]] = {}
+        self._base: dict[int, float] = {}
+        self._base_threads: dict[int, float] = {}
         self.stop = threading.Event()
 
     def sample(self) -> None:
@@ -109,17 +155,61 @@ class _TreeCpuSampler(threading.Thread):
         for proc in procs:
             try:
                 t = proc.cpu_times()
-                self.seen[proc.pid] = t.user + t.system
+                kind = _process_kind(proc)
             except psutil.Error:
                 continue
+            self.seen[proc.pid] = (kind, t.user + t.system)
+            if kind == "jvm":
+                self.threads.update(_jvm_threads(proc.pid))
+
+    def baseline(self) -> None:
+        self.sample()
+        self._base = {pid: cpu for pid, (_, cpu) in self.seen.items()}
+        self._base_threads = {tid: cpu for tid, (_, cpu) in self.threads.items()}
 
     def run(self) -> None:
-        while not self.stop.wait(0.1):
+        while not self.stop.wait(self.period):
             self.sample()
+
+    def finish(self) -> None:
+        """Stop sampling, after one last sample."""
+        self.stop.set()
+        self.sample()
+
+    @property
+    def by_kind(self) -> dict[str, float]:
+        out = dict.fromkeys(("driver", "jvm", "python_workers"), 0.0)
+        for pid, (kind, cpu) in self.seen.items():
+            out[kind] += cpu - self._base.get(pid, 0.0)
+        return {k: round(v, 2) for k, v in out.items()}
+
+    @property
+    def jvm_threads(self) -> dict[str, float]:
+        out = dict.fromkeys(("tasks", "compiler", "gc", "other"), 0.0)
+        for tid, (role, cpu) in self.threads.items():
+            out[role] += cpu - self._base_threads.get(tid, 0.0)
+        return {k: round(v, 2) for k, v in out.items()}
 
     @property
     def cpu_seconds(self) -> float:
-        return sum(self.seen.values())
+        return sum(self.by_kind.values())
+
+    def figures(self) -> dict[str, Any]:
+        """The run's CPU figures: in total, by process kind, and the JVM's by thread role."""
+        return {
+            "cpu_seconds": round(self.cpu_seconds, 2),
+            "cpu_by_process": self.by_kind,
+            "jvm_cpu_by_thread": self.jvm_threads,
+        }
+
+
+def _in_process_cpu() -> _TreeCpuSampler:
+    """A started sampler of this process's tree from now on (an in-process run: (b), (c), (w));
+    every 0.5 s, as this process's own CPU is part of what it measures."""
+    sampler = _TreeCpuSampler(os.getpid(), period=0.5)
+    sampler.baseline()
+    sampler.start()
+    return sampler
 
 
 def load_average() -> list[float]:
@@ -370,7 +460,7 @@ def mode_driver_loop(
     per = events // partitions
     sampler = _JvmSampler()
     sampler.start()
-    cpu0 = _tree_cpu()
+    cpu = _in_process_cpu()
     t0 = time.perf_counter()
     rows: list = []
     nbytes = 0
@@ -383,7 +473,7 @@ def mode_driver_loop(
     df = spark.createDataFrame(rows, schema=schema)
     df.write.mode("overwrite").parquet(os.path.join(workdir, "driver-loop"))
     elapsed = time.perf_counter() - t0
-    cpu = _tree_cpu() - cpu0
+    cpu.finish()
     sampler.stop.set()
     written = spark.read.parquet(os.path.join(workdir, "driver-loop")).count()
     spark.stop()
@@ -393,7 +483,7 @@ def mode_driver_loop(
         "bytes": nbytes,
         "driver_peak_rss_mb": _peak_rss_mb(),
         "jvm_peak_rss_mb": sampler.peak_mb,
-        "cpu_seconds": round(cpu, 2),
+        **cpu.figures(),
     }
 
 
@@ -448,11 +538,11 @@ def mode_pipeline(
     )
     sampler = _JvmSampler()
     sampler.start()
-    cpu0 = _tree_cpu()
+    cpu = _in_process_cpu()
     t0 = time.perf_counter()
     report = run_ingestion(cfg, spark, owner_id="bench")
     elapsed = time.perf_counter() - t0
-    cpu = _tree_cpu() - cpu0
+    cpu.finish()
     sampler.stop.set()
     assert report.complete, report
     spark.stop()
@@ -462,7 +552,7 @@ def mode_pipeline(
         "bytes": report.bytes,
         "driver_peak_rss_mb": _peak_rss_mb(),
         "jvm_peak_rss_mb": sampler.peak_mb,
-        "cpu_seconds": round(cpu, 2),
+        **cpu.figures(),
         "phases": {k: v["seconds"] for k, v in report.phases.items()},
     }
 
@@ -542,13 +632,13 @@ def run_cli(
     if proc.returncode != 0:
         raise RuntimeError(f"ehingest run exited {proc.returncode}: {stderr[-3000:]}")
     report = json.loads(stdout)
-    sampler.seen[proc.pid] = usage.ru_utime + usage.ru_stime
+    sampler.seen[proc.pid] = ("driver", usage.ru_utime + usage.ru_stime)
     return {
         "seconds": elapsed,
         "events": report["events"],
         "bytes": report["bytes"],
         "driver_peak_rss_mb": usage.ru_maxrss / 1024,
-        "cpu_seconds": round(sampler.cpu_seconds, 2),
+        **sampler.figures(),
         "phases": {k: v["seconds"] for k, v in report["phases"].items()},
         "complete": report["complete"],
     }
@@ -684,6 +774,10 @@ def _print_run(label: str, r: dict) -> None:
         f"= {rate:>9,.0f} events/s; CPU {r.get('cpu_seconds', 0):6.1f} s; "
         f"driver peak RSS {r['driver_peak_rss_mb']:.0f} MB{jvm}; load {r['load']}"
     )
+    if "cpu_by_process" in r:
+        kinds = ", ".join(f"{k} {v:.1f}" for k, v in r["cpu_by_process"].items())
+        roles = ", ".join(f"{k} {v:.1f}" for k, v in r.get("jvm_cpu_by_thread", {}).items())
+        _say(f"      CPU (s): {kinds}; JVM threads: {roles}")
     if "phases" in r:
         _say("      phases (s): " + ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items()))
 
