@@ -78,17 +78,9 @@ def _peak_rss_mb() -> float:
 def _tree_cpu(pid: int | None = None) -> float:
     """User+system CPU seconds of a process and its live descendants (the JVM, Spark's Python
     workers); the figure that survives a loaded machine, unlike wall time."""
-    import psutil
-
-    root = psutil.Process(pid)
-    total = 0.0
-    for proc in [root, *root.children(recursive=True)]:
-        try:
-            t = proc.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            continue
-    return total
+    sampler = _TreeCpuSampler(os.getpid() if pid is None else pid)
+    sampler.sample()
+    return sampler.cpu_seconds
 
 
 #: A JVM thread's role by the start of its name (``/proc/<pid>/task/<tid>/comm``).
@@ -176,19 +168,24 @@ class _TreeCpuSampler(threading.Thread):
         self.stop.set()
         self.sample()
 
-    @property
-    def by_kind(self) -> dict[str, float]:
-        out = dict.fromkeys(("driver", "jvm", "python_workers"), 0.0)
-        for pid, (kind, cpu) in self.seen.items():
-            out[kind] += cpu - self._base.get(pid, 0.0)
+    @staticmethod
+    def _since(
+        seen: dict[int, tuple[str, float]], base: dict[int, float], labels: tuple[str, ...]
+    ) -> dict[str, float]:
+        """CPU seconds per label spent after ``base`` (per pid or tid)."""
+        out = dict.fromkeys(labels, 0.0)
+        for key, (label, cpu) in seen.items():
+            out[label] += cpu - base.get(key, 0.0)
         return {k: round(v, 2) for k, v in out.items()}
 
     @property
+    def by_kind(self) -> dict[str, float]:
+        return self._since(self.seen, self._base, ("driver", "jvm", "python_workers"))
+
+    @property
     def jvm_threads(self) -> dict[str, float]:
-        out = dict.fromkeys(("tasks", "compiler", "gc", "other"), 0.0)
-        for tid, (role, cpu) in self.threads.items():
-            out[role] += cpu - self._base_threads.get(tid, 0.0)
-        return {k: round(v, 2) for k, v in out.items()}
+        labels = (*(role for role, _ in _JVM_THREAD_ROLES), "other")
+        return self._since(self.threads, self._base_threads, labels)
 
     @property
     def cpu_seconds(self) -> float:

@@ -889,41 +889,29 @@ class Spy:
         self.fallbacks = 0
         self.frames = 0
         self.frame_fallbacks = 0
-        init, fill = _amqp.BufferedSocket.__init__, _amqp.BufferedSocket._fill
-        decode, fallback = _amqp._decode, sdk.decode_payload
-        decode_frame, frame_fallback = _amqp._decode_frame, sdk.decode_frame
+        init = _amqp.BufferedSocket.__init__
 
         def spy_init(sock: Any, *args: Any, **kwargs: Any) -> None:
             init(sock, *args, **kwargs)
             self.sockets.append(sock)
 
-        def spy_fill(sock: Any) -> int:
-            self.refills += 1
-            return fill(sock)
-
-        def spy_decode(b: bytes) -> Any:
-            self.decoded += 1
-            return decode(b)
-
-        def spy_fallback(b: Any) -> Any:
-            self.fallbacks += 1
-            return fallback(b)
-
-        def spy_decode_frame(data: Any) -> Any:
-            self.frames += 1
-            return decode_frame(data)
-
-        def spy_frame_fallback(data: Any) -> Any:
-            self.frame_fallbacks += 1
-            return frame_fallback(data)
-
-        monkeypatch.setattr(_amqp, "_decode_frame", spy_decode_frame)
         monkeypatch.setattr(_amqp.BufferedSocket, "__init__", spy_init)
-        monkeypatch.setattr(_amqp.BufferedSocket, "_fill", spy_fill)
-        monkeypatch.setattr(_amqp, "_decode", spy_decode)
         _amqp._bind()
-        monkeypatch.setattr(_amqp, "_sdk_decode_payload", spy_fallback)
-        monkeypatch.setattr(_amqp, "_sdk_decode_frame", spy_frame_fallback)
+        for owner, name, counter in [
+            (_amqp.BufferedSocket, "_fill", "refills"),
+            (_amqp, "_decode", "decoded"),
+            (_amqp, "_sdk_decode_payload", "fallbacks"),
+            (_amqp, "_decode_frame", "frames"),
+            (_amqp, "_sdk_decode_frame", "frame_fallbacks"),
+        ]:
+            monkeypatch.setattr(owner, name, self._counting(getattr(owner, name), counter))
+
+    def _counting(self, fn: Callable[..., Any], counter: str) -> Callable[..., Any]:
+        def counted(*args: Any) -> Any:
+            setattr(self, counter, getattr(self, counter) + 1)
+            return fn(*args)
+
+        return counted
 
 
 def bodies(count: int) -> list[bytes]:
