@@ -1373,13 +1373,49 @@ def read_batches(spark: SparkSession, sink: SinkSettings, keys: list[str]) -> Da
     root = sink.path.rstrip("/")
     levels = "[^._]*/" * len(sink.partition_by)  # not Spark's _temporary or .spark-staging-*
     batches = keys[0] if len(keys) == 1 else "{" + ",".join(keys) + "}"
+    pattern = f"{root}/{levels}{BATCH_COLUMN}={batches}"
     with _partition_values_as_written(spark):
         df = (
             spark.read.format(sink.format)
             .option("basePath", root)
-            .load(f"{root}/{levels}{BATCH_COLUMN}={batches}")
+            .load(_glob_directories(spark, pattern) or pattern)
         )
     return df.where(_batch_filter(keys))
+
+
+#: What makes Spark take a path for a glob (``SparkHadoopUtil.isGlobPath``).
+_GLOB_CHARACTERS = frozenset("{}[]*?\\")
+
+
+def _glob_directories(spark: SparkSession, pattern: str) -> list[str] | None:
+    """The directories ``pattern`` matches, globbed by the driver's Hadoop file system, or None
+    to pass Spark the pattern itself (Spark Connect, which has no JVM here; nothing matched, so
+    Spark raises its PATH_NOT_FOUND; a failure; a match Spark would glob again).
+
+    Spark looks for a streaming sink's ``_spark_metadata`` under a lone load path without
+    globbing it, so a multi-key pattern made every verification log a WARN with a ~90-line
+    ``FileNotFoundException`` stack trace (``FileStreamSink: Assume no metadata directory``):
+    on the CLI's stderr and in a cluster's driver log, on every run. The directories
+    themselves are paths that exist. Hadoop expands the braces into one lookup per key, as
+    Spark's own glob would.
+    """
+    from resources.spark_kind import is_connect_session
+
+    if is_connect_session(spark):
+        return None
+    try:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        path = jvm.org.apache.hadoop.fs.Path(pattern)
+        fs = path.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
+        found = fs.globStatus(path) or []
+        directories = sorted(str(s.getPath().toString()) for s in found if s.isDirectory())
+    except Exception:
+        logger.debug("globbing %s on the driver failed; Spark globs it", pattern, exc_info=True)
+        return None
+    if any(_GLOB_CHARACTERS.intersection(d) for d in directories):
+        return None  # a partition value with a glob character: only the pattern reads it
+    return directories or None
 
 
 def _nothing_there(exc: BaseException) -> bool:

@@ -52,6 +52,9 @@ def test_run_and_status_from_the_command_line(
     assert done.returncode == 0, done.stderr[-3000:]
     assert "complete" in done.stdout and "cli-1" in done.stdout
     assert "SharedAccessKey=" not in done.stdout + done.stderr
+    # Nothing alarming on a good run: verifying a batch of two partitions (a glob of two batch
+    # directories) made Spark log a FileNotFoundException with ~90 lines of stack every run.
+    assert "FileNotFoundException" not in done.stderr and "\tat " not in done.stderr, done.stderr
 
     status = ehingest("status", "--config", str(path), "--json", env=env)
     assert status.returncode == 0, status.stderr[-3000:]

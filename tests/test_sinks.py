@@ -527,6 +527,56 @@ def test_verification_reads_only_the_batches_own_directories(
     assert dict(df.groupBy("partition").count().collect()) == {"0": 10, "1": 5}
 
 
+def test_the_batch_directories_are_globbed_on_the_driver(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark looks for a streaming sink's metadata under a lone load path without globbing it:
+    a batch of several keys (one ``{k1,k2}`` pattern) logged a FileNotFoundException and its
+    stack at every verification. The driver globs the pattern and Spark gets the directories,
+    which exist; the pattern itself only when there is nothing to find (Spark's PATH_NOT_FOUND,
+    as before) or a directory Spark would glob again."""
+    from pyspark.sql.readwriter import DataFrameReader
+
+    from ops.write import _glob_directories, read_batches
+
+    sink = make_sink("parquet", tmp_path)
+    ranges = {"0": (0, 4), "1": (0, 2)}
+    write_batch(events(spark, ranges), sink, ranges)
+    root = str(sink.path)
+    batches = [batch_key("0", 0, 4), batch_key("1", 0, 2)]
+    wanted = [f"{BATCH_COLUMN}={k}" for k in batches]
+
+    found = _glob_directories(spark, f"{root}/{BATCH_COLUMN}={{{batches[0]},{batches[1]},9-0-1}}")
+    assert found is not None and [p.rsplit("/", 1)[1] for p in found] == wanted
+    assert _glob_directories(spark, f"{root}/{BATCH_COLUMN}={{9-0-1,9-2-3}}") is None
+
+    loaded: list[object] = []
+    load = DataFrameReader.load
+
+    def recording(
+        self: DataFrameReader, path: object = None, *args: object, **kw: object
+    ) -> object:
+        loaded.append(path)
+        return load(self, path, *args, **kw)
+
+    monkeypatch.setattr(DataFrameReader, "load", recording)
+    df = read_batches(spark, sink, batches)
+    assert keys(df) == expected(ranges)
+    (paths,) = loaded
+    assert isinstance(paths, list) and [p.rsplit("/", 1)[1] for p in paths] == wanted
+
+    # A partition value holding a glob character (Spark leaves "}" unescaped in a directory
+    # name): Spark would read the directory's path as a glob, so it gets the pattern.
+    for value in ("a}b", "c"):
+        (tmp_path / "odd" / f"p={value}" / f"{BATCH_COLUMN}={batches[0]}").mkdir(parents=True)
+    assert _glob_directories(spark, f"{tmp_path}/odd/[^._]*/{BATCH_COLUMN}={batches[0]}") is None
+    (tmp_path / "odd" / "p=a}b" / f"{BATCH_COLUMN}={batches[0]}").rmdir()
+    (found,) = [_glob_directories(spark, f"{tmp_path}/odd/[^._]*/{BATCH_COLUMN}={batches[0]}")]
+    assert found is not None and [p.split("/odd/", 1)[1] for p in found] == [
+        f"p=c/{BATCH_COLUMN}={batches[0]}"
+    ]
+
+
 @pytest.mark.parametrize("fmt", ["delta", "iceberg", "hudi", "avro"])
 def test_table_formats_on_a_path_are_read_through_their_own_reader(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
