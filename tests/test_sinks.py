@@ -571,7 +571,7 @@ def test_the_batch_directories_are_globbed_on_the_driver(
         (tmp_path / "odd" / f"p={value}" / f"{BATCH_COLUMN}={batches[0]}").mkdir(parents=True)
     assert _glob_directories(spark, f"{tmp_path}/odd/[^._]*/{BATCH_COLUMN}={batches[0]}") is None
     (tmp_path / "odd" / "p=a}b" / f"{BATCH_COLUMN}={batches[0]}").rmdir()
-    (found,) = [_glob_directories(spark, f"{tmp_path}/odd/[^._]*/{BATCH_COLUMN}={batches[0]}")]
+    found = _glob_directories(spark, f"{tmp_path}/odd/[^._]*/{BATCH_COLUMN}={batches[0]}")
     assert found is not None and [p.split("/odd/", 1)[1] for p in found] == [
         f"p=c/{BATCH_COLUMN}={batches[0]}"
     ]
