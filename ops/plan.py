@@ -196,7 +196,9 @@ _MAX_GROWTH = 16
 _TAIL = 4
 
 
-def cycle_size(max_events_per_cycle: int | None, cycles_alone: int) -> int | None:
+def cycle_size(
+    max_events_per_cycle: int | None, cycles_alone: int, pending: int | None = None
+) -> int | None:
     """Events per partition this claim cycle reads: ``max_events_per_cycle``, grown while alone.
 
     The configured size lets a run that joins mid-read claim its share at the next cycle
@@ -206,9 +208,16 @@ def cycle_size(max_events_per_cycle: int | None, cycles_alone: int) -> int | Non
     (20,000 -> 80,000 -> 320,000 by default). A cycle that claims less than every pending
     partition (a peer took its share) starts over at the configured size. None stays None
     (one cycle per run).
+
+    A lone run whose ``pending`` partitions are one (a hot partition; the last one behind)
+    reads 16x from its first cycle: a partition is read by one owner at a time, so a peer
+    that joined could only take it over whole at a boundary (nothing read in parallel), and
+    the smaller cycles before growing would buy no share, only a Spark job each.
     """
     if max_events_per_cycle is None:
         return None
+    if pending == 1 and cycles_alone > 0:
+        return max_events_per_cycle * _MAX_GROWTH
     grown = max(0, cycles_alone - _ALONE_BEFORE_GROWING)
     return max_events_per_cycle * min(_GROWTH**grown, _MAX_GROWTH)
 
