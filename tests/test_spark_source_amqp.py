@@ -1042,3 +1042,59 @@ def test_read_range_over_tls_buffers_the_ssl_socket(
     assert isinstance(buffered.wrapped, ssl.SSLSocket)
     assert 0 < spy.refills < COUNT
     assert spy.decoded >= COUNT and spy.fallbacks == 0
+
+
+def test_a_pull_asks_a_listen_for_no_more_frames_than_can_arrive() -> None:
+    """The link's credit left (a full window when it is spent: the SDK flows first), and never
+    more than the events the range still needs."""
+    from resources.spark_source._receiver import _PartitionPull
+
+    pull = object.__new__(_PartitionPull)
+    pull._prefetch, pull._next, pull._end = 300, 1000, None
+    handler = SimpleNamespace(_link=SimpleNamespace(current_link_credit=5))
+    assert pull._frames(handler) == 5  # mid-window: the flow comes only after this listen
+    handler._link.current_link_credit = 0
+    assert pull._frames(handler) == 300  # spent: this call flows a whole window first
+    pull._end = 1049
+    assert pull._frames(handler) == 50  # the range's tail
+    handler._link.current_link_credit = 20
+    assert pull._frames(handler) == 20
+    pull._next = 1050  # past the end (a reconnect's redelivery): still a valid listen
+    assert pull._frames(handler) == 1
+    assert pull._frames(SimpleNamespace()) == 1  # no link attribute: the prefetch, capped
+
+
+@pytest.mark.integration
+def test_a_range_that_ends_where_the_partition_ends_asks_for_no_frame_that_cannot_come(
+    make_eventhub: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """350 events in credit windows of 300: the service sends the last 50 and no more. pyamqp's
+    listen waits one socket timeout (0.2 s, 1 s over WebSocket) for every frame it asked for
+    that does not come, so each listen asks for at most what the range still needs."""
+    from azure.eventhub._pyamqp import _connection
+
+    hub = make_eventhub(partitions=1)
+    items = [f"{n:06d}".encode() + b"x" * 1018 for n in range(350)]  # one frame each
+    send_all(hub.producer(), items)
+    delivered = [0]
+    asked: list[tuple[int, int]] = []
+    transfer = receiver.ReceiverLink._incoming_transfer
+    listen = _connection.Connection.listen
+
+    def counted(self: Any, frame: Any) -> Any:
+        if "Partitions" in str(self.source.address):  # not the $cbs link's token replies
+            delivered[0] += 1
+        return transfer(self, frame)
+
+    def recorded(self: Any, wait: Any = False, batch: int = 1, **kwargs: Any) -> Any:
+        asked.append((batch, delivered[0]))
+        return listen(self, wait=wait, batch=batch, **kwargs)
+
+    monkeypatch.setattr(receiver.ReceiverLink, "_incoming_transfer", counted)
+    monkeypatch.setattr(_connection.Connection, "listen", recorded)
+    assert_read_exactly(hub.settings(), items, prefetch=300)
+    assert delivered[0] == len(items)
+    reads = [(batch, before) for batch, before in asked if before < len(items)]
+    assert len(reads) >= 2  # a full window, then the tail
+    assert all(batch <= len(items) - before for batch, before in reads), reads
+    assert (50, 300) in reads

@@ -107,7 +107,7 @@ def read_range(
     }
     receiver: _BatchReceiver | _PartitionPull
     if partition_pull_available():
-        receiver = _PartitionPull(settings, rng.partition_id, **receive)
+        receiver = _PartitionPull(settings, rng.partition_id, end=rng.end, **receive)
         seq_of: Callable[[Any], int | None] = receiver.sequence_number
         add: Callable[[Any, int], None] = builder.add_message
     else:

@@ -210,12 +210,14 @@ class _PartitionPull(_Closable):
         starting_position: int,
         prefetch: int,
         wait_seconds: float,
+        end: int | None = None,
     ) -> None:
         self._settings = settings
         self._partition_id = partition_id
         self._wait = wait_seconds
         self._prefetch = prefetch
         self._next = starting_position
+        self._end = end
         self._client = settings.consumer_client()
         self._consumer = self._client._create_consumer(
             settings.consumer_group,
@@ -251,7 +253,7 @@ class _PartitionPull(_Closable):
                 if consumer._open():
                     handler: Any = consumer._handler
                     buffer_reads(handler)  # once per socket: a reconnect brings a new one
-                    handler.do_work(batch=self._prefetch)
+                    handler.do_work(batch=self._frames(handler))
             except Exception as exc:
                 if self._closed:
                     return
@@ -290,6 +292,25 @@ class _PartitionPull(_Closable):
             elif time.monotonic() - last >= self._wait:
                 last = time.monotonic()
                 yield []
+
+    def _frames(self, handler: Any) -> int:
+        """How many frames the next listen asks for: no more than can arrive before it returns.
+
+        pyamqp's listen reads up to that many frames and, when fewer come, waits one socket
+        timeout (0.2 s; 1 s over WebSocket) for the rest. The SDK asks for a whole credit window
+        each time, so a reader waited that long at the tail of every range the partition holds
+        nothing after (the service sends what there is and no more), and whenever a listen
+        spanned the end of a credit window (the next flow is sent only once it returns). So:
+        the link's credit left (a full window when it is spent: the call flows first), and no
+        more than the events the range still needs (``end``; a large event spans several
+        frames, which only makes a listen return sooner).
+        """
+        link = getattr(handler, "_link", None)
+        credit = getattr(link, "current_link_credit", None)
+        frames = credit if isinstance(credit, int) and credit > 0 else self._prefetch
+        if self._end is not None:
+            frames = min(frames, self._end - self._next + 1)
+        return max(1, frames)
 
     def _close_client(self) -> None:
         try:
