@@ -358,10 +358,10 @@ class Processor:
         # Partitions whose checkpoint the hub cannot have produced, still to be reset.
         self._resets: dict[str, str] = {}
         self._hub_created: int | None = None
-        # Consecutive claim cycles that claimed every pending partition, and how many were
-        # pending at the last claim (ops.plan.cycle_size).
+        # Consecutive claim cycles that claimed every pending partition, and the events per
+        # partition the current cycle reads (ops.plan.cycle_size).
         self._cycles_alone = 0
-        self._pending = 0
+        self._cap = config.max_events_per_cycle
         self._layout = sink_layout(config.sink.format, config.sink.partition_by)
         self.on_progress = on_progress
         self.progress_interval = progress_interval
@@ -501,7 +501,9 @@ class Processor:
                     cycles += 1
                     alone = len(claimed) >= len(pending)
                     self._cycles_alone = self._cycles_alone + 1 if alone else 0
-                    self._pending = len(pending)
+                    self._cap = cycle_size(
+                        self.config.max_events_per_cycle, self._cycles_alone, len(pending)
+                    )
                     keeper.hold(claimed.values())
                     fault_point("after_claim")
                     self._cycle(keeper, claimed, bounds, infos, reports)
@@ -855,7 +857,7 @@ class Processor:
     ) -> Step:
         begin = infos[pid].begin_sequence_number
         cp = _effective(sdk_cp, own.progress)
-        cap = cycle_size(self.config.max_events_per_cycle, self._cycles_alone, self._pending)
+        cap = self._cap
         step = next_step(bound, cp, own.intent, begin, self.config.on_data_loss, self.hub_desc, cap)
         if step.kind == "clear" and cp is not None:
             # A checkpoint written elsewhere (an SDK processor) already covers the intent.
