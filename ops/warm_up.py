@@ -95,11 +95,14 @@ def _import_reader(batches: Any) -> Any:
     import resources.spark_source._read  # noqa: F401
     from resources.eventhubs_transport import prompt_transport
     from resources.spark_source._amqp import install_decoder
+    from resources.spark_source._arrow import int64_array
 
     prompt_transport()
     install_decoder()
     for _batch in batches:
-        yield pa.RecordBatch.from_pydict({"id": [os.getpid()]}, schema=_batch.schema)
+        # Built from buffers, as the reader builds its batches: pa.array would import pandas.
+        pid = int64_array([os.getpid()], pa.int64())
+        yield pa.RecordBatch.from_arrays([pid], schema=_batch.schema)
 
 
 def warm_python(spark: SparkSession, *, with_planners: bool = False) -> set[int]:

@@ -325,3 +325,41 @@ def test_raw_messages_and_their_event_data_give_the_same_rows(messages: list[Any
         raw.add_message(message, seq)
         sdk.add(EventData._from_message(message), seq)
     assert raw.flush().to_pylist() == sdk.flush().to_pylist()
+
+
+_TEXT = st.one_of(st.none(), st.text(max_size=6))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), max_size=20),
+    st.lists(_TEXT, max_size=20),
+    st.lists(st.one_of(st.none(), st.binary(max_size=6)), max_size=20),
+    st.lists(st.lists(st.tuples(st.text(max_size=3), _TEXT), max_size=3), max_size=20),
+)
+def test_arrays_built_from_buffers_equal_pyarrows_own(
+    ints: list[int | None],
+    texts: list[str | None],
+    blobs: list[bytes | None],
+    maps: list[list[tuple[str, str | None]]],
+) -> None:
+    """The reader's columns, laid out from their buffers, are what ``pa.array`` builds from the
+    same lists: nulls, empty values, non-ASCII text, empty and repeated map entries."""
+    import pyarrow as pa
+
+    from resources.spark_source._arrow import int64_array, map_array, varbinary_array
+    from resources.spark_source._schema import _arrow_schema
+
+    schema = _arrow_schema()
+    when, props = schema.field("enqueuedTime").type, schema.field("properties").type
+    built = {
+        "int64": (int64_array(ints, pa.int64()), pa.array(ints, pa.int64())),
+        "timestamp": (int64_array(ints, when), pa.array(ints, pa.int64()).cast(when)),
+        "string": (varbinary_array(texts, pa.string()), pa.array(texts, pa.string())),
+        "binary": (varbinary_array(blobs, pa.binary()), pa.array(blobs, pa.binary())),
+        "map": (map_array(maps, props), pa.array(maps, props)),
+    }
+    for name, (ours, pyarrows) in built.items():
+        ours.validate(full=True)
+        assert ours.type == pyarrows.type, name
+        assert ours.equals(pyarrows), (name, ours, pyarrows)

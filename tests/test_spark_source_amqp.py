@@ -986,6 +986,65 @@ def test_read_range_reconnects_onto_a_new_buffered_socket(
     assert len({id(s.wrapped) for s in spy.sockets}) == len(spy.sockets)
 
 
+_NO_PANDAS_READ = """
+import pickle, sys
+from resources.spark_source import PartitionRange, read_range
+settings, count = pickle.loads(sys.stdin.buffer.read())
+batches = list(read_range(settings, PartitionRange("0", 0, count - 1)))
+print(sorted(m for m in ("pandas", "pyarrow") if m in sys.modules))  # before to_pylist's imports
+rows = [row for batch in batches for row in batch.to_pylist()]
+assert [r["sequenceNumber"] for r in rows] == list(range(count)), "not every event was read"
+assert [r["properties"] for r in rows[:2]] == [[], [("kind", "test"), ("n", "1")]], rows[:2]
+"""
+
+
+@pytest.mark.integration
+def test_a_reader_builds_its_batches_without_importing_pandas(
+    make_eventhub: Callable[..., Any],
+) -> None:
+    """pyarrow's ``pa.array`` imports pandas (~0.26 s and ~44 MB per Spark Python worker); the
+    reader's batches, application properties and all, are built without it."""
+    import pickle
+    import subprocess
+    import sys
+
+    from azure.eventhub import EventData
+
+    hub = make_eventhub(partitions=1)
+    with hub.producer() as producer:
+        batch = producer.create_batch(partition_id="0")
+        for n in range(50):
+            event = EventData(f"event {n}")
+            event.properties = {"kind": "test", "n": n} if n % 2 else {}
+            batch.add(event)
+        producer.send_batch(batch)
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_PANDAS_READ],
+        input=pickle.dumps((hub.settings(), 50)),
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert done.stdout.decode().split() == ["['pyarrow']"]
+
+
+@pytest.mark.integration
+def test_a_batch_ends_at_the_event_that_reaches_its_byte_bound(
+    make_eventhub: Callable[..., Any],
+) -> None:
+    """Large events end a batch before its row count: a task never holds 8192 events of up to
+    1 MB, and no array passes Arrow's 2 GiB of 32-bit offsets."""
+    hub = make_eventhub(partitions=1)
+    items = bodies(300)  # 1 KB bodies, one of 20 KB, one of 300 KB
+    send_all(hub.producer(), items)
+    batches = list(read_range(hub.settings(), PartitionRange("0", 0, 299), batch_bytes=50_000))
+    sizes = [[len(b) for b in batch.column("body").to_pylist()] for batch in batches]
+    assert [b for batch in batches for b in batch.column("body").to_pylist()] == items
+    for full in sizes[:-1]:  # each ends at the first event that reaches the bound
+        assert sum(full) >= 50_000 > sum(full[:-1]), full
+    assert len(batches) >= 300 * 1024 // 50_000
+
+
 @pytest.mark.integration
 def test_the_sdk_receive_has_none_of_the_cuts(
     make_eventhub: Callable[..., Any], monkeypatch: pytest.MonkeyPatch

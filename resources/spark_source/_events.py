@@ -87,6 +87,7 @@ class _ArrowBuilder:
 
     def _reset(self) -> None:
         self.body: list[bytes] = []
+        self.body_bytes = 0
         self.offset: list[str | None] = []
         self.seq: list[int] = []
         self.time_us: list[int | None] = []
@@ -132,6 +133,7 @@ class _ArrowBuilder:
 
     def _add(self, body: bytes, ann: Any, app: Any, mprops: Any, seq: int) -> None:
         self.body.append(body)
+        self.body_bytes += len(body)
         self.seq.append(seq)
         offset = ann.get(_OFFSET)
         if type(offset) is bytes:  # as pyamqp decodes an AMQP string
@@ -161,19 +163,26 @@ class _ArrowBuilder:
     def flush(self) -> pa.RecordBatch:
         import pyarrow as pa
 
+        from resources.spark_source._arrow import (
+            int64_array,
+            map_array,
+            repeated_string,
+            varbinary_array,
+        )
+
         n = len(self.seq)
         fields = self.schema
         batch = pa.RecordBatch.from_arrays(
             [
-                pa.array(self.body, type=fields.field("body").type),
-                pa.array([self.partition_id] * n, type=pa.string()),
-                pa.array(self.offset, type=pa.string()),
-                pa.array(self.seq, type=pa.int64()),
-                pa.array(self.time_us, type=pa.int64()).cast(fields.field("enqueuedTime").type),
-                pa.array(self.publisher, type=pa.string()),
-                pa.array(self.pkey, type=pa.string()),
-                pa.array(self.props, type=fields.field("properties").type),
-                pa.array(self.sysprops, type=fields.field("systemProperties").type),
+                varbinary_array(self.body, fields.field("body").type),
+                repeated_string(self.partition_id, n),
+                varbinary_array(self.offset, pa.string()),
+                int64_array(self.seq, pa.int64()),
+                int64_array(self.time_us, fields.field("enqueuedTime").type),
+                varbinary_array(self.publisher, pa.string()),
+                varbinary_array(self.pkey, pa.string()),
+                map_array(self.props, fields.field("properties").type),
+                map_array(self.sysprops, fields.field("systemProperties").type),
             ],
             schema=fields,
         )

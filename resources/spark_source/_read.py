@@ -31,6 +31,9 @@ logger = logging.getLogger(__name__)
 # Rows per Arrow batch handed to Spark: large enough to amortise the JVM hand-off, small enough
 # that a task holds a few MB at a time.
 _BATCH_ROWS = 8192
+# ... and body bytes: 8192 events of up to 1 MB each would hold GBs in a task, and an Arrow
+# array's 32-bit offsets end at 2 GiB. A batch ends at the first event that reaches this.
+_BATCH_BYTES = 32 * 1024 * 1024
 
 
 class EventHubsInputPartition(InputPartition):
@@ -83,6 +86,7 @@ def read_range(
     prefetch: int = DEFAULT_PREFETCH,
     on_data_loss: OnDataLoss = "fail",
     batch_rows: int = _BATCH_ROWS,
+    batch_bytes: int = _BATCH_BYTES,
     progress: ProgressTarget | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Receive exactly the events of ``rng`` and yield them as Arrow record batches.
@@ -158,7 +162,7 @@ def read_range(
                     lost(expected, seq - 1)
                 add(event, seq)
                 expected = seq + 1
-                if len(builder) >= batch_rows:
+                if len(builder) >= batch_rows or builder.body_bytes >= batch_bytes:
                     yield builder.flush()
             if tracker is not None:
                 tracker.update(expected - rng.start)
