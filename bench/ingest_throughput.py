@@ -32,7 +32,8 @@ tree (the JVM and Spark's Python workers included) and the load average when it 
 loaded machine wall times are inflated, CPU seconds and the side-by-side ratios much less. For
 (e), (w), (c) and (b) that CPU is also split by process (the driver, the JVM, Spark's Python
 processes) and the JVM's by thread role (Spark's task threads, the JIT compilers, the garbage
-collector, the rest; from ``/proc``, Linux). The
+collector, the rest; from ``/proc``, Linux), with the peak RSS of the largest executor Python
+worker (what each executor core adds to the memory of a cluster's node). The
 run's own phase timings (``RunReport.phases``) are printed for (e), (n), (w), (c). Issue 15's
 targets are checked at the end; ``--json`` prints every figure, ratio and target as one JSON
 document on stdout (the commentary goes to stderr). No timed tests: the targets live here.
@@ -45,6 +46,7 @@ document on stdout (the commentary goes to stderr). No timed tests: the targets 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import multiprocessing as mp
@@ -134,6 +136,7 @@ class _TreeCpuSampler(threading.Thread):
         self.threads: dict[int, tuple[str, float]] = {}
         self._base: dict[int, float] = {}
         self._base_threads: dict[int, float] = {}
+        self.worker_peak_rss_mb = 0.0
         self.stop = threading.Event()
 
     def sample(self) -> None:
@@ -153,6 +156,12 @@ class _TreeCpuSampler(threading.Thread):
             self.seen[proc.pid] = (kind, t.user + t.system)
             if kind == "jvm":
                 self.threads.update(_jvm_threads(proc.pid))
+            elif kind == "python_workers":
+                with contextlib.suppress(psutil.Error):
+                    # An executor's Python worker (or its daemon), not a data source planner.
+                    if proc.cmdline()[-1:] == ["pyspark.worker"]:
+                        rss = proc.memory_info().rss / 2**20
+                        self.worker_peak_rss_mb = max(self.worker_peak_rss_mb, rss)
 
     def baseline(self) -> None:
         self.sample()
@@ -192,11 +201,13 @@ class _TreeCpuSampler(threading.Thread):
         return sum(self.by_kind.values())
 
     def figures(self) -> dict[str, Any]:
-        """The run's CPU figures: in total, by process kind, and the JVM's by thread role."""
+        """The run's CPU figures: in total, by process kind, and the JVM's by thread role; and
+        the peak RSS of the largest executor Python worker (sampled; 0 when none ran)."""
         return {
             "cpu_seconds": round(self.cpu_seconds, 2),
             "cpu_by_process": self.by_kind,
             "jvm_cpu_by_thread": self.jvm_threads,
+            "python_worker_peak_rss_mb": round(self.worker_peak_rss_mb),
         }
 
 
@@ -766,6 +777,8 @@ _OUT = sys.stdout
 def _print_run(label: str, r: dict) -> None:
     rate = r["events"] / r["seconds"] if r["seconds"] else 0.0
     jvm = f", JVM peak {r['jvm_peak_rss_mb']:.0f} MB" if "jvm_peak_rss_mb" in r else ""
+    if r.get("python_worker_peak_rss_mb"):
+        jvm += f", Python worker peak {r['python_worker_peak_rss_mb']:.0f} MB"
     _say(
         f"  {label:<38} {r['events']:>9,} events in {r['seconds']:7.1f} s "
         f"= {rate:>9,.0f} events/s; CPU {r.get('cpu_seconds', 0):6.1f} s; "

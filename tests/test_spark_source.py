@@ -363,3 +363,15 @@ def test_arrays_built_from_buffers_equal_pyarrows_own(
         ours.validate(full=True)
         assert ours.type == pyarrows.type, name
         assert ours.equals(pyarrows), (name, ours, pyarrows)
+
+
+def test_values_past_32_bit_offsets_are_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past 2 GiB of values an array's offsets would wrap; the builder says so instead."""
+    import pyarrow as pa
+
+    from resources.spark_source import _arrow
+
+    monkeypatch.setattr(_arrow, "_MAX_OFFSET", 5)
+    assert _arrow.varbinary_array([b"abc", b"de"], pa.binary()).to_pylist() == [b"abc", b"de"]
+    with pytest.raises(ValueError, match="6 bytes of values: past the 2 GiB of 32-bit offsets"):
+        _arrow.varbinary_array([b"abc", b"def"], pa.binary())

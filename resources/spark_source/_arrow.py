@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 __all__ = ["int64_array", "map_array", "repeated_string", "varbinary_array"]
 
+#: The last offset a 32-bit offsets buffer holds.
+_MAX_OFFSET = 2**31 - 1
+
 
 def _validity(values: Sequence[Any]) -> tuple[pa.Buffer | None, int]:
     """The validity bitmap of ``values`` (None when none is null) and their null count."""
@@ -79,6 +82,8 @@ def varbinary_array(
     else:
         blobs = cast("Sequence[bytes]", filled)
         data, items = b"".join(blobs), blobs
+    if len(data) > _MAX_OFFSET:  # the reader's batches end long before (_read._BATCH_BYTES)
+        raise ValueError(f"{len(data)} bytes of values: past the 2 GiB of 32-bit offsets")
     offsets = pa.py_buffer(_offsets(map(len, items), n))
     return pa.Array.from_buffers(type, n, [valid, offsets, pa.py_buffer(data)], null_count=nulls)
 
