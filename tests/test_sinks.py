@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from pyspark.sql import functions as F
@@ -266,9 +266,9 @@ def test_a_batch_of_many_partitions_reads_its_statistics_back(
     read_back: list[list[str]] = []
     real = ops.write._read_back_stats
 
-    def spy(spark: SparkSession, sink: SinkSettings, keys: list[str]) -> object:
+    def spy(spark: SparkSession, sink: SinkSettings, keys: list[str], schema: Any) -> object:
         read_back.append(sorted(keys))
-        return real(spark, sink, keys)
+        return real(spark, sink, keys, schema)
 
     monkeypatch.setattr(ops.write, "_read_back_stats", spy)
     default = write_batch(df, SinkSettings(path=str(tmp_path / "default")), ranges)
@@ -656,3 +656,57 @@ def test_parquet_writes_the_per_event_columns_without_a_dictionary(
         assert not ours[column] & dictionary, (column, ours[column])
     for column in ("body", "partition", "partitionKey"):
         assert ours[column] & dictionary, (column, ours[column])
+
+
+@pytest.mark.parametrize("fmt", ["json", "orc"])
+@pytest.mark.parametrize("partition_by", [(), ("partition",)])
+def test_json_and_orc_batches_verify_and_report_their_statistics(
+    spark: SparkSession, tmp_path: Path, fmt: str, partition_by: tuple[str, ...]
+) -> None:
+    """The read-back takes the written columns as given (JSON infers nothing, bodies come back
+    from base64): the batch verifies, a replay replaces it, and the statistics are the rows'."""
+    ranges = {"0": (0, 19), "1": (100, 109)}
+    sink = SinkSettings(format=fmt, path=str(tmp_path / fmt), partition_by=partition_by)
+    df = events(spark, ranges, body_size=9)
+    for result in (write_batch(df, sink, ranges), write_batch(df, sink, ranges)):
+        assert result.events == 30
+        first, second = result.partitions["0"], result.partitions["1"]
+        assert (first.first_sequence_number, first.last_sequence_number) == (0, 19)
+        assert (second.first_sequence_number, second.last_sequence_number) == (100, 109)
+    assert keys(read_sink(spark, sink)) == expected(ranges)
+
+
+def test_verification_reads_the_batch_without_inferring_its_schema(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The verification passes the written columns to the reader: no job reads a footer for
+    the schema, so it runs the jobs of a count over a known schema and no more."""
+    from ops.write import _verify_written, read_batches
+
+    ranges = {"0": (0, 49), "1": (100, 129)}
+    sink = SinkSettings(path=str(tmp_path / "parquet"))
+    df = events(spark, ranges, body_size=7)
+    write_batch(df, sink, ranges)
+    key = batch_key("0", 0, 49)
+    context, tracker = spark.sparkContext, spark.sparkContext.statusTracker()
+
+    def jobs(group: str, action: Any) -> int:
+        context.setJobGroup(group, group)
+        try:
+            action()
+        finally:
+            context.setJobGroup("", "")
+        return len(tracker.getJobIdsForGroup(group))
+
+    plain = jobs(
+        f"count-{uuid.uuid4().hex}",
+        lambda: spark.read.schema(df.schema).parquet(str(tmp_path / "parquet")).count(),
+    )
+    verify = jobs(
+        f"verify-{uuid.uuid4().hex}",
+        lambda: _verify_written(spark, sink, [key], 50, sink.path or "", schema=df.schema),
+    )
+    inferred = jobs(
+        f"inferred-{uuid.uuid4().hex}", lambda: read_batches(spark, sink, [key]).count()
+    )
+    assert verify == plain < inferred
