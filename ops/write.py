@@ -539,7 +539,7 @@ def write_batch(
     elif method == "split":
         stats = _stats_from_row(_split_row(metrics_row, read_back, rng, keys, location), rng, keys)
     else:
-        written = read_batches(df.sparkSession, sink, list(keys.values()))
+        written = read_batches(df.sparkSession, sink, list(keys.values()), schema=df.schema)
         row = written.agg(*_stat_columns(rng)).first()
         stats = _stats_from_row(row.asDict() if row is not None else {}, rng, keys)
     result = WriteResult(output_location=location, format=sink.format, partitions=stats)
