@@ -45,23 +45,23 @@ def warm_up(spark: SparkSession, workdir: Path) -> int:
             return [InputPartition(p) for p in range(self.count)]
 
         def read(self, partition: InputPartition) -> Any:
-            import pyarrow as pa
+            # Through the reader's own builder, as SDK events with the service's annotations.
+            from azure.eventhub import EventData
 
-            n = _EVENTS
-            yield pa.RecordBatch.from_pydict(
-                {
-                    "body": [b"warm-up event" * 8] * n,
-                    "partition": [str(partition.value)] * n,
-                    "offset": [str(4096 * i) for i in range(n)],
-                    "sequenceNumber": list(range(n)),
-                    "enqueuedTime": [1_700_000_000_000_000 + i for i in range(n)],
-                    "publisher": [None] * n,
-                    "partitionKey": ["key"] * n,
-                    "properties": [[("kind", "warm-up")]] * n,
-                    "systemProperties": [[]] * n,
-                },
-                schema=_arrow_schema(),
-            )
+            from resources.spark_source._events import _ArrowBuilder
+
+            builder = _ArrowBuilder(str(partition.value), _arrow_schema())
+            for i in range(_EVENTS):
+                event = EventData(b"warm-up event" * 8)
+                event.properties = {"kind": "warm-up"}
+                event.raw_amqp_message.annotations = {
+                    b"x-opt-offset": str(4096 * i).encode(),
+                    b"x-opt-sequence-number": i,
+                    b"x-opt-enqueued-time": 1_700_000_000_000 + i,
+                    b"x-opt-partition-key": b"key",
+                }
+                builder.add(event, i)
+            yield builder.flush()
 
     class _Source(DataSource):
         @classmethod
