@@ -191,6 +191,11 @@ class Step:
 _GROWTH = 4
 _ALONE_BEFORE_GROWING = 2
 _MAX_GROWTH = 16
+#: What a lone run's only pending partition is read at from its first cycle (1,280,000 events
+#: by default): a peer can take no share of it, so a bound only limits what a crash replays,
+#: and every cycle costs a Spark job (~1 s on 2 cores: planning, reader connections, the
+#: readers' tails, commit, verification; docs/run.md, session 13).
+_LONE_PARTITION_GROWTH = 64
 #: A cycle also reads the rest of its partition's range when the rest is at most
 #: ``max_events_per_cycle // _TAIL`` events (``next_step``).
 _TAIL = 4
@@ -210,14 +215,15 @@ def cycle_size(
     (one cycle per run).
 
     A lone run whose ``pending`` partitions are one (a hot partition; the last one behind)
-    reads 16x from its first cycle: a partition is read by one owner at a time, so a peer
-    that joined could only take it over whole at a boundary (nothing read in parallel), and
-    the smaller cycles before growing would buy no share, only a Spark job each.
+    reads 64x from its first cycle (1,280,000 events by default): a partition is read by one
+    owner at a time, so a peer that joined could only take it over whole at a boundary
+    (nothing read in parallel), and smaller cycles would buy no share, only a Spark job each
+    (~1 s each on 2 cores). The bound that stays limits what a crash replays.
     """
     if max_events_per_cycle is None:
         return None
     if pending == 1 and cycles_alone > 0:
-        return max_events_per_cycle * _MAX_GROWTH
+        return max_events_per_cycle * _LONE_PARTITION_GROWTH
     grown = max(0, cycles_alone - _ALONE_BEFORE_GROWING)
     return max_events_per_cycle * min(_GROWTH**grown, _MAX_GROWTH)
 

@@ -185,21 +185,21 @@ def test_cycle_size_grows_only_while_alone() -> None:
     assert [cycle_size(20, n) for n in range(1, 7)] == [20, 20, 80, 320, 320, 320]
     assert [cycle_size(20, n, pending=4) for n in range(1, 4)] == [20, 20, 80]
     assert cycle_size(20, 0) == 20 and cycle_size(None, 9) is None
-    # One pending partition, claimed by a lone run: nothing a peer could share, 16x at once.
-    assert [cycle_size(20, n, pending=1) for n in range(1, 4)] == [320, 320, 320]
+    # One pending partition, claimed by a lone run: nothing a peer could share, 64x at once.
+    assert [cycle_size(20, n, pending=1) for n in range(1, 4)] == [1280, 1280, 1280]
     assert cycle_size(20, 0, pending=1) == 20 and cycle_size(None, 1, pending=1) is None
 
 
 def test_a_lone_run_reads_its_only_pending_partition_in_grown_cycles_from_the_first() -> None:
     """A hot partition alone behind (the others caught up, or never behind) cannot be
-    shared: its cycles start at 16x the setting. Partitions behind beside it keep the
-    configured size until the run has been alone two cycles."""
+    shared: its cycles are 64x the setting from the first. Partitions behind beside it keep
+    the configured size until the run has been alone two cycles, and grow to 16x."""
     hub = FakeHub(1)
-    hub.send_all(1000)
-    proc, _store, sink = make(hub, max_events_per_cycle=20)
+    hub.send_all(3000)
+    proc, _store, sink = make(hub, max_events_per_cycle=20, max_events_per_partition=3000)
     report = proc.run()
     assert report.complete and report.cycles == 3
-    assert [c["0"] for c in sink.calls] == [(0, 319), (320, 639), (640, 999)]
+    assert [c["0"] for c in sink.calls] == [(0, 1279), (1280, 2559), (2560, 2999)]
     assert sink.rows() == sink.expected()
 
     hub = FakeHub(2)
@@ -208,9 +208,9 @@ def test_a_lone_run_reads_its_only_pending_partition_in_grown_cycles_from_the_fi
     proc, _store, sink = make(hub, max_events_per_cycle=20)
     report = proc.run()
     assert report.complete
-    # Two cycles with partition 1 behind too (20 each), then partition 0 alone: 320 at once.
+    # Two cycles with partition 1 behind too (20 each), then partition 0 alone: 1280 at once.
     assert [sorted(c) for c in sink.calls[:3]] == [["0", "1"], ["0", "1"], ["0"]]
-    assert [c["0"] for c in sink.calls[:3]] == [(0, 19), (20, 39), (40, 359)]
+    assert [c["0"] for c in sink.calls[:3]] == [(0, 19), (20, 39), (40, 999)]
     assert sink.rows() == sink.expected()
 
 

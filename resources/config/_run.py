@@ -102,7 +102,7 @@ class RunOptions(StrictModel):
         "concurrent run over the same partitions claims its share, and the landed count moves "
         "at each batch; a run alone (it claims every pending partition) grows its batches 4x, "
         "then 16x, after two cycles, and reads a lone pending partition (nobody could share "
-        "it) at 16x from the first; a rest of at most a quarter batch is read with the batch "
+        "it) at 64x from the first; a rest of at most a quarter batch is read with the batch "
         "before it. Unset reads a run's whole range in one cycle (one Spark job).",
     )
     lease_expiry_seconds: float = Field(
