@@ -151,3 +151,17 @@ def test_cli_text_and_bad_scenario() -> None:
     assert ok.exit_code == 0 and "moments with two owners" in ok.output
     bad = CliRunner().invoke(main, ["simulate", "--strategy", "greedy", "--scenario", "boom"])
     assert bad.exit_code != 0 and "boom" in bad.output
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known, not fixed: the steal rule (never take a partition a live peer has started "
+    "reading) phase-locks when a joiner's cycles keep landing in the 2 s after the heavy "
+    "owner's cycle, while it reads everything it holds; owner-02 stays at 2 of 32. The heavy "
+    "owner would have to give partitions back over its quota. A random draw of "
+    "test_property_fair_share_strategies_converge finds such a case in ~7 % of runs "
+    "(greedy, eph and equal; staggered scale-out of 32 partitions over 2 or 4 owners).",
+)
+def test_staggered_scale_out_can_phase_lock_a_steal() -> None:
+    result = simulate(SimConfig("greedy", 32, 4, "scale_out_staggered", seed=1341))
+    assert result.time_to_balanced is not None, result.final_counts
