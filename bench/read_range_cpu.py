@@ -1,7 +1,8 @@
 """CPU per event of ``read_range`` alone (the fast pull), with and without each pyamqp cut.
 
 The cuts (``resources/spark_source/_amqp.py``): ``sock``, pyamqp's socket reads served from a
-buffer; ``dec``, the faster AMQP payload decoder; ``frame``, the faster performative decoder.
+buffer; ``dec``, the faster AMQP payload decoder; ``frame``, the faster performative decoder;
+``xfer`` (mode ``all``, with the three), transfer frames taken inline, past pyamqp's dispatch.
 The emulator runs in its own process (``python -m emulator serve``); this process reads the
 same range once per mode, round after round, each round starting one mode later (the machine is
 shared: alternating spreads its noise over every mode), and prints the ``time.process_time()``
@@ -32,10 +33,15 @@ MODES = {
     "dec": ("dec",),
     "sock+dec": ("sock", "dec"),
     "sock+dec+frame": ("sock", "dec", "frame"),
+    "all": ("sock", "dec", "frame", "xfer"),
 }
 
 
 def _no_buffering(_handler: Any) -> bool:
+    return False
+
+
+def _no_inline_transfers(_handler: Any, _consumer: Any) -> bool:
     return False
 
 
@@ -46,7 +52,9 @@ def set_cuts(cuts: tuple[str, ...]) -> None:
     from resources.spark_source import _amqp, _receiver
 
     wanted = _amqp.buffer_reads if "sock" in cuts else _no_buffering
-    vars(_receiver)["buffer_reads"] = wanted  # the name the pull calls
+    vars(_receiver)["buffer_reads"] = wanted  # the names the pull calls
+    inline = _amqp.fast_transfers if "xfer" in cuts else _no_inline_transfers
+    vars(_receiver)["fast_transfers"] = inline
     _amqp._decoder_installed = True  # the pull's install_decoder() leaves this choice alone
     receiver.decode_payload = _amqp.decode_payload if "dec" in cuts else _decode.decode_payload
     _transport.decode_frame = _amqp.decode_frame if "frame" in cuts else _decode.decode_frame
@@ -73,7 +81,7 @@ def main() -> None:
         settings = EventHubSettings(eventhub_name="cpu1", connection_string=conn)
         send(settings, ["0"], n, args.size)
         rng = PartitionRange("0", 0, n - 1)
-        set_cuts(MODES["sock+dec+frame"])  # warm up: imports, first connection
+        set_cuts(MODES["all"])  # warm up: imports, first connection
         sum(b.num_rows for b in read_range(settings, PartitionRange("0", 0, 999)))
         for r in range(args.rounds):
             for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:

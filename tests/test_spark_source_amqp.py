@@ -889,7 +889,16 @@ class Spy:
         self.fallbacks = 0
         self.frames = 0
         self.frame_fallbacks = 0
+        self.inline = 0  # transfers _TransferListen took itself
         init = _amqp.BufferedSocket.__init__
+        transfers = _amqp._TransferListen._transfers
+
+        def spy_transfers(listen: Any, conn: Any, limit: int) -> int:
+            taken = transfers(listen, conn, limit)
+            self.inline += taken
+            return taken
+
+        monkeypatch.setattr(_amqp._TransferListen, "_transfers", spy_transfers)
 
         def spy_init(sock: Any, *args: Any, **kwargs: Any) -> None:
             init(sock, *args, **kwargs)
@@ -961,6 +970,9 @@ def test_read_range_over_plain_tcp_buffers_and_decodes_fast(
     assert spy.decoded >= COUNT and spy.fallbacks == 0
     assert spy.frames >= COUNT and spy.frame_fallbacks == 0
     assert receiver.decode_payload is _amqp.decode_payload
+    # Most transfers taken inline; a listen's first frame, and the 300 KB event's frames (a
+    # message in several), went through pyamqp: every event still arrived once, in order.
+    assert COUNT // 2 < spy.inline < COUNT
 
 
 @pytest.mark.integration
@@ -1101,6 +1113,118 @@ def test_read_range_over_tls_buffers_the_ssl_socket(
     assert isinstance(buffered.wrapped, ssl.SSLSocket)
     assert 0 < spy.refills < COUNT
     assert spy.decoded >= COUNT and spy.fallbacks == 0
+
+
+def test_the_transfer_path_is_installed_only_over_the_source_it_was_proven_against() -> None:
+    assert _amqp.transfer_source_sha256() == _amqp._TRANSFER_SOURCE_SHA256, (
+        "a function a transfer passes through in azure.eventhub changed "
+        "(_amqp._transfer_functions): the inline transfers stay off until this file passes "
+        "against it and _TRANSFER_SOURCE_SHA256 is updated"
+    )
+    assert _amqp._transfer_proven()
+
+
+def _session_class() -> Any:
+    from azure.eventhub._pyamqp.session import Session
+
+    return Session
+
+
+def _pull_all(settings: Any, count: int, **kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
+    """Every message of ``[0, count)`` through a pull, and its link's and session's state
+    once the last one is in (the partition holds no more: no frame arrives after it)."""
+    from resources.spark_source._receiver import _PartitionPull
+
+    messages: list[Any] = []
+    pull = _PartitionPull(
+        settings, "0", starting_position=0, prefetch=300, wait_seconds=10, end=count - 1, **kwargs
+    )
+    with pull:
+        for batch in pull:
+            assert batch, "no event for 10 s"
+            messages += batch
+            if len(messages) >= count:
+                handler = pull._consumer._handler
+                link, session = handler._link, handler._link._session
+                state = {
+                    "inline": type(vars(handler._connection).get("listen")).__name__,
+                    "link": (
+                        link.delivery_count,
+                        link.current_link_credit,
+                        link.received_delivery_id,
+                        len(link._received_delivery_tags),
+                        bytes(link._received_payload),
+                    ),
+                    "session": (
+                        session.next_incoming_id,
+                        session.incoming_window,
+                        session.remote_outgoing_window,
+                    ),
+                    "buffered": len(pull._consumer._message_buffer),
+                }
+                return messages, state
+    raise AssertionError(f"the pull ended after {len(messages)} of {count} events")
+
+
+@pytest.mark.integration
+def test_transfers_taken_inline_leave_pyamqps_state_and_messages(
+    make_eventhub: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same 1,000 events (two of them in several frames) through pyamqp's path and the
+    inline one: the same messages, and the link and session counted the same deliveries,
+    credit and windows (so the flows the SDK sends afterwards are the same). The session's
+    window is 64 transfers here (65,536 by default), so both paths send its flow ~15 times."""
+    from azure.eventhub._pyamqp import client
+
+    from resources.spark_source import _receiver
+
+    monkeypatch.setattr(client, "INCOMING_WINDOW", 64)
+    flows = [0]
+    outgoing_flow = _session_class()._outgoing_flow
+
+    def counted_flow(self: Any, frame: Any = None) -> Any:
+        flows[0] += frame is None  # the session's own (a link's flow passes its fields)
+        return outgoing_flow(self, frame)
+
+    monkeypatch.setattr(_session_class(), "_outgoing_flow", counted_flow)
+    hub = make_eventhub(partitions=1)
+    items = bodies(1000)
+    send_all(hub.producer(), items)
+    inline, inline_state = _pull_all(hub.settings(), len(items))
+    inline_flows, flows[0] = flows[0], 0
+    monkeypatch.setattr(_receiver, "fast_transfers", lambda *_: False)
+    plain, plain_state = _pull_all(hub.settings(), len(items))
+    assert inline_flows == flows[0] == len(items) // 64
+    assert inline_state.pop("inline") == "_TransferListen"
+    assert plain_state.pop("inline") == "NoneType"
+    assert inline_state == plain_state
+    assert inline_state["link"][0] == len(items) and inline_state["buffered"] == 0
+    assert [m.data for m in inline] == [[body] for body in items]
+    assert all(same(a, b) for a, b in zip(inline, plain, strict=True))
+
+
+@pytest.mark.integration
+def test_a_patched_transfer_path_keeps_pyamqps_own(
+    make_eventhub: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inline transfers do the work of the functions they were proven against: with one of them
+    replaced (a subclass, a patch, an SDK that changed it), every transfer is pyamqp's."""
+    hub = make_eventhub(partitions=1)
+    items = bodies(300)
+    send_all(hub.producer(), items)
+    seen = [0]
+    transfer = receiver.ReceiverLink._incoming_transfer
+
+    def counted(self: Any, frame: Any) -> Any:
+        if "Partitions" in str(self.source.address):  # not the $cbs link's token replies
+            seen[0] += 1
+        return transfer(self, frame)
+
+    monkeypatch.setattr(receiver.ReceiverLink, "_incoming_transfer", counted)
+    spy = Spy(monkeypatch)
+    assert_read_exactly(hub.settings(), items)
+    assert spy.inline == 0 and spy.sockets  # buffered reads, but no inline transfer
+    assert seen[0] >= len(items)
 
 
 def test_a_pull_asks_a_listen_for_no_more_frames_than_can_arrive() -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from resources.errors import EventHubIngestError, EventHubUnavailableError, redact
 from resources.settings import EventHubSettings
-from resources.spark_source._amqp import buffer_reads, install_decoder
+from resources.spark_source._amqp import buffer_reads, fast_transfers, install_decoder
 from resources.spark_source._events import _SEQ
 
 if TYPE_CHECKING:
@@ -252,7 +252,9 @@ class _PartitionPull(_Closable):
             try:
                 if consumer._open():
                     handler: Any = consumer._handler
-                    buffer_reads(handler)  # once per socket: a reconnect brings a new one
+                    # Once per socket and connection: a reconnect brings new ones.
+                    if buffer_reads(handler):
+                        fast_transfers(handler, consumer)
                     handler.do_work(batch=self._frames(handler))
             except Exception as exc:
                 if self._closed:
