@@ -94,11 +94,12 @@ def _import_reader(batches: Any) -> Any:
 
     import resources.spark_source._read  # noqa: F401
     from resources.eventhubs_transport import prompt_transport
-    from resources.spark_source._amqp import install_decoder
+    from resources.spark_source._amqp import install_decoder, transfer_path_proven
     from resources.spark_source._arrow import int64_array
 
     prompt_transport()
     install_decoder()
+    transfer_path_proven()  # the inline transfers' source check, before the first read
     for _batch in batches:
         # Built from buffers, as the reader builds its batches: pa.array would import pandas.
         pid = int64_array([os.getpid()], pa.int64())

@@ -1121,7 +1121,7 @@ def test_the_transfer_path_is_installed_only_over_the_source_it_was_proven_again
         "(_amqp._transfer_functions): the inline transfers stay off until this file passes "
         "against it and _TRANSFER_SOURCE_SHA256 is updated"
     )
-    assert _amqp._transfer_proven()
+    assert _amqp.transfer_path_proven()
 
 
 def _session_class() -> Any:

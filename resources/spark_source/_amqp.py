@@ -179,6 +179,16 @@ def buffer_reads(handler: Any) -> bool:
     return type(transport.sock) is BufferedSocket
 
 
+def _read_to_end(stash: Any) -> bool:
+    """Whether pyamqp's stash (a ``BytesIO`` of bytes its read put back after a timeout) holds
+    nothing unread; the buffer's frames come after what it holds."""
+    at = stash.tell()
+    if stash.seek(0, 2) == at:
+        return True
+    stash.seek(at)
+    return False
+
+
 class _FrameReader:
     """pyamqp's ``read`` (one frame) for a transport over a :class:`BufferedSocket`.
 
@@ -212,9 +222,7 @@ class _FrameReader:
     def _buffered_frame(self, transport: Any, sock: BufferedSocket, verify: int | None) -> Any:
         stash = transport._read_buffer  # what pyamqp's read put back after a timeout
         if stash is not self._drained:
-            at = stash.tell()
-            if stash.seek(0, 2) != at:
-                stash.seek(at)
+            if not _read_to_end(stash):
                 return None
             self._drained = stash
         start = sock._start
@@ -612,10 +620,24 @@ _HEADER_FIELDS = ("durable", "priority", "ttl", "first_acquirer", "delivery_coun
 _TRANSFER_SOURCE_SHA256 = "35872727a6ec1e19c590bcd20f235de991a61ad5fec758843776eac96832c5dc"
 
 
+#: What pyamqp and the SDK run for one received transfer (the listen loop, the read, the
+#: connection's, session's and link's dispatch, the client's and consumer's callbacks): its
+#: name, and the role of the object whose class resolves it (:func:`fast_transfers`).
+_TRANSFER_PATH = (
+    ("Connection.listen", "connection"),
+    ("Connection._read_frame", "connection"),
+    ("Connection._process_incoming_frame", "connection"),
+    ("_AbstractTransport.receive_frame", "transport"),
+    ("Session._incoming_transfer", "session"),
+    ("ReceiverLink._incoming_transfer", "link"),
+    ("ReceiverLink._process_incoming_message", "link"),
+    ("ReceiveClient._message_received", "client"),
+    ("EventHubConsumer._message_received", "consumer"),
+)
+
+
 def _transfer_functions() -> dict[str, Any]:
-    """What pyamqp and the SDK run for one received transfer, by name (the listen loop, the
-    read, the connection's, session's and link's dispatch, the client's and consumer's
-    callbacks)."""
+    """The functions of :data:`_TRANSFER_PATH` in pyamqp's and the SDK's own classes, by name."""
     from azure.eventhub._consumer import EventHubConsumer
     from azure.eventhub._pyamqp._connection import Connection
     from azure.eventhub._pyamqp._transport import _AbstractTransport
@@ -623,16 +645,20 @@ def _transfer_functions() -> dict[str, Any]:
     from azure.eventhub._pyamqp.receiver import ReceiverLink
     from azure.eventhub._pyamqp.session import Session
 
+    classes: dict[str, type] = {
+        cls.__name__: cls
+        for cls in (
+            Connection,
+            _AbstractTransport,
+            Session,
+            ReceiverLink,
+            ReceiveClient,
+            EventHubConsumer,
+        )
+    }
     return {
-        "Connection.listen": Connection.listen,
-        "Connection._read_frame": Connection._read_frame,
-        "Connection._process_incoming_frame": Connection._process_incoming_frame,
-        "_AbstractTransport.receive_frame": _AbstractTransport.receive_frame,
-        "Session._incoming_transfer": Session._incoming_transfer,
-        "ReceiverLink._incoming_transfer": ReceiverLink._incoming_transfer,
-        "ReceiverLink._process_incoming_message": ReceiverLink._process_incoming_message,
-        "ReceiveClient._message_received": ReceiveClient._message_received,
-        "EventHubConsumer._message_received": EventHubConsumer._message_received,
+        name: getattr(classes[name.split(".")[0]], name.split(".")[1])
+        for name, _role in _TRANSFER_PATH
     }
 
 
@@ -654,7 +680,9 @@ def transfer_source_sha256() -> str | None:
 _proven_transfer: dict[str, Any] | None = None
 
 
-def _transfer_proven() -> dict[str, Any]:
+def transfer_path_proven() -> dict[str, Any]:
+    """The functions of :data:`_TRANSFER_PATH` when their source is the one proven (checked
+    once per process: ~6 ms of reading sources), else ``{}``."""
     global _proven_transfer
     if _proven_transfer is None:
         ok = sdk_supported() and transfer_source_sha256() == _TRANSFER_SOURCE_SHA256
@@ -680,26 +708,27 @@ def fast_transfers(handler: Any, consumer: Any) -> bool:
     listen = vars(conn).get("listen")
     if type(listen) is _TransferListen:
         return listen._handler is handler
-    proven = _transfer_proven()
+    proven = transfer_path_proven()
     if not proven or not install_decoder():
         return False
     transport: Any = getattr(conn, "_transport", None)
     callback = getattr(handler, "_message_received_callback", None)
-    same = [
-        (type(conn).listen, "Connection.listen"),
-        (type(conn)._read_frame, "Connection._read_frame"),
-        (type(conn)._process_incoming_frame, "Connection._process_incoming_frame"),
-        (type(transport).receive_frame, "_AbstractTransport.receive_frame"),
-        (type(session)._incoming_transfer, "Session._incoming_transfer"),
-        (type(link)._incoming_transfer, "ReceiverLink._incoming_transfer"),
-        (type(link)._process_incoming_message, "ReceiverLink._process_incoming_message"),
-        (type(handler)._message_received, "ReceiveClient._message_received"),
-        (type(consumer)._message_received, "EventHubConsumer._message_received"),
+    roles = {
+        "connection": conn,
+        "transport": transport,
+        "session": session,
+        "link": link,
+        "client": handler,
+        "consumer": consumer,
+    }
+    resolved = [
+        (getattr(type(roles[role]), name.split(".")[1], None), name)
+        for name, role in _TRANSFER_PATH
     ]
     if (
         listen is not None  # something else replaced this connection's listen
         or type(getattr(transport, "sock", None)) is not BufferedSocket
-        or any(fn is not proven[name] for fn, name in same)
+        or any(fn is not proven[name] for fn, name in resolved)
         or getattr(handler, "_streaming_receive", False) is not True
         or callback != consumer._message_received
         or link._on_transfer != handler._message_received
@@ -787,10 +816,7 @@ class _TransferListen:
             or link._received_payload
         ):
             return 0
-        stash = transport._read_buffer  # bytes pyamqp put back after a timeout come first
-        at = stash.tell()
-        if stash.seek(0, 2) != at:
-            stash.seek(at)
+        if not _read_to_end(transport._read_buffer):  # what pyamqp put back comes first
             return 0
         channel = next((c for c, s in conn._incoming_endpoints.items() if s is session), None)
         if channel is None:
