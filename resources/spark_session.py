@@ -67,8 +67,14 @@ LOCAL_PINS: dict[str, str] = {
 #: collects) and the serial collector (a small heap on one machine). Measured with
 #: ``bench/ingest_throughput.py --hot 0 --modes ae`` on 2 cores: ``ehingest run`` cold over
 #: 100k events 25.2 -> 19.0 s (CPU 36.5 -> 20.4 s), over 1M 43.4 -> 40.1 s (CPU 67.8 -> 55.2 s).
+#: The first collection a growing class metadata space triggers is a full one, of the whole heap
+#: (``Metadata GC Threshold``, at 21 MB by default): a run's driver loads the classes of its write
+#: and read-back mid-run, which cost one such pause of 0.11-0.17 s per run; at 256 MB it never
+#: comes (measured with a GC log over 3 cold ``ehingest run`` s of 100k events: pauses 575-664 ->
+#: 459-537 ms, no full collection; the wall time moved inside its spread). It is a threshold,
+#: not a reservation: metadata is still committed as classes load.
 #: A ``spark.driver.extraJavaOptions`` in the user's conf replaces it.
-LOCAL_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+LOCAL_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:MetaspaceSize=256m"
 
 
 def session_defaults(master: str | None, remote: str | None = None) -> dict[str, str]:
