@@ -6,6 +6,7 @@ server boots in the background while the first standalone tests run.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,8 +28,11 @@ class Cluster:
 
 
 @pytest.fixture(scope="session")
-def cluster() -> Iterator[Cluster]:
-    """A master + one 2-core worker whose Python lacks this project, and a Connect server."""
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """A master + one 2-core worker whose Python lacks this project, and a Connect server.
+
+    Their logs and work folders (``workdir``) are removed once everything is stopped, unless a
+    test of the session failed: then they stay for reading, and the path is printed."""
     python = executor_venv()
     workdir = Path(tempfile.mkdtemp(prefix="ehingest-cluster-"))
     with standalone_cluster(python, workdir) as master_url:
@@ -37,3 +41,7 @@ def cluster() -> Iterator[Cluster]:
             yield Cluster(master_url, server, python, workdir)
         finally:
             server.stop()
+    if request.session.testsfailed:
+        print(f"\nthe cluster's logs: {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
