@@ -99,10 +99,14 @@ StatsMethod = Literal["split", "observe", "readback"]
 #: reading only the small columns (see :func:`write_batch`, ``stats_method="split"``).
 _COLUMNAR_FORMATS = frozenset({"parquet", "orc", "delta", "iceberg", "hudi"})
 
-#: From this many partitions in a batch ``split`` costs less than ``observe``: the JVM's CPU per
-#: event is the same at 4 (9.7 vs 10.3 us) and halved at 32 (41.5 vs 19.7 us), while the
-#: read-back is a pass of its own (~1 s per million rows of wall time). bench/write_partitions.py.
-_SPLIT_FROM_PARTITIONS = 8
+#: From this many partitions in a batch ``split`` costs less than ``observe``. A warm JVM spends
+#: the same per event at 4 (9.7 vs 10.3 us) and half at 32 (41.5 vs 19.7 us)
+#: (bench/write_partitions.py); a JVM that has not run the write yet (a scheduled run's) pays
+#: ``observe``'s 2 + 7 x P aggregates again in analysis, code generation and compilation: at 4
+#: partitions, 100k events in-process with the JVM up, 5.71 -> 5.27 s (median of 5 alternated
+#: pairs, CPU 9.0 -> 8.1 s), warm and at 1M the same within noise; at 2 partitions ``split``
+#: loses (3.72 -> 3.95 s). docs/sinks.md.
+_SPLIT_FROM_PARTITIONS = 4
 
 
 #: The columns ``split`` reads back (with the batch key).
@@ -437,7 +441,7 @@ def write_batch(
             them are never written, and make the call fail (for ``deltalake`` before the
             commit, for Spark formats after the write).
         stats_method: where the statistics come from (docs/sinks.md has the measurements).
-            ``split`` (the default for a batch of 8 or more partitions in a columnar format:
+            ``split`` (the default for a batch of 4 or more partitions in a columnar format:
             parquet, orc, delta, iceberg, hudi, unless the output is partitioned by one of
             the columns it reads back): body bytes are observed during the write,
             everything else (events, sequence bounds, last offset, enqueued times) is read
