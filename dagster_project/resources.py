@@ -326,7 +326,12 @@ class LocalPySparkResource(PySparkResource):
         from resources.spark_kind import is_local_master
 
         config = self.spark_config
-        if config.get("spark.remote") or not is_local_master(config.get("spark.master")):
+        if config.get("spark.remote"):
+            return spark_session_from_config(config)
+        if not is_local_master(config.get("spark.master")):
+            from resources.spark_session import numpy_checks_without_pandas
+
+            numpy_checks_without_pandas()
             return spark_session_from_config(config)
         from dagster_spark.utils import flatten_dict
 

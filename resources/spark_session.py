@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from resources.spark_kind import DEFAULT_SPARK_MASTER, is_local_master
 
@@ -30,6 +30,7 @@ __all__ = [
     "SPARK_CONF_DIR",
     "local_spark_session",
     "make_active",
+    "numpy_checks_without_pandas",
     "spark_session",
     "start_local_driver",
 ]
@@ -148,9 +149,42 @@ def make_active(spark: SparkSession) -> None:
     jvm.SparkSession.setActiveSession(spark._jsparkSession)
 
 
+def numpy_checks_without_pandas() -> None:
+    """Keep a classic session's py4j calls from importing pandas (idempotent).
+
+    py4j asks every registered input converter about every argument of every call into the
+    JVM. pyspark's NumPy array and scalar converters answer by importing
+    ``pyspark.testing.utils``, which imports pandas: 0.4 s of CPU and ~44 MB on the driver's
+    first JVM call (``SparkConf()``), in a process that never uses pandas. Each converter now
+    asks first whether the argument is a NumPy array (scalar) at all, which needs NumPy only,
+    loaded or not; only then does pyspark's own answer (and its import) follow. The answers
+    are the same: pyspark's is true only for such an object.
+    """
+    from py4j.protocol import INPUT_CONVERTER
+    from pyspark.sql.types import NumpyArrayConverter, NumpyScalarConverter
+
+    kinds = {NumpyArrayConverter: "ndarray", NumpyScalarConverter: "generic"}
+    for converter in INPUT_CONVERTER:
+        kind = kinds.get(type(converter))
+        own = vars(converter)  # the instance's own attributes: a guard set here before
+        if kind is not None and "can_convert" not in own:
+            own["can_convert"] = _numpy_guard(kind, converter.can_convert)
+
+
+def _numpy_guard(kind: str, can_convert: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """``can_convert``, asked only for an instance of ``numpy.<kind>``."""
+
+    def guarded(obj: Any) -> bool:
+        numpy = sys.modules.get("numpy")  # not loaded: nothing can be one of its objects
+        return numpy is not None and isinstance(obj, getattr(numpy, kind)) and can_convert(obj)
+
+    return guarded
+
+
 def _builder(settings: Mapping[str, str]) -> SparkSession.Builder:
     from pyspark.sql import SparkSession
 
+    numpy_checks_without_pandas()
     builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)

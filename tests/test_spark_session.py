@@ -1,0 +1,55 @@
+"""resources.spark_session: a classic session's calls into the JVM leave pandas unimported.
+
+py4j asks pyspark's NumPy converters about every argument of every call; unguarded, their
+answer imports ``pyspark.testing.utils`` and with it pandas (0.4 s of CPU on the driver's first
+call). The control shows that import; the real session shows it gone, with NumPy arrays and
+scalars still converted as pyspark converts them.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.fixtures.spark import script_in_fresh_jvm
+
+_UNGUARDED = """
+import sys
+import numpy  # loaded, as pyarrow loads it in every run
+from pyspark.sql.types import NumpyArrayConverter, NumpyScalarConverter
+answers = [NumpyArrayConverter().can_convert("x"), NumpyScalarConverter().can_convert(1)]
+print(answers, "pandas" in sys.modules)
+"""
+
+
+def test_control_pyspark_s_unguarded_numpy_check_imports_pandas() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _UNGUARDED], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[False,", "False]", "True"]
+
+
+_SESSION = """
+import json, sys
+import numpy as np
+from resources.spark_session import local_spark_session
+
+spark = local_spark_session("numpy-checks-test", master="local[1]", register_source=False)
+count = spark.range(5).where("id > 1").count()
+pandas_after_queries = "pandas" in sys.modules
+jvm = spark._jvm
+array = jvm.java.util.Arrays.toString(np.array([1, 2, 3], dtype=np.int64))  # a long[]
+scalar = jvm.java.lang.Math.addExact(np.int64(2), np.int64(40))
+spark.stop()
+print(json.dumps({"count": count, "pandas": pandas_after_queries, "array": array,
+                  "scalar": scalar}))
+"""
+
+
+@pytest.mark.spark
+def test_a_session_s_jvm_calls_do_not_import_pandas_and_numpy_still_converts() -> None:
+    seen = script_in_fresh_jvm(_SESSION)
+    assert seen == {"count": 3, "pandas": False, "array": "[1, 2, 3]", "scalar": 42}
