@@ -464,6 +464,11 @@ def mode_driver_loop(
 
     spark = _spark(parallelism)
     spark.range(1).count()  # JVM warm, as for (c)
+    # createDataFrame imports pandas (0.3-0.4 s of CPU). A hand-written loop's session
+    # (SparkSession.builder) has imported it at its start, in pyspark's py4j converters; this
+    # session's do not (resources.spark_session.numpy_checks_without_pandas): before the clock.
+    import pandas  # noqa: F401
+
     schema = eventhubs_schema()
     per = events // partitions
     sampler = _JvmSampler()
