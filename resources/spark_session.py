@@ -156,13 +156,17 @@ def numpy_checks_without_pandas() -> None:
     JVM. pyspark's NumPy array and scalar converters answer by importing
     ``pyspark.testing.utils``, which imports pandas: 0.4 s of CPU and ~44 MB on the driver's
     first JVM call (``SparkConf()``), in a process that never uses pandas. Each converter now
-    asks first whether the argument is a NumPy array (scalar) at all, which needs NumPy only,
-    loaded or not; only then does pyspark's own answer (and its import) follow. The answers
-    are the same: pyspark's is true only for such an object.
+    first asks whether the argument is a NumPy array (scalar) at all, importing nothing (an
+    object can only be one once NumPy is loaded); only for such an object does pyspark's own
+    answer, and its import, follow. The answers are the same: pyspark's is true only for
+    such an object.
     """
     from py4j.protocol import INPUT_CONVERTER
-    from pyspark.sql.types import NumpyArrayConverter, NumpyScalarConverter
 
+    try:
+        from pyspark.sql.types import NumpyArrayConverter, NumpyScalarConverter
+    except ImportError:  # a pyspark without them: nothing to guard
+        return
     kinds = {NumpyArrayConverter: "ndarray", NumpyScalarConverter: "generic"}
     for converter in INPUT_CONVERTER:
         kind = kinds.get(type(converter))
