@@ -180,7 +180,9 @@ def test_dagster_materialization_through_the_remote_session(
     container_name: str,
     tmp_path: Path,
 ) -> None:
-    hub = make_eventhub(partitions=2)
+    """Four partitions in one run: the batch's statistics are read back from the Parquet sink
+    on the cluster (``split``), through the Connect server too."""
+    hub = make_eventhub(partitions=4)
     sent = _fill(hub, f"dagster-{engine}")
     sink = tmp_path / "parquet"
     url = cluster.connect.url() if engine == "connect" else cluster.master_url
