@@ -5,8 +5,9 @@ starts (the executors' workers, the Python data source's planner processes), and
 no bytecode for a zip: each process compiled pyspark from source, ~0.5 s of CPU apiece. For a
 session whose JVM this package starts on this host (:func:`resources.spark_session.
 start_local_driver`), :func:`installed_pyspark_for_workers` puts :data:`WORKER_SITE` on the JVM's
-``PYTHONPATH``; its ``sitecustomize`` moves the zip behind the installed package when it is that
-package's own zip (see the module there). A cluster's executors keep their own environment.
+``PYTHONPATH`` (in the environment the JVM is launched with, never this process's); its
+``sitecustomize`` moves the zip behind the installed package when it is that package's own zip
+(see the module there). A cluster's executors keep their own environment.
 
 ``EHINGEST_WORKER_SITE=off`` (:data:`WORKER_SITE_ENV`) leaves the JVM's environment as it is.
 
@@ -18,10 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
-__all__ = ["WORKER_SITE", "WORKER_SITE_ENV", "installed_pyspark_for_workers"]
+__all__ = ["WORKER_SITE", "WORKER_SITE_ENV", "installed_pyspark_for_workers", "worker_pythonpath"]
 
 #: The directory whose ``sitecustomize`` Spark's Python processes run at start-up.
 WORKER_SITE = Path(__file__).with_name("worker_site")
@@ -29,20 +31,41 @@ WORKER_SITE = Path(__file__).with_name("worker_site")
 WORKER_SITE_ENV = "EHINGEST_WORKER_SITE"
 
 
-@contextlib.contextmanager
-def installed_pyspark_for_workers(env: MutableMapping[str, str] = os.environ) -> Iterator[None]:
-    """While a local driver's JVM starts (it copies ``env``), :data:`WORKER_SITE` leads its
-    ``PYTHONPATH``; the variable is as it was afterwards, in this process."""
+def worker_pythonpath(env: Mapping[str, str]) -> str | None:
+    """The ``PYTHONPATH`` a local driver's JVM launched with ``env`` gets: :data:`WORKER_SITE`
+    first, then ``env``'s own; None to leave it as it is (``EHINGEST_WORKER_SITE=off``, or an
+    install path holding the separator, which cannot be one entry)."""
     if env.get(WORKER_SITE_ENV, "").strip().lower() == "off" or os.pathsep in str(WORKER_SITE):
-        # (An install path holding the separator cannot be one PYTHONPATH entry.)
-        yield
-        return
-    previous = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(WORKER_SITE), previous) if p)
+        return None
+    return os.pathsep.join(p for p in (str(WORKER_SITE), env.get("PYTHONPATH")) if p)
+
+
+@contextlib.contextmanager
+def installed_pyspark_for_workers() -> Iterator[None]:
+    """While a local driver's JVM starts in this block, it is launched with
+    :func:`worker_pythonpath` as its ``PYTHONPATH``.
+
+    This process's own environment is left alone. Other threads iterate ``os.environ`` (the
+    HTTP client of the store reads its proxy settings from it on every request) while a run
+    starts its session on a thread of its own, and a key deleted in between fails them with
+    ``KeyError: 'PYTHONPATH'``: setting the variable here and deleting it afterwards did, on a
+    loaded machine. pyspark launches the JVM through ``pyspark.java_gateway.Popen`` with a copy
+    of the environment; that one call gets the amended copy. (No JVM launched, as when one is
+    already up: nothing happens.)
+    """
+    from pyspark import java_gateway
+
+    popen = java_gateway.Popen
+
+    def launch(*args: Any, **kwargs: Any) -> Any:
+        env = kwargs.get("env")
+        path = None if env is None else worker_pythonpath(env)
+        if env is not None and path is not None:
+            kwargs["env"] = {**env, "PYTHONPATH": path}
+        return popen(*args, **kwargs)
+
+    java_gateway.Popen = launch  # type: ignore[misc,assignment]
     try:
         yield
     finally:
-        if previous is None:
-            env.pop("PYTHONPATH", None)
-        else:
-            env["PYTHONPATH"] = previous
+        java_gateway.Popen = popen  # type: ignore[misc]

@@ -20,7 +20,7 @@ import py4j
 import pyspark
 import pytest
 
-from resources.worker_python import WORKER_SITE, installed_pyspark_for_workers
+from resources.worker_python import WORKER_SITE, installed_pyspark_for_workers, worker_pythonpath
 from tests.fixtures.spark import script_in_fresh_jvm
 
 LIB = Path(pyspark.__file__).parent / "python" / "lib"
@@ -80,19 +80,71 @@ def test_a_sitecustomize_later_on_the_path_still_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("setting", ["", "off", "OFF "])
-def test_the_jvm_gets_the_site_for_its_start_only(setting: str) -> None:
+def test_the_jvm_s_pythonpath_leads_with_the_site(setting: str) -> None:
     env = {"PYTHONPATH": "/user/path", "EHINGEST_WORKER_SITE": setting}
-    with installed_pyspark_for_workers(env):
-        during = env["PYTHONPATH"]
-    assert env["PYTHONPATH"] == "/user/path"
     if setting.strip().lower() == "off":
-        assert during == "/user/path"
+        assert worker_pythonpath(env) is None
     else:
-        assert during == os.pathsep.join([str(WORKER_SITE), "/user/path"])
-    unset: dict[str, str] = {}
-    with installed_pyspark_for_workers(unset):
-        assert unset.get("PYTHONPATH") in (None, str(WORKER_SITE))
-    assert "PYTHONPATH" not in unset
+        assert worker_pythonpath(env) == os.pathsep.join([str(WORKER_SITE), "/user/path"])
+        assert worker_pythonpath({}) == str(WORKER_SITE)
+
+
+_SHOW_PATH = "import os; print(os.environ.get('PYTHONPATH'))"
+
+
+def test_only_the_jvm_launch_gets_the_site_never_this_process() -> None:
+    """pyspark launches its JVM through ``java_gateway.Popen`` with a copy of the environment:
+    inside the block that copy gets the site, this process's environment never does (a thread
+    iterating ``os.environ`` meanwhile would fail on a key deleted under it), and afterwards
+    pyspark's Popen is the one it was."""
+    from pyspark import java_gateway
+
+    before = dict(os.environ)
+    env = {**os.environ, "PYTHONPATH": "/user/path"}
+    env.pop("EHINGEST_WORKER_SITE", None)
+    with installed_pyspark_for_workers():
+        assert dict(os.environ) == before
+        launched = java_gateway.Popen(
+            [sys.executable, "-c", _SHOW_PATH], env=env, stdout=subprocess.PIPE, text=True
+        )
+        out, _ = launched.communicate(timeout=60)
+    assert out.strip() == os.pathsep.join([str(WORKER_SITE), "/user/path"])
+    assert java_gateway.Popen is subprocess.Popen
+    assert dict(os.environ) == before
+
+
+_ENV_WATCH = """
+import json, os, threading
+from resources.spark_session import local_spark_session
+
+site_seen, errors, stop = [], [], threading.Event()
+
+def watch():  # what the store's HTTP client does on every request
+    while not stop.is_set():
+        try:
+            for key, value in os.environ.items():
+                if key == "PYTHONPATH" and "worker_site" in value:
+                    site_seen.append(value)
+        except Exception as exc:
+            errors.append(repr(exc))
+
+watcher = threading.Thread(target=watch)
+watcher.start()
+spark = local_spark_session("env-watch-test", master="local[1]", register_source=False)
+rows = spark.range(3).count()
+stop.set()
+watcher.join()
+spark.stop()
+print(json.dumps({"errors": errors[:3], "site_seen": bool(site_seen), "rows": rows}))
+"""
+
+
+@pytest.mark.spark
+def test_a_session_start_leaves_this_process_s_environment_alone() -> None:
+    """A thread iterates ``os.environ`` for the whole start of a local session (a run starts
+    its session on a thread while its main thread calls the store)."""
+    seen = script_in_fresh_jvm(_ENV_WATCH)
+    assert seen == {"errors": [], "site_seen": False, "rows": 3}
 
 
 _SPARK = """
