@@ -324,18 +324,13 @@ class LocalPySparkResource(PySparkResource):
         from dagster_pyspark.resources import spark_session_from_config
 
         from resources.spark_kind import is_local_master
+        from resources.spark_session import numpy_checks_without_pandas, start_local_driver
 
         config = self.spark_config
-        if config.get("spark.remote"):
-            return spark_session_from_config(config)
-        if not is_local_master(config.get("spark.master")):
-            from resources.spark_session import numpy_checks_without_pandas
-
+        if config.get("spark.remote") or not is_local_master(config.get("spark.master")):
             numpy_checks_without_pandas()
             return spark_session_from_config(config)
         from dagster_spark.utils import flatten_dict
-
-        from resources.spark_session import start_local_driver
 
         return start_local_driver({key: str(value) for key, value in flatten_dict(config)})
 

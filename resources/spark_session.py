@@ -150,7 +150,8 @@ def make_active(spark: SparkSession) -> None:
 
 
 def numpy_checks_without_pandas() -> None:
-    """Keep a classic session's py4j calls from importing pandas (idempotent).
+    """Keep a classic session's py4j calls from importing pandas (idempotent; harmless before
+    a Spark Connect session, which makes no py4j calls).
 
     py4j asks every registered input converter about every argument of every call into the
     JVM. pyspark's NumPy array and scalar converters answer by importing
@@ -161,11 +162,10 @@ def numpy_checks_without_pandas() -> None:
     answer, and its import, follow. The answers are the same: pyspark's is true only for
     such an object.
     """
-    from py4j.protocol import INPUT_CONVERTER
-
     try:
+        from py4j.protocol import INPUT_CONVERTER
         from pyspark.sql.types import NumpyArrayConverter, NumpyScalarConverter
-    except ImportError:  # a pyspark without them: nothing to guard
+    except ImportError:  # no py4j (a Connect-only client) or a pyspark without them
         return
     kinds = {NumpyArrayConverter: "ndarray", NumpyScalarConverter: "generic"}
     for converter in INPUT_CONVERTER:
