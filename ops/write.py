@@ -15,7 +15,8 @@ Writing a batch replaces exactly the directories / Delta partitions of its keys,
   writes. It is removed before the batch is written again and after a failed write
   (:func:`clean_batch_staging`).
 * ``deltalake`` (delta-rs, no Spark jars): each Spark task writes its own Parquet files into the
-  table directory (``mapInArrow``, nothing travels to the driver but one small row per file),
+  table directory (a Python data source writer, ``_DeltaBatchWriter``; nothing travels to the
+  driver but each task's commit message, naming its files),
   then the driver commits them with ``create_write_transaction(mode="overwrite",
   partition_filters=[("eh_batch", "in", keys)])``: the batch's old files are removed and the new
   ones added in one Delta transaction. Files of a crashed attempt are never in the log.
