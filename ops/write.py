@@ -626,20 +626,39 @@ def _read_back_stats(
     # No F.lit: pyspark's lit imports pandas (0.3-0.4 s of the driver's CPU on a cold run).
     seq = F.col("sequenceNumber").cast("long")
     when = F.col("enqueuedTime").cast("timestamp")
+    offset = F.col("offset").cast("string")
+    # The last offset as a number where it is one (Event Hubs' offsets are decimal positions):
+    # an aggregation whose buffers are all fixed-width is hashed, where one string among them
+    # makes Spark sort every row read back, twice (partial and final). An offset that does not
+    # come back from a long unchanged (not decimal, a leading zero, too large) is null here and
+    # read again as the string it is.
+    as_long = offset.try_cast("long")
+    batches = read_batches(spark, sink, keys, schema=schema)
     rows = (
-        read_batches(spark, sink, keys, schema=schema)
-        .groupBy(BATCH_COLUMN)
+        batches.groupBy(BATCH_COLUMN)
         .agg(
             F.count("*").alias("n"),
             F.min(seq).alias("fs"),
             F.max(seq).alias("ls"),
-            F.max_by(F.col("offset").cast("string"), seq).alias("lo"),
+            F.max_by(F.when(as_long.cast("string") == offset, as_long), seq).alias("lo"),
             F.min(when).alias("ft"),
             F.max(when).alias("lt"),
         )
         .collect()
     )
-    return {row[BATCH_COLUMN]: row.asDict() for row in rows}
+    stats = {row[BATCH_COLUMN]: row.asDict() for row in rows}
+    for s in stats.values():
+        s["lo"] = None if s["lo"] is None else str(s["lo"])
+    textual = [k for k, s in stats.items() if s["lo"] is None and s["n"]]
+    if textual:
+        for row in (
+            batches.where(F.col(BATCH_COLUMN).isin(textual))
+            .groupBy(BATCH_COLUMN)
+            .agg(F.max_by(offset, seq).alias("lo"))
+            .collect()
+        ):
+            stats[row[BATCH_COLUMN]]["lo"] = row["lo"]
+    return stats
 
 
 def _split_row(

@@ -298,6 +298,28 @@ def test_the_stats_method_follows_format_partitions_and_partition_by() -> None:
     assert _stats_method(by_key, many) == "split"
 
 
+def test_split_reads_back_offsets_that_are_not_plain_numbers_exactly(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # The read-back aggregates offsets as numbers where they round-trip; every other offset
+    # must come back as the string the hub gave, never a reformatted number.
+    odd = {"0": "7:1200:x", "1": "0042", "2": "99999999999999999999", "3": "-5"}
+    ranges = {p: (0, 3) for p in ("0", "1", "2", "3", "4")}
+    base = events(spark, ranges)
+    last_offset = F.expr(
+        "CASE WHEN sequenceNumber = 3 THEN CASE partition "
+        + " ".join(f"WHEN '{p}' THEN '{o}'" for p, o in odd.items())
+        + " ELSE offset END ELSE offset END"
+    )
+    df = base.withColumn("offset", last_offset)
+    split = write_batch(df, SinkSettings(path=str(tmp_path / "s")), ranges, stats_method="split")
+    observed = write_batch(
+        df, SinkSettings(path=str(tmp_path / "o")), ranges, stats_method="observe"
+    )
+    assert {p: s.last_offset for p, s in split.partitions.items()} == {**odd, "4": "300"}
+    assert split.partitions == observed.partitions
+
+
 def test_split_statistics_keep_their_types_under_a_partitioned_output(
     spark: SparkSession, tmp_path: Path
 ) -> None:
