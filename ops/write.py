@@ -647,9 +647,12 @@ def _read_back_stats(
         .collect()
     )
     stats = {row[BATCH_COLUMN]: row.asDict() for row in rows}
-    for s in stats.values():
-        s["lo"] = None if s["lo"] is None else str(s["lo"])
-    textual = [k for k, s in stats.items() if s["lo"] is None and s["n"]]
+    textual = []  # every key here has rows: a null is an offset that is not a plain number
+    for key, found in stats.items():
+        if found["lo"] is None:
+            textual.append(key)
+        else:
+            found["lo"] = str(found["lo"])
     if textual:
         for row in (
             batches.where(F.col(BATCH_COLUMN).isin(textual))
