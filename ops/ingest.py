@@ -2,7 +2,8 @@
 
 :class:`SparkIngestor` is the real one: one DataFrame for every claimed range through the
 ``eventhubs`` data source, written by the idempotent sink writer; nothing is collected on the
-driver, the per-partition facts come back as a small aggregate. Pure logic tests use an
+driver, the per-partition facts come back from the readers (an accumulator) or as a small
+aggregate. Pure logic tests use an
 in-process fake with the same contract.
 """
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from resources.hub_client import PartitionInfo
     from resources.settings import EventHubSettings, SinkSettings
     from resources.spark_source import ReadOptions
+    from resources.spark_source._stats import SubRangeKey, SubRangeStats
 
 __all__ = ["Ingestor", "SparkIngestor"]
 
@@ -232,7 +234,9 @@ class SparkIngestor:
 
         The source checks retention and bounds when the DataFrame is created (its errors are
         unwrapped from Spark's into this package's types); executors read, and
-        ``ops.write.write_batch`` writes and aggregates the statistics in the same job. With
+        ``ops.write.write_batch`` writes in the same job. On a classic session the readers
+        tell the driver what they read (an accumulator, ``resources.spark_source._stats``);
+        elsewhere the writer aggregates the statistics during the write or reads them back. With
         ``expired_before`` the source reads what is left of those ranges (the run checks that
         only the expired head is missing); the batches keep the keys of the whole ranges.
         ``generations`` go into the batch keys (``ops.stats.batch_key``). With
@@ -241,7 +245,12 @@ class SparkIngestor:
         cold run); the readers still find events that expired since (DataLossError).
         """
         from resources.spark_source import PartitionRange, ReadOptions
+        from resources.spark_source._stats import forget_accumulator, read_stats_accumulator
 
+        # What each reader read, through an accumulator where the session has them (classic):
+        # the write then observes no statistics and verifies by a row count (ops.write). A
+        # read that may skip expired events keeps the statistics of what the sink holds.
+        stats = None if expired_before else read_stats_accumulator(self.spark)
         options = ReadOptions(
             settings=self.eventhub,
             ranges=tuple(PartitionRange(p, s, e) for p, (s, e) in ranges.items()),
@@ -256,10 +265,15 @@ class SparkIngestor:
                 (p, i.begin_sequence_number, i.last_enqueued_sequence_number)
                 for p, i in partition_infos.items()
             ),
+            read_stats=None if stats is None else stats.aid,
         )
         try:
-            return self._read_write(options, ranges, generations)
+            return self._read_write(
+                options, ranges, generations, None if stats is None else lambda: stats.value
+            )
         finally:
+            if stats is not None:
+                forget_accumulator(stats)
             if self.read_counter is not None:
                 self.read_counter.finish()
 
@@ -268,6 +282,7 @@ class SparkIngestor:
         options: ReadOptions,
         ranges: Mapping[str, SeqRange],
         generations: Mapping[str, int] | None,
+        read_stats: Callable[[], Mapping[SubRangeKey, SubRangeStats]] | None = None,
     ) -> dict[str, PartitionWriteStats]:
         from ops.write import write_batch
         from resources.errors import SinkError
@@ -282,7 +297,9 @@ class SparkIngestor:
         except Exception as exc:
             raise _unwrap(exc) from exc
         try:
-            result = write_batch(df, self.sink, dict(ranges), generations=generations)
+            result = write_batch(
+                df, self.sink, dict(ranges), generations=generations, read_stats=read_stats
+            )
         except SinkError as exc:
             # The job reads and writes in one pass: a reader's failure (the hub killed
             # mid-read, events expired) surfaces from the write. Say what really failed.

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +28,9 @@ _EVENTS = 50
 
 
 def warm_up(spark: SparkSession, workdir: Path) -> int:
-    """Write two batches of made-up events through :func:`ops.write.write_batch` into a Parquet
-    sink under ``workdir``: 2 partitions (statistics observed) and 8 (read back); the events
+    """Write three batches of made-up events through :func:`ops.write.write_batch` into a
+    Parquet sink under ``workdir``: 2 partitions (statistics observed), 8 (read back) and 4
+    (told by the readers through an accumulator, as a run on a classic session); the events
     written."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -36,10 +38,12 @@ def warm_up(spark: SparkSession, workdir: Path) -> int:
     from resources.ranges import SeqRange
     from resources.settings import SinkSettings
     from resources.spark_source._schema import _arrow_schema, eventhubs_schema
+    from resources.spark_source._stats import forget_accumulator, read_stats_accumulator
 
     class _Reader(DataSourceReader):
-        def __init__(self, partitions: int) -> None:
+        def __init__(self, partitions: int, read_stats: int | None) -> None:
             self.count = partitions
+            self.read_stats = read_stats
 
         def partitions(self) -> list[InputPartition]:
             return [InputPartition(p) for p in range(self.count)]
@@ -62,6 +66,11 @@ def warm_up(spark: SparkSession, workdir: Path) -> int:
                 }
                 builder.add(event, i)
             yield builder.flush()
+            if self.read_stats is not None:
+                from resources.spark_source._stats import send_read_stats
+
+                key = (str(partition.value), 0, _EVENTS - 1)
+                send_read_stats(self.read_stats, key, builder.summary())
 
     class _Source(DataSource):
         @classmethod
@@ -72,15 +81,26 @@ def warm_up(spark: SparkSession, workdir: Path) -> int:
             return eventhubs_schema()
 
         def reader(self, schema: Any) -> DataSourceReader:
-            return _Reader(int(self.options.get("partitions", "2")))
+            aid = self.options.get("read_stats")
+            return _Reader(int(self.options.get("partitions", "2")), int(aid) if aid else None)
 
     spark.dataSource.register(_Source)
     sink = SinkSettings(format="parquet", path=str(workdir / "warm-up"))
     written = 0
-    for partitions in (2, 8):
-        df = spark.read.format(_Source.name()).option("partitions", str(partitions)).load()
+    for partitions, by_readers in ((2, False), (8, False), (4, True)):
         ranges = {str(p): SeqRange(0, _EVENTS - 1) for p in range(partitions)}
-        written += write_batch(df, sink, ranges).events
+        reader = spark.read.format(_Source.name()).option("partitions", str(partitions))
+        if not by_readers:
+            written += write_batch(reader.load(), sink, ranges).events
+            continue
+        acc = read_stats_accumulator(spark)
+        assert acc is not None  # a classic session
+        try:
+            df = reader.option("read_stats", str(acc.aid)).load()
+            result = write_batch(df, sink, ranges, read_stats=partial(getattr, acc, "value"))
+        finally:
+            forget_accumulator(acc)
+        written += result.events
     return written
 
 

@@ -72,6 +72,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+    from resources.spark_source._stats import SubRangeKey, SubRangeStats
+
 __all__ = [
     "BATCH_COLUMN",
     "DELTALAKE_FORMAT",
@@ -94,7 +96,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-StatsMethod = Literal["split", "observe", "readback"]
+StatsMethod = Literal["split", "observe", "readback", "reader"]
 
 #: Formats read back column by column: their verification pass can return the statistics too,
 #: reading only the small columns (see :func:`write_batch`, ``stats_method="split"``).
@@ -432,6 +434,7 @@ def write_batch(
     *,
     stats_method: StatsMethod | None = None,
     generations: Mapping[str, int] | None = None,
+    read_stats: Callable[[], Mapping[SubRangeKey, SubRangeStats]] | None = None,
 ) -> WriteResult:
     """Write the events of ``ranges`` in ``df`` to ``sink`` so a rewrite replaces, never adds.
 
@@ -449,9 +452,18 @@ def write_batch(
             back per batch key from what the sink holds, in the verification pass that reads
             the row count anyway, from the small columns only; ``observe`` (the default
             otherwise): all of it observed during the write, 2 + 7 x P aggregates per row;
-            ``readback``: all of it aggregated over the batch read back, bodies included.
+            ``readback``: all of it aggregated over the batch read back, bodies included;
+            ``reader`` (the default with ``read_stats``): what the readers said they read,
+            nothing observed during the write, the sink's row count checked against the
+            ranges' sizes.
         generations: partition id -> hub generation for partitions of a re-created hub
             (part of their batch keys, see :func:`batch_key`); others keep the plain key.
+        read_stats: after the write, what each reader of ``df`` read, by sub-range
+            (``resources.spark_source._stats``: the ingestion run's accumulator). ``df`` must
+            then read exactly ``ranges``, every event (``on_data_loss='fail'``): the sink must
+            hold as many rows as the ranges have sequence numbers. The readers' statistics are
+            used where their sub-ranges tile ``ranges`` exactly; otherwise they are read back
+            (``readback``).
 
     Returns:
         Per-partition statistics (events, body bytes, first/last sequence number, the offset of
@@ -482,11 +494,22 @@ def write_batch(
             f"sink partition_by: unknown column(s) {unknown}; valid: {', '.join(df.columns)}"
         )
     location = sink_location(sink, df.sparkSession)
-    method = _stats_method(sink, len(rng), stats_method)
-    # The count of rows outside the ranges (never written) and what the method observes are
-    # aggregated while the write consumes the DataFrame; nothing is collected on the driver.
-    observation = Observation(f"ehwrite_{uuid.uuid4().hex[:12]}")
-    observed = df.observe(observation, *_observed_columns(rng, method))
+    if stats_method == "reader" and read_stats is None:
+        raise ConfigurationError("write_batch: stats_method='reader' needs read_stats")
+    method = (
+        "reader"
+        if read_stats is not None and stats_method is None
+        else _stats_method(sink, len(rng), stats_method)
+    )
+    observation = None
+    observed = df
+    if method != "reader":
+        # The count of rows outside the ranges (never written) and what the method observes
+        # are aggregated while the write consumes the DataFrame; nothing is collected on the
+        # driver. The readers' own statistics need none of it (the DataFrame reads exactly
+        # the ranges: every event, each once, or the read fails).
+        observation = Observation(f"ehwrite_{uuid.uuid4().hex[:12]}")
+        observed = df.observe(observation, *_observed_columns(rng, method))
     try:
         if sink.format == DELTALAKE_FORMAT:
             # The Delta writer drops key-less rows itself and refuses to commit if there are
@@ -519,14 +542,24 @@ def write_batch(
             "is available in the session)",
             exc,
         ) from exc
-    metrics_row = observation.get
-    outside = int(metrics_row.get("outside") or 0)
-    if outside:
-        raise SinkError(
-            f"sink {location!r}: the DataFrame holds {outside} event(s) outside the batch ranges "
-            f"{rng}; they were not written. Read exactly the planned ranges "
-            "(read_eventhubs(spark, plan)) and pass plan.ranges_dict() as ranges"
-        )
+    reader_row = None
+    if observation is None:
+        assert read_stats is not None
+        metrics_row: dict[str, Any] = {}
+        written = sum(end - start + 1 for start, end in rng.values())
+        reader_row = _reader_row(read_stats(), rng)
+        if reader_row is None:
+            method = "readback"
+    else:
+        metrics_row = observation.get
+        outside = int(metrics_row.get("outside") or 0)
+        if outside:
+            raise SinkError(
+                f"sink {location!r}: the DataFrame holds {outside} event(s) outside the batch "
+                f"ranges {rng}; they were not written. Read exactly the planned ranges "
+                "(read_eventhubs(spark, plan)) and pass plan.ranges_dict() as ranges"
+            )
+        written = int(metrics_row.get("inside") or 0)
     from ops.progress import phase
 
     with phase("verify"):
@@ -534,26 +567,29 @@ def write_batch(
             df.sparkSession,
             sink,
             list(keys.values()),
-            int(metrics_row.get("inside") or 0),
+            written,
             location,
             with_stats=method == "split",
             schema=df.schema,
         )
     if method == "observe":
         stats = _stats_from_row(metrics_row, rng, keys)
+    elif reader_row is not None:
+        stats = _stats_from_row(reader_row, rng, keys)
     elif method == "split":
         stats = _stats_from_row(_split_row(metrics_row, read_back, rng, keys, location), rng, keys)
     else:
-        written = read_batches(df.sparkSession, sink, list(keys.values()), schema=df.schema)
-        row = written.agg(*_stat_columns(rng)).first()
+        batches = read_batches(df.sparkSession, sink, list(keys.values()), schema=df.schema)
+        row = batches.agg(*_stat_columns(rng)).first()
         stats = _stats_from_row(row.asDict() if row is not None else {}, rng, keys)
     result = WriteResult(output_location=location, format=sink.format, partitions=stats)
     logger.info(
-        "wrote %d events (%d body bytes) to %s %s: %s",
+        "wrote %d events (%d body bytes) to %s %s, statistics by %s: %s",
         result.events,
         result.bytes,
         sink.format,
         location,
+        method,
         ", ".join(
             f"partition {s.partition_id} [{s.first_sequence_number}, {s.last_sequence_number}]"
             for s in stats.values()
@@ -662,6 +698,30 @@ def _read_back_stats(
         ):
             stats[row[BATCH_COLUMN]]["lo"] = row["lo"]
     return stats
+
+
+def _reader_row(
+    found: Mapping[SubRangeKey, SubRangeStats], ranges: Mapping[str, SeqRange]
+) -> dict[str, Any] | None:
+    """The row :func:`_stats_from_row` reads, from what the readers said they read; None (the
+    statistics are then read back) unless their sub-ranges tile ``ranges`` exactly, each with
+    every event of it."""
+    from resources.spark_source._stats import partition_totals
+
+    totals = partition_totals(found, ranges)
+    if totals is None:
+        logger.warning(
+            "the readers' statistics do not cover the batch %s (%d sub-range(s) reported): "
+            "reading them back from the sink",
+            dict(ranges),
+            len(found),
+        )
+        return None
+    row: dict[str, Any] = {}
+    for i, pid in enumerate(ranges):
+        for name, value in zip(("n", "b", "fs", "ls", "lo", "ft", "lt"), totals[pid], strict=True):
+            row[f"{name}{i}"] = value
+    return row
 
 
 def _split_row(

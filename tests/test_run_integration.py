@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import socket
 import time
@@ -219,3 +220,80 @@ def test_unreachable_hub_fails_fast_with_a_clear_error(
     assert time.monotonic() - started < 15
     msg = str(err.value)
     assert f"127.0.0.1:{port}/nohub" in msg and "reachable" in msg and "hunter2" not in msg
+
+
+def test_the_readers_statistics_are_what_the_sink_holds(
+    spark, hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog
+) -> None:
+    """A classic session's readers tell the driver what they read (an accumulator): the write
+    then observes nothing and verifies by a row count, and the statistics equal those read
+    back from the sink, over several readers of one partition whose events differ in size."""
+    import logging
+
+    from pyspark.sql import DataFrame
+
+    import ops.write
+    from ops.write import write_batch
+    from resources.spark_source import PartitionRange, ReadOptions, ReadPlan, read_eventhubs
+    from resources.spark_source._stats import forget_accumulator, read_stats_accumulator
+
+    for n in (3, 7):
+        hub.send(n, partitions=["0"])
+    hub.send(12, partitions=["1"])
+    ranges = {"0": (2, 9), "1": (0, 11)}
+    acc = read_stats_accumulator(spark)
+    assert acc is not None
+    options = ReadOptions(
+        settings=hub.hub.settings(),
+        ranges=tuple(PartitionRange(p, s, e) for p, (s, e) in ranges.items()),
+        max_readers_per_partition=3,
+        min_events_per_reader=3,
+        read_stats=acc.aid,
+    )
+    observed: list[object] = []
+    real_observe = DataFrame.observe
+    monkeypatch.setattr(
+        DataFrame, "observe", lambda self, *a: observed.append(a) or real_observe(self, *a)
+    )
+    read_back: list[object] = []
+    real_read_back = ops.write._read_back_stats
+    monkeypatch.setattr(
+        ops.write,
+        "_read_back_stats",
+        lambda *a, **k: read_back.append(a) or real_read_back(*a, **k),
+    )
+    try:
+        sink = SinkSettings(format="parquet", path=str(tmp_path / "reader"))
+        result = write_batch(
+            read_eventhubs(spark, options), sink, ranges, read_stats=lambda: acc.value
+        )
+        subs = sorted(acc.value)
+    finally:
+        forget_accumulator(acc)
+    planned = ReadPlan(options=options, ranges=options.ranges or ()).input_partitions()
+    assert subs == sorted((p.range.partition_id, p.range.start, p.range.end) for p in planned)
+    assert len(subs) == 5  # several readers per partition (2 and 3)
+    assert observed == [] and read_back == []  # nothing observed, nothing aggregated back
+    plain = dataclasses.replace(options, read_stats=None)
+    truth = write_batch(
+        read_eventhubs(spark, plain),
+        SinkSettings(format="parquet", path=str(tmp_path / "readback")),
+        ranges,
+        stats_method="readback",
+    )
+    assert result.partitions == truth.partitions
+    r0 = result.partitions["0"]
+    assert (r0.events, r0.first_sequence_number, r0.last_sequence_number) == (8, 2, 9)
+    assert r0.bytes == sum(len(b) for b in hub.sent["0"][2:10])
+    assert r0.last_offset and r0.first_enqueued_time <= r0.last_enqueued_time
+    assert sink_rows(spark, sink) == [
+        row for row in sent_rows(hub.sent) if row[1] >= ranges[row[0]][0] and row[0] in ranges
+    ]
+    # Readers whose updates did not arrive: the statistics come from the sink, the same.
+    with caplog.at_level(logging.WARNING, logger="ops.write"):
+        again = write_batch(read_eventhubs(spark, plain), sink, ranges, read_stats=lambda: {})
+    assert again.partitions == truth.partitions
+    assert "do not cover the batch" in caplog.text
+    assert sink_rows(spark, sink) == sink_rows(
+        spark, SinkSettings(format="parquet", path=str(tmp_path / "readback"))
+    )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pickle
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -375,3 +375,69 @@ def test_values_past_32_bit_offsets_are_refused_by_name(monkeypatch: pytest.Monk
     assert _arrow.varbinary_array([b"abc", b"de"], pa.binary()).to_pylist() == [b"abc", b"de"]
     with pytest.raises(ValueError, match="6 bytes of values: past the 2 GiB of 32-bit offsets"):
         _arrow.varbinary_array([b"abc", b"def"], pa.binary())
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(raw_messages(), min_size=1, max_size=30), st.integers(1, 7))
+def test_a_readers_summary_is_what_its_batches_hold(messages: list[Any], every: int) -> None:
+    """What a reader tells the driver it read (``_ArrowBuilder.summary``, sent through the
+    accumulator) equals the statistics of the rows it yielded, however the rows were batched."""
+    import pyarrow as pa
+
+    from resources.spark_source._events import _ArrowBuilder
+    from resources.spark_source._schema import _arrow_schema
+
+    builder = _ArrowBuilder("0", _arrow_schema())
+    batches = []
+    for seq, message in enumerate(messages, start=100):
+        builder.add_message(message, seq)
+        if len(builder) >= every:
+            batches.append(builder.flush())
+    if len(builder):
+        batches.append(builder.flush())
+    rows = pa.Table.from_batches(batches).to_pylist()
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    times = [
+        (r["enqueuedTime"] - epoch) // timedelta(microseconds=1) for r in rows if r["enqueuedTime"]
+    ]
+    assert builder.summary() == (
+        len(rows),
+        sum(len(r["body"]) for r in rows),
+        rows[0]["sequenceNumber"],
+        rows[-1]["sequenceNumber"],
+        rows[-1]["offset"],
+        min(times, default=None),
+        max(times, default=None),
+    )
+
+
+def test_partition_totals_need_sub_ranges_that_tile_every_range() -> None:
+    from resources.spark_source._stats import partition_totals
+
+    def sub(n: int, first: int, last: int, t0: int, t1: int) -> tuple[Any, ...]:
+        return (n, 10 * n, first, last, str(last * 100), t0, t1)
+
+    found = {
+        ("0", 0, 9): sub(10, 0, 9, 5_000_000, 9_000_000),
+        ("0", 10, 14): sub(5, 10, 14, 4_000_000, 8_000_000),  # an older time later: min/max
+        ("1", 3, 3): (1, 0, 3, 3, None, None, None),
+    }
+    ranges = {"0": (0, 14), "1": (3, 3)}
+    totals = partition_totals(found, ranges)
+    assert totals is not None
+    n, nbytes, first, last, offset, t0, t1 = totals["0"]
+    assert (n, nbytes, first, last, offset) == (15, 150, 0, 14, "1400")
+    assert (t0, t1) == (
+        datetime(1970, 1, 1, 0, 0, 4, tzinfo=UTC),
+        datetime(1970, 1, 1, 0, 0, 9, tzinfo=UTC),
+    )
+    assert totals["1"] == (1, 0, 3, 3, None, None, None)
+    missing = {k: v for k, v in found.items() if k != ("0", 10, 14)}
+    assert partition_totals(missing, ranges) is None  # a reader's update did not arrive
+    assert partition_totals(found, {**ranges, "2": (0, 0)}) is None  # a partition not read
+    assert partition_totals(found, {"0": (0, 14)}) is None  # another read's partition
+    assert partition_totals(found, {"0": (0, 15), "1": (3, 3)}) is None  # short of the end
+    gap = {**found, ("0", 10, 14): sub(4, 10, 14, 0, 0)}
+    assert partition_totals(gap, ranges) is None  # a sub-range without all its events
+    overlap = {**found, ("0", 9, 14): sub(6, 9, 14, 0, 0)}
+    assert partition_totals(overlap, ranges) is None

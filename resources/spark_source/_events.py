@@ -10,6 +10,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from azure.eventhub import EventData
 
+    from resources.spark_source._stats import SubRangeStats
+
 # Annotations that have their own column; the rest go to systemProperties.
 _SEQ = b"x-opt-sequence-number"
 _OFFSET = b"x-opt-offset"
@@ -83,7 +85,29 @@ class _ArrowBuilder:
     def __init__(self, partition_id: str, schema: pa.Schema) -> None:
         self.partition_id = partition_id
         self.schema = schema
+        # What every batch flushed so far held (``resources.spark_source._stats``): events,
+        # body bytes, first and last sequence number, the last event's offset, first and last
+        # enqueued time (microseconds).
+        self.rows = 0
+        self.total_bytes = 0
+        self.first_seq: int | None = None
+        self.last_seq: int | None = None
+        self.last_offset: str | None = None
+        self.first_time: int | None = None
+        self.last_time: int | None = None
         self._reset()
+
+    def summary(self) -> SubRangeStats:
+        """The statistics of every event flushed so far (``_stats.SubRangeStats``)."""
+        return (
+            self.rows,
+            self.total_bytes,
+            self.first_seq,
+            self.last_seq,
+            self.last_offset,
+            self.first_time,
+            self.last_time,
+        )
 
     def _reset(self) -> None:
         self.body: list[bytes] = []
@@ -171,6 +195,8 @@ class _ArrowBuilder:
         )
 
         n = len(self.seq)
+        if n:
+            self._count()
         fields = self.schema
         batch = pa.RecordBatch.from_arrays(
             [
@@ -188,3 +214,17 @@ class _ArrowBuilder:
         )
         self._reset()
         return batch
+
+    def _count(self) -> None:
+        """Add the pending events to :meth:`summary` (events arrive in sequence order)."""
+        self.rows += len(self.seq)
+        self.total_bytes += self.body_bytes
+        if self.first_seq is None:
+            self.first_seq = self.seq[0]
+        self.last_seq = self.seq[-1]
+        self.last_offset = self.offset[-1]
+        times = [t for t in self.time_us if t is not None]
+        if times:
+            lo, hi = min(times), max(times)
+            self.first_time = lo if self.first_time is None else min(self.first_time, lo)
+            self.last_time = hi if self.last_time is None else max(self.last_time, hi)

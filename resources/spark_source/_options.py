@@ -40,6 +40,7 @@ _OPTION_NAMES = (
     "on_data_loss",
     "progress",
     "known_bounds",
+    "read_stats",
 )
 # Spellings users bring from azure-event-hubs-spark or camelCase habits.
 _OPTION_ALIASES = {
@@ -90,6 +91,9 @@ class ReadOptions:
     #: checked against it instead of asking the service again (the ingestion run passes its
     #: own look). A range that expired since is found by the readers (DataLossError).
     known_bounds: tuple[tuple[str, int, int], ...] | None = None
+    #: The id of a classic driver's accumulator each reader adds what it read to
+    #: (``resources.spark_source._stats``); set by the ingestion run, None for other reads.
+    read_stats: int | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.receive_timeout, int | float) and self.receive_timeout > 0):
@@ -208,6 +212,8 @@ class ReadOptions:
             kwargs["progress"] = ProgressTarget.from_option(opts["progress"])
         if "known_bounds" in opts:
             kwargs["known_bounds"] = _known_bounds(opts["known_bounds"])
+        if opts.get("read_stats"):
+            kwargs["read_stats"] = _number(opts["read_stats"], "read_stats", int)
         return cls(**kwargs)
 
     def to_options(self) -> dict[str, str]:
@@ -231,6 +237,8 @@ class ReadOptions:
             out["credential_options"] = json.dumps(dict(s.credential_options))
         if self.progress is not None:
             out["progress"] = self.progress.to_option()
+        if self.read_stats is not None:
+            out["read_stats"] = str(self.read_stats)
         if self.known_bounds is not None:
             out["known_bounds"] = json.dumps({p: [b, e] for p, b, e in self.known_bounds})
         if self.ranges is not None:

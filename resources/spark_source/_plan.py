@@ -41,6 +41,7 @@ def input_partitions(
             prefetch=options.prefetch,
             on_data_loss=options.on_data_loss,
             progress=options.progress,
+            read_stats=options.read_stats,
         )
         for rng in ranges
         for sub in split_range(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import InputPartition
@@ -25,6 +26,8 @@ from resources.spark_source._schema import _arrow_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from resources.spark_source._stats import SubRangeStats
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +50,7 @@ class EventHubsInputPartition(InputPartition):
         prefetch: int,
         on_data_loss: OnDataLoss,
         progress: ProgressTarget | None = None,
+        read_stats: int | None = None,
     ) -> None:
         super().__init__(rng)
         self.settings = settings
@@ -55,6 +59,7 @@ class EventHubsInputPartition(InputPartition):
         self.prefetch = prefetch
         self.on_data_loss = on_data_loss
         self.progress = progress
+        self.read_stats = read_stats
 
     def __repr__(self) -> str:
         # The settings hold a secret; the repr shows where, never how to authenticate.
@@ -68,6 +73,14 @@ def read_input_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     """
     if not isinstance(partition, EventHubsInputPartition):
         return iter(())
+    aid = getattr(partition, "read_stats", None)
+    on_done = None
+    if aid is not None:
+        from resources.spark_source._stats import send_read_stats
+
+        rng = partition.range
+        key = (rng.partition_id, rng.start, rng.end)
+        on_done = partial(send_read_stats, aid, key)
     return read_range(
         partition.settings,
         partition.range,
@@ -75,6 +88,7 @@ def read_input_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
         prefetch=partition.prefetch,
         on_data_loss=partition.on_data_loss,
         progress=getattr(partition, "progress", None),
+        on_done=on_done,
     )
 
 
@@ -88,12 +102,14 @@ def read_range(
     batch_rows: int = _BATCH_ROWS,
     batch_bytes: int = _BATCH_BYTES,
     progress: ProgressTarget | None = None,
+    on_done: Callable[[SubRangeStats], None] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Receive exactly the events of ``rng`` and yield them as Arrow record batches.
 
     Runs wherever it is called (a Spark task, a benchmark); creates and closes its own client.
     With ``progress`` the running count goes to a small blob every few seconds
-    (:mod:`resources.read_progress`; a failed write is ignored).
+    (:mod:`resources.read_progress`; a failed write is ignored). ``on_done`` gets what was read
+    (events, bytes, sequence and time bounds, the last offset) after the last batch was taken.
 
     Raises:
         DataLossError: a sequence number of the range is missing and ``on_data_loss='fail'``.
@@ -182,6 +198,8 @@ def read_range(
         tracker.close()
     if len(builder):
         yield builder.flush()
+    if on_done is not None:
+        on_done(builder.summary())
 
 
 def _event_sequence_number(event: Any) -> int | None:

@@ -38,10 +38,13 @@ def _spark_section(cluster: Cluster, engine: str) -> dict[str, Any]:
 
 
 def _ehingest(
-    cluster: Cluster, config: Path, env: dict[str, str], *args: str
+    cluster: Cluster, config: Path, env: dict[str, str], *args: str, verbose: bool = False
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "cli.main", "run", "--config", str(config), *args],
+        [
+            *(sys.executable, "-m", "cli.main", *(["-v"] if verbose else [])),
+            *("run", "--config", str(config), *args),
+        ],
         cwd=ROOT,
         env={**spark_env(cluster.executor_python), **env},
         capture_output=True,
@@ -140,9 +143,14 @@ def test_exactly_once_with_a_crash_after_write_then_rerun(
     assert set(written) == sent  # the sink holds the batch ...
     assert _checkpoints(azurite_connection_string, container_name, hub) == {}  # ... no checkpoint
 
-    rerun = _ehingest(cluster, config, env, "--owner", "o1")
+    rerun = _ehingest(cluster, config, env, "--owner", "o1", verbose=True)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "complete" in rerun.stdout
+    # On the standalone cluster the executors' readers told the driver what they read (an
+    # accumulator: ops.write's `reader` statistics); Spark Connect has none and observes them.
+    expected = "statistics by reader" if engine == "standalone" else "statistics by observe"
+    assert expected in rerun.stderr, rerun.stderr[-3000:]
+    assert "do not cover the batch" not in rerun.stderr
     rows = _rows(DeltaTable(str(out)).to_pyarrow_table())
     assert len(rows) == len(set(rows)) == len(sent)
     assert sorted(rows) == sorted(sent)  # event by event: partition, sequence number, body
