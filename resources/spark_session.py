@@ -179,8 +179,11 @@ def _numpy_guard(kind: str, can_convert: Callable[[Any], bool]) -> Callable[[Any
     """``can_convert``, asked only for an instance of ``numpy.<kind>``."""
 
     def guarded(obj: Any) -> bool:
-        numpy = sys.modules.get("numpy")  # not loaded: nothing can be one of its objects
-        return numpy is not None and isinstance(obj, getattr(numpy, kind)) and can_convert(obj)
+        # Not loaded, or still being imported on another thread (pyarrow's first import
+        # imports NumPy, and the type is defined part-way through): nothing can be one of
+        # its objects yet.
+        cls = getattr(sys.modules.get("numpy"), kind, None)
+        return cls is not None and isinstance(obj, cls) and can_convert(obj)
 
     return guarded
 

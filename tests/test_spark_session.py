@@ -53,3 +53,24 @@ print(json.dumps({"count": count, "pandas": pandas_after_queries, "array": array
 def test_a_session_s_jvm_calls_do_not_import_pandas_and_numpy_still_converts() -> None:
     seen = script_in_fresh_jvm(_SESSION)
     assert seen == {"count": 3, "pandas": False, "array": "[1, 2, 3]", "scalar": 42}
+
+
+def test_numpy_guard_answers_while_numpy_is_being_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A py4j call on one thread while another thread's first ``import pyarrow`` is importing
+    NumPy: the guard sees a module without its types yet and answers no, where it raised
+    AttributeError (and failed the run's warm-up of the session's Python workers)."""
+    import types
+
+    import numpy
+
+    from resources.spark_session import _numpy_guard
+
+    asked: list[object] = []
+    guard = _numpy_guard("ndarray", lambda obj: asked.append(obj) or True)
+    array = numpy.zeros(2)
+    assert guard(array) is True and asked == [array]
+    assert guard([1, 2]) is False and asked == [array]
+    monkeypatch.setitem(sys.modules, "numpy", types.ModuleType("numpy"))  # part-way imported
+    assert guard(array) is False and guard(3) is False
+    monkeypatch.delitem(sys.modules, "numpy")
+    assert guard(array) is False and asked == [array]
