@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ops.stats import PartitionWriteStats
 from resources.limits import (
@@ -23,6 +24,7 @@ from resources.limits import (
 from resources.ranges import SeqRange
 
 if TYPE_CHECKING:
+    from pyspark import Accumulator
     from pyspark.sql import SparkSession
 
     from ops.progress import ReadCounter
@@ -244,13 +246,25 @@ class SparkIngestor:
         rather than opening a connection of its own from Spark's planner process (~2 s of a
         cold run); the readers still find events that expired since (DataLossError).
         """
-        from resources.spark_source import PartitionRange, ReadOptions
-        from resources.spark_source._stats import forget_accumulator, read_stats_accumulator
+        from resources.spark_source._stats import read_stats_accumulator
 
         # What each reader read, through an accumulator where the session has them (classic):
         # the write then observes no statistics and verifies by a row count (ops.write). A
         # read that may skip expired events keeps the statistics of what the sink holds.
-        stats = None if expired_before else read_stats_accumulator(self.spark)
+        with nullcontext() if expired_before else read_stats_accumulator(self.spark) as stats:
+            return self._ingest(ranges, expired_before, generations, partition_infos, stats)
+
+    def _ingest(
+        self,
+        ranges: Mapping[str, SeqRange],
+        expired_before: Mapping[str, int] | None,
+        generations: Mapping[str, int] | None,
+        partition_infos: Mapping[str, PartitionInfo] | None,
+        stats: Accumulator[Any] | None,
+    ) -> dict[str, PartitionWriteStats]:
+        """:meth:`ingest` with the read's statistics accumulator (None: the write's own)."""
+        from resources.spark_source import PartitionRange, ReadOptions
+
         options = ReadOptions(
             settings=self.eventhub,
             ranges=tuple(PartitionRange(p, s, e) for p, (s, e) in ranges.items()),
@@ -272,8 +286,6 @@ class SparkIngestor:
                 options, ranges, generations, None if stats is None else lambda: stats.value
             )
         finally:
-            if stats is not None:
-                forget_accumulator(stats)
             if self.read_counter is not None:
                 self.read_counter.finish()
 

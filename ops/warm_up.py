@@ -38,7 +38,7 @@ def warm_up(spark: SparkSession, workdir: Path) -> int:
     from resources.ranges import SeqRange
     from resources.settings import SinkSettings
     from resources.spark_source._schema import _arrow_schema, eventhubs_schema
-    from resources.spark_source._stats import forget_accumulator, read_stats_accumulator
+    from resources.spark_source._stats import read_stats_accumulator
 
     class _Reader(DataSourceReader):
         def __init__(self, partitions: int, read_stats: int | None) -> None:
@@ -93,13 +93,10 @@ def warm_up(spark: SparkSession, workdir: Path) -> int:
         if not by_readers:
             written += write_batch(reader.load(), sink, ranges).events
             continue
-        acc = read_stats_accumulator(spark)
-        assert acc is not None  # a classic session
-        try:
+        with read_stats_accumulator(spark) as acc:
+            assert acc is not None  # a classic session
             df = reader.option("read_stats", str(acc.aid)).load()
             result = write_batch(df, sink, ranges, read_stats=partial(getattr, acc, "value"))
-        finally:
-            forget_accumulator(acc)
         written += result.events
     return written
 

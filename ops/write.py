@@ -719,7 +719,7 @@ def _reader_row(
         return None
     row: dict[str, Any] = {}
     for i, pid in enumerate(ranges):
-        for name, value in zip(("n", "b", "fs", "ls", "lo", "ft", "lt"), totals[pid], strict=True):
+        for name, value in zip(_STAT_SQL, totals[pid], strict=True):
             row[f"{name}{i}"] = value
     return row
 

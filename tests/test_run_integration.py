@@ -235,41 +235,38 @@ def test_the_readers_statistics_are_what_the_sink_holds(
     import ops.write
     from ops.write import write_batch
     from resources.spark_source import PartitionRange, ReadOptions, ReadPlan, read_eventhubs
-    from resources.spark_source._stats import forget_accumulator, read_stats_accumulator
+    from resources.spark_source._stats import read_stats_accumulator
 
     for n in (3, 7):
         hub.send(n, partitions=["0"])
     hub.send(12, partitions=["1"])
     ranges = {"0": (2, 9), "1": (0, 11)}
-    acc = read_stats_accumulator(spark)
-    assert acc is not None
-    options = ReadOptions(
-        settings=hub.hub.settings(),
-        ranges=tuple(PartitionRange(p, s, e) for p, (s, e) in ranges.items()),
-        max_readers_per_partition=3,
-        min_events_per_reader=3,
-        read_stats=acc.aid,
-    )
-    observed: list[object] = []
-    real_observe = DataFrame.observe
-    monkeypatch.setattr(
-        DataFrame, "observe", lambda self, *a: observed.append(a) or real_observe(self, *a)
-    )
-    read_back: list[object] = []
-    real_read_back = ops.write._read_back_stats
-    monkeypatch.setattr(
-        ops.write,
-        "_read_back_stats",
-        lambda *a, **k: read_back.append(a) or real_read_back(*a, **k),
-    )
-    try:
+    with read_stats_accumulator(spark) as acc:
+        assert acc is not None
+        options = ReadOptions(
+            settings=hub.hub.settings(),
+            ranges=tuple(PartitionRange(p, s, e) for p, (s, e) in ranges.items()),
+            max_readers_per_partition=3,
+            min_events_per_reader=3,
+            read_stats=acc.aid,
+        )
+        observed: list[object] = []
+        real_observe = DataFrame.observe
+        monkeypatch.setattr(
+            DataFrame, "observe", lambda self, *a: observed.append(a) or real_observe(self, *a)
+        )
+        read_back: list[object] = []
+        real_read_back = ops.write._read_back_stats
+        monkeypatch.setattr(
+            ops.write,
+            "_read_back_stats",
+            lambda *a, **k: read_back.append(a) or real_read_back(*a, **k),
+        )
         sink = SinkSettings(format="parquet", path=str(tmp_path / "reader"))
         result = write_batch(
             read_eventhubs(spark, options), sink, ranges, read_stats=lambda: acc.value
         )
         subs = sorted(acc.value)
-    finally:
-        forget_accumulator(acc)
     planned = ReadPlan(options=options, ranges=options.ranges or ()).input_partitions()
     assert subs == sorted((p.range.partition_id, p.range.start, p.range.end) for p in planned)
     assert len(subs) == 5  # several readers per partition (2 and 3)

@@ -10,14 +10,16 @@ updates once per partition, before the job ends; the value is keyed by sub-range
 that is re-run (or a plan read twice) replaces its entry, never adds to it.
 
 Only a classic session has accumulators (Spark Connect has none): there the option is never
-set, and ``ops.write`` reads the statistics back from the sink. Nothing here is trusted
-alone: :func:`partition_totals` answers only when the sub-ranges tile every range exactly, and
-``ops.write`` checks the total against the rows the write consumed and the rows the sink holds.
+set, and ``ops.write`` observes or reads back the statistics. Nothing here is trusted alone:
+:func:`partition_totals` answers only when the sub-ranges tile every range exactly, each with
+all its events, and ``ops.write`` checks that the sink holds as many rows as the ranges have
+sequence numbers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +36,6 @@ __all__ = [
     "ReadStatsParam",
     "SubRangeKey",
     "SubRangeStats",
-    "forget_accumulator",
     "partition_totals",
     "read_stats_accumulator",
     "send_read_stats",
@@ -65,25 +66,26 @@ class ReadStatsParam(AccumulatorParam[dict[SubRangeKey, SubRangeStats]]):
         return value1
 
 
-def read_stats_accumulator(spark: SparkSession) -> Accumulator[Any] | None:
+@contextmanager
+def read_stats_accumulator(spark: SparkSession) -> Iterator[Accumulator[Any] | None]:
     """A fresh accumulator for one read's statistics, or None where there is none (Spark
-    Connect, or a session whose SparkContext cannot be reached). The caller forgets it with
-    :func:`forget_accumulator` when the read is over."""
-    from resources.spark_kind import is_connect_session
-
-    if is_connect_session(spark):
-        return None
-    try:
-        return spark.sparkContext.accumulator({}, ReadStatsParam())
-    except Exception:  # a shared cluster that refuses the SparkContext: read back instead
-        return None
-
-
-def forget_accumulator(acc: Accumulator[Any]) -> None:
-    """Drop ``acc`` from this process's registry: a late update for it is then ignored."""
+    Connect, or a session whose SparkContext cannot be reached); dropped from this process's
+    registry on exit, so a late update for it is ignored."""
     from pyspark.accumulators import _accumulatorRegistry
 
-    _accumulatorRegistry.pop(acc.aid, None)
+    from resources.spark_kind import is_connect_session
+
+    acc = None
+    if not is_connect_session(spark):
+        try:
+            acc = spark.sparkContext.accumulator({}, ReadStatsParam())
+        except Exception:  # a shared cluster that refuses the SparkContext: read back instead
+            acc = None
+    try:
+        yield acc
+    finally:
+        if acc is not None:
+            _accumulatorRegistry.pop(acc.aid, None)
 
 
 def send_read_stats(aid: int, key: SubRangeKey, stats: SubRangeStats) -> None:
