@@ -680,6 +680,55 @@ def test_parquet_writes_the_per_event_columns_without_a_dictionary(
         assert ours[column] & dictionary, (column, ours[column])
 
 
+def test_parquet_bodies_carry_no_statistics_and_times_are_microsecond_timestamps(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A Parquet path sink's footers hold no smallest and largest body (nobody prunes by an
+    opaque payload; parquet-mr would keep two whole bodies per column chunk), while every other
+    column keeps its statistics, as Spark's own write of the same rows (the control) has them
+    for the body too. ``enqueuedTime`` is Parquet's microsecond timestamp (INT64), not Spark's
+    INT96, and reads back to the microsecond it was written."""
+    import pyarrow.parquet as pq
+
+    ranges = {"0": (0, 99)}
+    times = [T0 + timedelta(seconds=seq, microseconds=seq * 7) for seq in range(100)]
+    rows = [
+        (f"body {seq:03d}".encode() * 40, "0", str(seq * 100), seq, times[seq], None, "k", {}, {})
+        for seq in range(100)
+    ]
+    df = spark.createDataFrame(rows, eventhubs_schema()).repartition(2)
+    sink = make_sink("parquet", tmp_path)
+    assert write_batch(df, sink, ranges).events == 100
+    key = "spark.sql.parquet.outputTimestampType"
+    ours = spark.conf.get(key)
+    spark.conf.set(key, "INT96")  # Spark's default, for the control
+    try:
+        df.write.parquet(str(tmp_path / "control"))
+    finally:
+        spark.conf.set(key, ours)
+
+    def chunks(path: Path, name: str) -> list[Any]:
+        found = []
+        for file in sorted(path.rglob("*.parquet")):
+            meta = pq.ParquetFile(file).metadata
+            index = meta.schema.names.index(name)
+            found += [meta.row_group(g).column(index) for g in range(meta.num_row_groups)]
+        assert found, (path, name)
+        return found
+
+    assert not any(c.is_stats_set for c in chunks(tmp_path / "parquet", "body"))
+    assert all(c.is_stats_set for c in chunks(tmp_path / "control", "body"))
+    for column in ("sequenceNumber", "offset", "enqueuedTime"):
+        assert all(c.is_stats_set for c in chunks(tmp_path / "parquet", column)), column
+    for path, physical in ((tmp_path / "parquet", "INT64"), (tmp_path / "control", "INT96")):
+        assert {c.physical_type for c in chunks(path, "enqueuedTime")} == {physical}, path
+    schema = pq.ParquetFile(next((tmp_path / "parquet").rglob("*.parquet"))).schema_arrow
+    assert str(schema.field("enqueuedTime").type) == "timestamp[us, tz=UTC]"
+    back = read_sink(spark, sink).orderBy("sequenceNumber").collect()
+    # Spark hands back naive times in the session's time zone, UTC here (SESSION_CONF).
+    assert [row.enqueuedTime.replace(tzinfo=UTC) for row in back] == times
+
+
 @pytest.mark.parametrize("fmt", ["json", "orc"])
 @pytest.mark.parametrize("partition_by", [(), ("partition",)])
 def test_json_and_orc_batches_verify_and_report_their_statistics(
