@@ -228,12 +228,97 @@ def start_local_driver(settings: Mapping[str, str]) -> SparkSession:
 
     def start(with_plan: ArchivePlan | None) -> SparkSession:
         options = java_options if with_plan is None else f"{java_options} {with_plan.java_options}"
-        return _builder(
-            {**settings, "spark.driver.extraJavaOptions": options.strip()}
-        ).getOrCreate()
+        chosen = {**settings, "spark.driver.extraJavaOptions": options.strip()}
+        builder = _builder(chosen)  # first: it keeps py4j's converters from importing pandas
+        if SparkContext._active_spark_context is not None:
+            return builder.getOrCreate()
+        from pyspark import SparkConf
+
+        prepare = _SqlPreparation()
+        prepare.start()
+        try:
+            # The context first, with every setting (what the builder's getOrCreate would
+            # create): the data source lookup may start beside the session only once it runs.
+            SparkContext.getOrCreate(SparkConf().setAll(list(chosen.items())))
+            prepare.context_ready.set()
+            return builder.getOrCreate()
+        finally:
+            prepare.done.set()
 
     with installed_pyspark_for_workers():
         return start_with_archive(plan, start)
+
+
+class _SqlPreparation:
+    """The first-time work of a new JVM's first SparkSession that does not need the session,
+    on a thread of its own beside the driver's start, whose steps run one after another in a
+    JVM that is mostly interpreting: on 2 cores one core is half idle meanwhile.
+
+    * Once the JVM answers (while the SparkContext starts): Spark SQL's built-in function
+      registry and its configuration's definitions, both initialised once per JVM (the
+      session's state copies the registry; the session's settings look up the definitions).
+    * Once the context runs (while the session is created): Spark's one-time lookup of Python
+      data sources installed as ``pyspark_*`` modules (a Python daemon and a worker), which
+      registering the ``eventhubs`` source would otherwise start and wait for; its result is
+      kept for the JVM's life, the same for every session.
+
+    Best effort: a failure is logged at debug and the session does the same work itself.
+    Measured (a cold process starting a local[2] session and warming its Python workers, 4
+    alternated runs each): the session ready at 1.85-1.97 s against 2.07-2.21 s.
+    """
+
+    def __init__(self) -> None:
+        import threading
+
+        self.context_ready = threading.Event()
+        self.done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ehingest-sql-prepare", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        import logging
+        import time
+
+        from pyspark import SparkContext
+
+        log = logging.getLogger(__name__)
+        while SparkContext._gateway is None and not self.done.is_set():
+            time.sleep(0.005)
+        gateway = SparkContext._gateway
+        if gateway is None:
+            return
+        try:
+            jvm = gateway.jvm
+            jvm.org.apache.spark.sql.catalyst.analysis.FunctionRegistry.builtin()
+            jvm.org.apache.spark.sql.internal.SQLConf.get()
+            while not self.context_ready.wait(0.005):
+                if self.done.is_set():
+                    return
+            # Any name: the lookup runs on the first question and keeps its answer.
+            manager = jvm.org.apache.spark.sql.execution.datasources.DataSourceManager()
+            manager.dataSourceExists("eventhubs")
+        except Exception:
+            log.debug("preparing Spark SQL beside the driver's start failed", exc_info=True)
+        finally:
+            _close_thread_connection(gateway)
+
+
+def _close_thread_connection(gateway: Any) -> None:
+    """Close this thread's own py4j connection (pinned threads: one per Python thread), as
+    pyspark's ``InheritableThread`` does when its target returns."""
+    client = gateway._gateway_client
+    get = getattr(client, "get_thread_connection", None)
+    connection = get() if get is not None else None
+    if connection is None:
+        return
+    try:
+        client.deque.remove(connection)
+    except ValueError:
+        return
+    finally:
+        connection.close()
 
 
 def local_spark_session(

@@ -74,3 +74,76 @@ def test_numpy_guard_answers_while_numpy_is_being_imported(monkeypatch: pytest.M
     assert guard(array) is False and guard(3) is False
     monkeypatch.delitem(sys.modules, "numpy")
     assert guard(array) is False and asked == [array]
+
+
+class _Recorder:
+    """A stand-in for py4j's JVM view: records each call by its dotted path."""
+
+    def __init__(self, calls: list[str], path: str = "") -> None:
+        self._calls = calls
+        self._path = path
+
+    def __getattr__(self, name: str) -> _Recorder:
+        return _Recorder(self._calls, f"{self._path}.{name}" if self._path else name)
+
+    def __call__(self, *args: object) -> _Recorder:
+        self._calls.append(self._path)
+        return _Recorder(self._calls, self._path + "()")
+
+
+class _FakeGateway:
+    def __init__(self, calls: list[str]) -> None:
+        self.jvm = _Recorder(calls)
+        self._gateway_client = object()  # no thread connection to close
+
+
+def test_sql_preparation_looks_data_sources_up_only_once_the_context_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Beside a local driver's start: the SQL registries as soon as the JVM answers, the data
+    source lookup (which needs the context's environment) only once the context runs, and
+    nothing at all when the start ended first."""
+    import time
+
+    from pyspark import SparkContext
+
+    from resources import spark_session
+
+    def wait_for(condition: object, what: str) -> None:
+        deadline = time.monotonic() + 10
+        while not condition():  # type: ignore[operator]
+            assert time.monotonic() < deadline, what
+            time.sleep(0.01)
+
+    registries = [
+        "org.apache.spark.sql.catalyst.analysis.FunctionRegistry.builtin",
+        "org.apache.spark.sql.internal.SQLConf.get",
+    ]
+    manager = "org.apache.spark.sql.execution.datasources.DataSourceManager"
+    calls: list[str] = []
+    monkeypatch.setattr(SparkContext, "_gateway", None)
+    prepare = spark_session._SqlPreparation()
+    prepare.start()
+    time.sleep(0.05)
+    assert calls == []  # no JVM yet
+    monkeypatch.setattr(SparkContext, "_gateway", _FakeGateway(calls))
+    wait_for(lambda: len(calls) == 2, "the registries")
+    assert calls == registries
+    time.sleep(0.05)
+    assert len(calls) == 2  # the lookup waits for the context
+    prepare.context_ready.set()
+    wait_for(lambda: len(calls) == 4, "the lookup")
+    assert calls[2:] == [manager, f"{manager}().dataSourceExists"]
+
+    for gateway_first in (False, True):
+        calls.clear()
+        monkeypatch.setattr(SparkContext, "_gateway", None)
+        ended = spark_session._SqlPreparation()
+        ended.start()
+        if gateway_first:
+            monkeypatch.setattr(SparkContext, "_gateway", _FakeGateway(calls))
+            wait_for(lambda: len(calls) == 2, "the registries")
+        ended.done.set()  # the start failed (or ended) before the context ran
+        ended._thread.join(5)
+        assert not ended._thread.is_alive()
+        assert calls == (registries if gateway_first else [])
