@@ -687,7 +687,7 @@ def test_parquet_bodies_carry_no_statistics_and_times_are_microsecond_timestamps
     opaque payload; parquet-mr would keep two whole bodies per column chunk), while every other
     column keeps its statistics, as Spark's own write of the same rows (the control) has them
     for the body too. ``enqueuedTime`` is Parquet's microsecond timestamp (INT64), not Spark's
-    INT96, and reads back to the microsecond it was written."""
+    INT96, and reads back to the microsecond it was written, beside a batch of INT96 files."""
     import pyarrow.parquet as pq
 
     ranges = {"0": (0, 99)}
@@ -701,9 +701,11 @@ def test_parquet_bodies_carry_no_statistics_and_times_are_microsecond_timestamps
     assert write_batch(df, sink, ranges).events == 100
     key = "spark.sql.parquet.outputTimestampType"
     ours = spark.conf.get(key)
-    spark.conf.set(key, "INT96")  # Spark's default, for the control
+    spark.conf.set(key, "INT96")  # Spark's default: the control, and a batch written before
     try:
         df.write.parquet(str(tmp_path / "control"))
+        earlier = df.withColumn("sequenceNumber", F.col("sequenceNumber") + 100)
+        assert write_batch(earlier, sink, {"0": (100, 199)}).events == 100
     finally:
         spark.conf.set(key, ours)
 
@@ -716,17 +718,22 @@ def test_parquet_bodies_carry_no_statistics_and_times_are_microsecond_timestamps
         assert found, (path, name)
         return found
 
-    assert not any(c.is_stats_set for c in chunks(tmp_path / "parquet", "body"))
-    assert all(c.is_stats_set for c in chunks(tmp_path / "control", "body"))
+    written = tmp_path / "parquet" / f"{BATCH_COLUMN}={batch_key('0', 0, 99)}"
+    before = tmp_path / "parquet" / f"{BATCH_COLUMN}={batch_key('0', 100, 199)}"
+    control = tmp_path / "control"
+    assert not any(c.is_stats_set for c in chunks(written, "body"))
+    assert all(c.is_stats_set for c in chunks(control, "body"))
     for column in ("sequenceNumber", "offset", "enqueuedTime"):
-        assert all(c.is_stats_set for c in chunks(tmp_path / "parquet", column)), column
-    for path, physical in ((tmp_path / "parquet", "INT64"), (tmp_path / "control", "INT96")):
+        assert all(c.is_stats_set for c in chunks(written, column)), column
+    for path, physical in ((written, "INT64"), (control, "INT96"), (before, "INT96")):
         assert {c.physical_type for c in chunks(path, "enqueuedTime")} == {physical}, path
-    schema = pq.ParquetFile(next((tmp_path / "parquet").rglob("*.parquet"))).schema_arrow
+    schema = pq.ParquetFile(next(written.rglob("*.parquet"))).schema_arrow
     assert str(schema.field("enqueuedTime").type) == "timestamp[us, tz=UTC]"
+    # One table of files of both kinds reads as one; Spark hands back naive times in the
+    # session's time zone, UTC here (SESSION_CONF).
     back = read_sink(spark, sink).orderBy("sequenceNumber").collect()
-    # Spark hands back naive times in the session's time zone, UTC here (SESSION_CONF).
-    assert [row.enqueuedTime.replace(tzinfo=UTC) for row in back] == times
+    assert [row.sequenceNumber for row in back] == list(range(200))
+    assert [row.enqueuedTime.replace(tzinfo=UTC) for row in back] == times + times
 
 
 @pytest.mark.parametrize("fmt", ["json", "orc"])
