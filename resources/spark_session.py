@@ -263,8 +263,9 @@ class _SqlPreparation:
       kept for the JVM's life, the same for every session.
 
     Best effort: a failure is logged at debug and the session does the same work itself.
-    Measured (a cold process starting a local[2] session and warming its Python workers, 4
-    alternated runs each): the session ready at 1.85-1.97 s against 2.07-2.21 s.
+    Measured (a cold process starting a local[2] session and its Python workers, 4 alternated
+    runs against the start without it): the session ready at 1.97-2.25 s against 2.26-2.66 s
+    (docs/deploy.md).
     """
 
     def __init__(self) -> None:
@@ -307,17 +308,18 @@ class _SqlPreparation:
 
 def _close_thread_connection(gateway: Any) -> None:
     """Close this thread's own py4j connection (pinned threads: one per Python thread), as
-    pyspark's ``InheritableThread`` does when its target returns."""
-    client = gateway._gateway_client
-    get = getattr(client, "get_thread_connection", None)
-    connection = get() if get is not None else None
-    if connection is None:
-        return
-    try:
-        client.deque.remove(connection)
-    except ValueError:
-        return
-    finally:
+    pyspark's ``InheritableThread`` does when its target returns; quietly, as the thread's
+    work was (a JVM that went away meanwhile has nothing left to close)."""
+    import contextlib
+
+    with contextlib.suppress(Exception):
+        client = gateway._gateway_client
+        get = getattr(client, "get_thread_connection", None)
+        connection = get() if get is not None else None
+        if connection is None:
+            return
+        with contextlib.suppress(ValueError):
+            client.deque.remove(connection)
         connection.close()
 
 
