@@ -117,17 +117,27 @@ _READ_BACK_COLUMNS = ("sequenceNumber", "offset", "enqueuedTime")
 
 
 def _stats_method(
-    sink: SinkSettings, partitions: int, requested: StatsMethod | None = None
+    sink: SinkSettings,
+    partitions: int,
+    requested: StatsMethod | None = None,
+    *,
+    by_readers: bool = False,
 ) -> StatsMethod:
     """The method :func:`write_batch` uses for a batch of ``partitions`` partitions.
 
-    ``requested``, or by default ``split`` for a batch of many partitions where the read-back
-    can skip the bodies. ``split`` becomes ``observe`` where its read-back cannot serve:
-    ``deltalake`` (its verification reads the Delta log, not the rows) and an output
-    partitioned by a read-back column (partition directories come back as strings).
+    ``requested``, or by default ``reader`` when the readers tell what they read
+    (``by_readers``), else ``split`` for a batch of many partitions where the read-back can
+    skip the bodies. ``reader`` needs the readers' statistics. ``split`` becomes ``observe``
+    where its read-back cannot serve: ``deltalake`` (its verification reads the Delta log, not
+    the rows) and an output partitioned by a read-back column (partition directories come
+    back as strings).
     """
+    if requested == "reader" and not by_readers:
+        raise ConfigurationError("write_batch: stats_method='reader' needs read_stats")
     method = requested or (
-        "split"
+        "reader"
+        if by_readers
+        else "split"
         if sink.format in _COLUMNAR_FORMATS and partitions >= _SPLIT_FROM_PARTITIONS
         else "observe"
     )
@@ -494,13 +504,7 @@ def write_batch(
             f"sink partition_by: unknown column(s) {unknown}; valid: {', '.join(df.columns)}"
         )
     location = sink_location(sink, df.sparkSession)
-    if stats_method == "reader" and read_stats is None:
-        raise ConfigurationError("write_batch: stats_method='reader' needs read_stats")
-    method = (
-        "reader"
-        if read_stats is not None and stats_method is None
-        else _stats_method(sink, len(rng), stats_method)
-    )
+    method = _stats_method(sink, len(rng), stats_method, by_readers=read_stats is not None)
     observation = None
     observed = df
     if method != "reader":

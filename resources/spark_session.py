@@ -302,25 +302,8 @@ class _SqlPreparation:
             manager.dataSourceExists("eventhubs")
         except Exception:
             log.debug("preparing Spark SQL beside the driver's start failed", exc_info=True)
-        finally:
-            _close_thread_connection(gateway)
-
-
-def _close_thread_connection(gateway: Any) -> None:
-    """Close this thread's own py4j connection (pinned threads: one per Python thread), as
-    pyspark's ``InheritableThread`` does when its target returns; quietly, as the thread's
-    work was (a JVM that went away meanwhile has nothing left to close)."""
-    import contextlib
-
-    with contextlib.suppress(Exception):
-        client = gateway._gateway_client
-        get = getattr(client, "get_thread_connection", None)
-        connection = get() if get is not None else None
-        if connection is None:
-            return
-        with contextlib.suppress(ValueError):
-            client.deque.remove(connection)
-        connection.close()
+        # py4j closes this thread's own connection when the thread ends (its thread-local
+        # finalizer), as for any Python thread that called into the JVM.
 
 
 def local_spark_session(

@@ -94,7 +94,6 @@ class _Recorder:
 class _FakeGateway:
     def __init__(self, calls: list[str]) -> None:
         self.jvm = _Recorder(calls)
-        self._gateway_client = object()  # no thread connection to close
 
 
 def test_sql_preparation_looks_data_sources_up_only_once_the_context_runs(
