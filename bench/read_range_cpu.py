@@ -2,7 +2,9 @@
 
 The cuts (``resources/spark_source/_amqp.py``): ``sock``, pyamqp's socket reads served from a
 buffer; ``dec``, the faster AMQP payload decoder; ``frame``, the faster performative decoder;
-``xfer`` (mode ``all``, with the three), transfer frames taken inline, past pyamqp's dispatch.
+``xfer`` (mode ``all``, with the three), transfer frames taken inline, past pyamqp's dispatch;
+``native`` (with all four), runs of plain transfers laid out as Arrow columns by the compiled
+step (``resources/spark_source/_native.py``; built first if this host has no copy).
 The emulator runs in its own process (``python -m emulator serve``); this process reads the
 same range once per mode, round after round, each round starting one mode later (the machine is
 shared: alternating spreads its noise over every mode), and prints the ``time.process_time()``
@@ -15,6 +17,7 @@ per event of each read and each mode's median. Run:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -34,6 +37,7 @@ MODES = {
     "sock+dec": ("sock", "dec"),
     "sock+dec+frame": ("sock", "dec", "frame"),
     "all": ("sock", "dec", "frame", "xfer"),
+    "native": ("sock", "dec", "frame", "xfer", "native"),
 }
 
 
@@ -41,7 +45,7 @@ def _no_buffering(_handler: Any) -> bool:
     return False
 
 
-def _no_inline_transfers(_handler: Any, _consumer: Any) -> bool:
+def _no_inline_transfers(_handler: Any, _consumer: Any, **_kw: Any) -> bool:
     return False
 
 
@@ -58,6 +62,10 @@ def set_cuts(cuts: tuple[str, ...]) -> None:
     _amqp._decoder_installed = True  # the pull's install_decoder() leaves this choice alone
     receiver.decode_payload = _amqp.decode_payload if "dec" in cuts else _decode.decode_payload
     _transport.decode_frame = _amqp.decode_frame if "frame" in cuts else _decode.decode_frame
+    from resources.spark_source import _native
+
+    os.environ[_native.NATIVE_ENV] = "1" if "native" in cuts else "0"
+    _native.reset_for_tests()
 
 
 def main() -> None:

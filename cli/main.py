@@ -15,6 +15,7 @@ import click
 __all__ = ["main"]
 
 SUBCOMMANDS: dict[str, str] = {
+    "build-reader": "cli.build_reader:build_reader",
     "emulator": "emulator.cli:emulator",
     "simulate": "cli.simulate:simulate",
     "run": "cli.run:run",

@@ -7,6 +7,9 @@ if ! command -v uv >/dev/null 2>&1; then
   export PATH="$HOME/.local/bin:$PATH"
 fi
 uv sync --frozen --quiet >&2
+# The reader's native step (resources/spark_source/_native.py), compiled once per host ahead of
+# any read task; a host that cannot compile it reads in pure Python (the command says why).
+uv run --frozen ehingest build-reader >/dev/null || echo "== reads run in pure Python here" >&2
 if [ ! -x node_modules/.bin/azurite-blob ]; then
   echo "== installing Azurite (npm ci)" >&2
   npm ci --no-audit --no-fund --silent >&2

@@ -32,6 +32,19 @@ from resources.spark_source._receiver import partition_pull_available
 
 _amqp._bind()  # the fast path's pyamqp names, which decode_payload binds on its first call
 
+
+@pytest.fixture(autouse=True)
+def python_path_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """These tests prove the Python path (what the native step leaves to it, and what runs on a
+    host that cannot build it); tests/test_native_columns.py proves the native step equal to it."""
+    from resources.spark_source import _native
+
+    monkeypatch.setenv(_native.NATIVE_ENV, "0")
+    _native.reset_for_tests()
+    yield
+    _native.reset_for_tests()
+
+
 # -- the decoder: strict equality -----------------------------------------------------------------
 
 
@@ -1133,9 +1146,11 @@ def _session_class() -> Any:
 def _pull_all(settings: Any, count: int, **kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
     """Every message of ``[0, count)`` through a pull, and its link's and session's state
     once the last one is in (the partition holds no more: no frame arrives after it)."""
+    from resources.spark_source._events import ColumnRows
     from resources.spark_source._receiver import _PartitionPull
 
     messages: list[Any] = []
+    events = 0  # a native run (ColumnRows) holds many
     pull = _PartitionPull(
         settings, "0", starting_position=0, prefetch=300, wait_seconds=10, end=count - 1, **kwargs
     )
@@ -1143,7 +1158,8 @@ def _pull_all(settings: Any, count: int, **kwargs: Any) -> tuple[list[Any], dict
         for batch in pull:
             assert batch, "no event for 10 s"
             messages += batch
-            if len(messages) >= count:
+            events += sum(m.rows if type(m) is ColumnRows else 1 for m in batch)
+            if events >= count:
                 handler = pull._consumer._handler
                 link, session = handler._link, handler._link._session
                 state = {
@@ -1163,7 +1179,7 @@ def _pull_all(settings: Any, count: int, **kwargs: Any) -> tuple[list[Any], dict
                     "buffered": len(pull._consumer._message_buffer),
                 }
                 return messages, state
-    raise AssertionError(f"the pull ended after {len(messages)} of {count} events")
+    raise AssertionError(f"the pull ended after {events} of {count} events")
 
 
 @pytest.mark.integration
@@ -1192,7 +1208,7 @@ def test_transfers_taken_inline_leave_pyamqps_state_and_messages(
     send_all(hub.producer(), items)
     inline, inline_state = _pull_all(hub.settings(), len(items))
     inline_flows, flows[0] = flows[0], 0
-    monkeypatch.setattr(_receiver, "fast_transfers", lambda *_: False)
+    monkeypatch.setattr(_receiver, "fast_transfers", lambda *_, **__: False)
     plain, plain_state = _pull_all(hub.settings(), len(items))
     assert inline_flows == flows[0] == len(items) // 64
     assert inline_state.pop("inline") == "_TransferListen"

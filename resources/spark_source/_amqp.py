@@ -692,13 +692,17 @@ def transfer_path_proven() -> dict[str, Any]:
     return _proven_transfer
 
 
-def fast_transfers(handler: Any, consumer: Any) -> bool:
+def fast_transfers(handler: Any, consumer: Any, *, columns: bool = False) -> bool:
     """Install :class:`_TransferListen` on ``handler``'s connection (once per connection).
 
     Only where every function a transfer passes through is the one proven (a subclass or a
     patched method keeps pyamqp's path), the reads are buffered (:func:`buffer_reads`), the
     decoders are ours (:func:`install_decoder`), and the client hands each message to
     ``consumer``'s buffer and nothing else. Returns whether the connection's listen is ours.
+
+    With ``columns`` and the native step loaded (:mod:`._native`), runs of plain transfers go to
+    the buffer as :class:`~resources.spark_source._events.ColumnRows` instead of one message
+    each (the caller must take both, in the buffer's order).
     """
     conn: Any = getattr(handler, "_connection", None)
     link: Any = getattr(handler, "_link", None)
@@ -734,7 +738,12 @@ def fast_transfers(handler: Any, consumer: Any) -> bool:
         or link._on_transfer != handler._message_received
     ):
         return False
-    conn.listen = _TransferListen(conn, handler, consumer._message_buffer.append)
+    native = None
+    if columns:
+        from resources.spark_source._native import amqp_columns
+
+        native = amqp_columns()
+    conn.listen = _TransferListen(conn, handler, consumer._message_buffer.append, native)
     return True
 
 
@@ -761,13 +770,14 @@ class _TransferListen:
     transfer): the pull just listens again.
     """
 
-    __slots__ = ("_append", "_conn", "_handler", "_listen")
+    __slots__ = ("_append", "_conn", "_handler", "_listen", "_native")
 
-    def __init__(self, conn: Any, handler: Any, append: Any) -> None:
+    def __init__(self, conn: Any, handler: Any, append: Any, native: Any = None) -> None:
         self._conn = conn
         self._handler = handler
         self._append = append  # the consumer's buffer's append
         self._listen = conn.listen  # pyamqp's own, bound to the connection
+        self._native = native  # _native.amqp_columns(): runs of plain transfers as columns
 
     def __call__(self, wait: Any = False, batch: int = 1, **kwargs: Any) -> None:
         listen = self._listen
@@ -828,8 +838,17 @@ class _TransferListen:
         inputs = session._input_handles
         tags = link._received_delivery_tags
         append = self._append
+        native = self._native
+        handle = None
+        if native is not None:
+            handle = next((h for h, end in inputs.items() if end is link), None)
         taken = 0
         while taken < limit:
+            if handle is not None and session.incoming_window > 0:
+                got = self._native_run(native, sock, channel, handle, limit - taken)
+                if got:
+                    taken += got
+                    continue
             with lock:
                 start = sock._start
                 avail = sock._end - start
@@ -892,3 +911,47 @@ class _TransferListen:
             conn._last_frame_received_time = now
             handler._last_activity_timestamp = now
         return taken
+
+    def _native_run(
+        self, native: Any, sock: BufferedSocket, channel: int, handle: int, most: int
+    ) -> int:
+        """Plain transfers from the buffer through the native step, as pyamqp would count them.
+
+        At most ``most`` frames and no more than the session's incoming window, so that a spent
+        window is renewed at the frame where pyamqp renews it. The run goes to the consumer's
+        buffer as one :class:`~resources.spark_source._events.ColumnRows`; 0 when the next frame
+        is not a plain transfer (the caller's loop takes it one by one).
+        """
+        from resources.spark_source._events import ColumnRows
+
+        handler = self._handler
+        link = handler._link
+        session = link._session
+        with self._conn._transport.socket_lock:
+            got = native.scan(
+                sock._buf,
+                sock._start,
+                sock._end,
+                channel,
+                handle,
+                min(most, session.incoming_window),
+                link._received_delivery_tags,
+            )
+            if got is None:
+                return 0
+            n, sock._start, last_p, last_end, last_id, columns = got
+            last = sock._view[last_p:last_end].tobytes()
+        # Session._incoming_transfer, then ReceiverLink._incoming_transfer, n times (each tag was
+        # added to the link's set by the scan).
+        session.next_incoming_id += n
+        session.remote_outgoing_window -= n
+        session.incoming_window -= n
+        link.current_link_credit -= n
+        link.delivery_count += n
+        link.received_delivery_id = last_id
+        link._first_frame = _decode_frame(last)[1]
+        self._append(ColumnRows(columns))
+        if session.incoming_window == 0:
+            session.incoming_window = session.target_incoming_window
+            session._outgoing_flow()
+        return int(n)

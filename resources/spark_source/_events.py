@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -79,6 +80,128 @@ def _to_ms(value: Any) -> int | None:
     return int(value)
 
 
+class ColumnRows:
+    """Consecutive events of one partition laid out as Arrow's buffers by the native step.
+
+    What :func:`resources.spark_source._native.amqp_columns`'s ``scan`` returns for a run of
+    plain transfer frames: the sequence numbers and enqueued times (64-bit, little-endian), the
+    body and the three string columns (32-bit offsets and values, a validity bitmap or None),
+    whether the sequence numbers go up by one. No
+    ``properties`` or ``systemProperties``: the native step takes no event that has any.
+    """
+
+    __slots__ = (
+        "_batch",
+        "body",
+        "body_bytes",
+        "body_offsets",
+        "contiguous",
+        "first_seq",
+        "last_seq",
+        "offset",
+        "partition_key",
+        "publisher",
+        "rows",
+        "seq",
+        "time",
+        "time_valid",
+    )
+
+    def __init__(self, columns: dict[str, Any]) -> None:
+        self.rows: int = columns["rows"]
+        self.first_seq: int = columns["first_seq"]
+        self.last_seq: int = columns["last_seq"]
+        self.contiguous: bool = columns["contiguous"]
+        self.body_bytes: int = columns["body_bytes"]
+        self.seq: bytes = columns["seq"]
+        self.time: bytes = columns["time"]
+        self.time_valid: bytes | None = columns["time_valid"]
+        self.body_offsets: bytes = columns["body_offsets"]
+        self.body: bytes = columns["body"]
+        self.offset: tuple[bytes, bytes, bytes | None] = columns["offset"]
+        self.partition_key: tuple[bytes, bytes, bytes | None] = columns["partition_key"]
+        self.publisher: tuple[bytes, bytes, bytes | None] = columns["publisher"]
+        self._batch: pa.RecordBatch | None = None
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __repr__(self) -> str:
+        return f"ColumnRows({self.rows} events, sequence numbers {self.first_seq}-{self.last_seq})"
+
+    def sequence_numbers(self) -> list[int]:
+        return memoryview(self.seq).cast("q").tolist()
+
+    def segments(self) -> list[tuple[int, int, int]]:
+        """Row ranges ``[a, b)`` whose sequence numbers go up by one from the third item (one
+        range, unless the service redelivered)."""
+        if self.contiguous:
+            return [(0, self.rows, self.first_seq)]
+        seqs = self.sequence_numbers()
+        out, a = [], 0
+        for i in range(1, len(seqs)):
+            if seqs[i] != seqs[i - 1] + 1:
+                out.append((a, i, seqs[a]))
+                a = i
+        out.append((a, len(seqs), seqs[a]))
+        return out
+
+    def rows_reaching(self, a: int, b: int, size: int) -> int:
+        """The end of the rows from ``a`` whose bodies first reach ``size`` bytes, at most ``b``."""
+        offsets = memoryview(self.body_offsets).cast("i")
+        return min(b, bisect.bisect_left(offsets, offsets[a] + max(size, 1), a + 1, b + 1))
+
+    def body_bytes_of(self, a: int, b: int) -> int:
+        offsets = memoryview(self.body_offsets).cast("i")
+        return int(offsets[b] - offsets[a])
+
+    def record_batch(self, partition_id: str, schema: pa.Schema) -> pa.RecordBatch:
+        """The rows as a record batch of the source schema (built once)."""
+        if self._batch is None:
+            import pyarrow as pa
+
+            from resources.spark_source._arrow import map_array, repeated_string
+
+            n = self.rows
+            buf = pa.py_buffer
+
+            def text(column: tuple[bytes, bytes, bytes | None]) -> pa.Array:
+                offsets, data, valid = column
+                return pa.Array.from_buffers(
+                    pa.string(),
+                    n,
+                    [None if valid is None else buf(valid), buf(offsets), buf(data)],
+                    null_count=0 if valid is None else -1,
+                )
+
+            no_entries = map_array([[]] * n, schema.field("properties").type)
+            self._batch = pa.RecordBatch.from_arrays(
+                [
+                    pa.Array.from_buffers(
+                        schema.field("body").type,
+                        n,
+                        [None, buf(self.body_offsets), buf(self.body)],
+                        null_count=0,
+                    ),
+                    repeated_string(partition_id, n),
+                    text(self.offset),
+                    pa.Array.from_buffers(pa.int64(), n, [None, buf(self.seq)], null_count=0),
+                    pa.Array.from_buffers(
+                        schema.field("enqueuedTime").type,
+                        n,
+                        [None if self.time_valid is None else buf(self.time_valid), buf(self.time)],
+                        null_count=0 if self.time_valid is None else -1,
+                    ),
+                    text(self.publisher),
+                    text(self.partition_key),
+                    no_entries,
+                    no_entries,
+                ],
+                schema=schema,
+            )
+        return self._batch
+
+
 class _ArrowBuilder:
     """Accumulates events column by column and emits record batches of the source schema."""
 
@@ -110,8 +233,17 @@ class _ArrowBuilder:
         )
 
     def _reset(self) -> None:
-        self.body: list[bytes] = []
+        self._reset_lists()
+        # What goes into the next batch, in arrival order: rows [a, b) of a native run
+        # (ColumnRows, a, b), or of the events added one by one (None, a, b). Events added one
+        # by one after the last segment are not in it yet (the per-event path stays as cheap).
+        self._segments: list[tuple[ColumnRows | None, int, int]] = []
+        self._listed = 0
+        self._piece_rows = 0
         self.body_bytes = 0
+
+    def _reset_lists(self) -> None:
+        self.body: list[bytes] = []
         self.offset: list[str | None] = []
         self.seq: list[int] = []
         self.time_us: list[int | None] = []
@@ -121,7 +253,7 @@ class _ArrowBuilder:
         self.sysprops: list[list[tuple[str, str | None]]] = []
 
     def __len__(self) -> int:
-        return len(self.seq)
+        return len(self.seq) + self._piece_rows
 
     def add(self, event: EventData, seq: int) -> None:
         """An ``EventData`` (the SDK's public receive)."""
@@ -184,7 +316,48 @@ class _ArrowBuilder:
                     sysprops.append((name.replace("_", "-"), _text(value)))
         self.sysprops.append(sysprops)
 
+    def add_rows(self, rows: ColumnRows, a: int = 0, b: int | None = None) -> None:
+        """Rows ``[a, b)`` of a native run (all of it by default), after what was added before.
+
+        Only noted here: the batch is laid out once, at :meth:`flush`.
+        """
+        b = rows.rows if b is None else b
+        if b <= a:
+            return
+        listed = len(self.seq)
+        if listed > self._listed:  # events added one by one since the last run come first
+            self._segments.append((None, self._listed, listed))
+            self._listed = listed
+        self._segments.append((rows, a, b))
+        self._piece_rows += b - a
+        self.body_bytes += (
+            rows.body_bytes if a == 0 and b == rows.rows else rows.body_bytes_of(a, b)
+        )
+
     def flush(self) -> pa.RecordBatch:
+        """One record batch of everything added since the last flush, in the order added."""
+        segments = self._segments
+        listed = len(self.seq)
+        lists = self._lists_batch() if listed or not segments else None
+        if not segments:
+            batch = lists
+        else:
+            import pyarrow as pa
+
+            if listed > self._listed:
+                segments.append((None, self._listed, listed))
+            pieces = []
+            for rows, a, b in segments:
+                whole = lists if rows is None else rows.record_batch(self.partition_id, self.schema)
+                assert whole is not None  # events added one by one made the lists' batch
+                pieces.append(whole if a == 0 and b == whole.num_rows else whole.slice(a, b - a))
+            batch = pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
+        self._count(batch)
+        self._reset()
+        return batch
+
+    def _lists_batch(self) -> pa.RecordBatch:
+        """The events added one by one, as a batch of the source schema."""
         import pyarrow as pa
 
         from resources.spark_source._arrow import (
@@ -195,10 +368,8 @@ class _ArrowBuilder:
         )
 
         n = len(self.seq)
-        if n:
-            self._count()
         fields = self.schema
-        batch = pa.RecordBatch.from_arrays(
+        return pa.RecordBatch.from_arrays(
             [
                 varbinary_array(self.body, fields.field("body").type),
                 repeated_string(self.partition_id, n),
@@ -212,19 +383,23 @@ class _ArrowBuilder:
             ],
             schema=fields,
         )
-        self._reset()
-        return batch
 
-    def _count(self) -> None:
-        """Add the pending events to :meth:`summary` (events arrive in sequence order)."""
-        self.rows += len(self.seq)
+    def _count(self, batch: pa.RecordBatch) -> None:
+        """Add a flushed batch to :meth:`summary` (events arrive in sequence order)."""
+        n = batch.num_rows
+        if not n:
+            return
+        import pyarrow.compute as pc
+
+        self.rows += n
         self.total_bytes += self.body_bytes
+        seq = batch.column(3)
         if self.first_seq is None:
-            self.first_seq = self.seq[0]
-        self.last_seq = self.seq[-1]
-        self.last_offset = self.offset[-1]
-        times = [t for t in self.time_us if t is not None]
-        if times:
-            lo, hi = min(times), max(times)
+            self.first_seq = seq[0].as_py()
+        self.last_seq = seq[n - 1].as_py()
+        self.last_offset = batch.column(2)[n - 1].as_py()
+        bounds = pc.min_max(batch.column(4).cast("int64"))
+        lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+        if lo is not None:
             self.first_time = lo if self.first_time is None else min(self.first_time, lo)
             self.last_time = hi if self.last_time is None else max(self.last_time, hi)

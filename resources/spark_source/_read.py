@@ -15,7 +15,7 @@ from resources.hub_client import EventHubClient
 from resources.limits import DEFAULT_PREFETCH, DEFAULT_RECEIVE_TIMEOUT_SECONDS, OnDataLoss
 from resources.read_progress import ProgressTarget, ProgressWriter, slow_read_delay
 from resources.settings import EventHubSettings
-from resources.spark_source._events import _ArrowBuilder
+from resources.spark_source._events import ColumnRows, _ArrowBuilder
 from resources.spark_source._range import PartitionRange
 from resources.spark_source._receiver import (
     _BatchReceiver,
@@ -127,7 +127,7 @@ def read_range(
     }
     receiver: _BatchReceiver | _PartitionPull
     if partition_pull_available():
-        receiver = _PartitionPull(settings, rng.partition_id, end=rng.end, **receive)
+        receiver = _PartitionPull(settings, rng.partition_id, end=rng.end, columns=True, **receive)
         seq_of: Callable[[Any], int | None] = receiver.sequence_number
         add: Callable[[Any, int], None] = builder.add_message
     else:
@@ -169,6 +169,33 @@ def read_range(
                     "or overloaded"
                 )
             for event in events:
+                if type(event) is ColumnRows:  # a native run (_native): its rows in segments
+                    past_end = False
+                    for a, b, lo in event.segments():
+                        hi = lo + (b - a) - 1
+                        if lo > rng.end:
+                            past_end = True
+                            break
+                        first, last = max(lo, expected), min(hi, rng.end)
+                        if first <= last:
+                            if lo > expected:
+                                lost(expected, lo - 1)
+                            i, j = a + (first - lo), a + (last - lo) + 1
+                            while i < j:
+                                # No further than the row that fills the batch (rows or bytes).
+                                k = min(j, i + max(1, batch_rows - len(builder)))
+                                k = event.rows_reaching(i, k, batch_bytes - builder.body_bytes)
+                                builder.add_rows(event, i, k)
+                                i = k
+                                if len(builder) >= batch_rows or builder.body_bytes >= batch_bytes:
+                                    yield builder.flush()
+                            expected = last + 1
+                        if hi > rng.end:
+                            past_end = True
+                            break
+                    if past_end:
+                        break
+                    continue
                 seq = seq_of(event)
                 if seq is None or seq < expected:
                     continue  # a redelivery after a reconnect: already read

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from resources.errors import EventHubIngestError, EventHubUnavailableError, redact
 from resources.settings import EventHubSettings
 from resources.spark_source._amqp import buffer_reads, fast_transfers, install_decoder
-from resources.spark_source._events import _SEQ
+from resources.spark_source._events import _SEQ, ColumnRows
 
 if TYPE_CHECKING:
     from azure.eventhub import EventData
@@ -192,7 +192,9 @@ class _PartitionPull(_Closable):
     The cuts of :mod:`._amqp` make pyamqp itself cheaper per event: the connection's socket
     reads are buffered (installed on each new connection, so after a reconnect too), and
     messages and performatives are decoded by equivalent, faster ``decode_payload`` and
-    ``decode_frame``.
+    ``decode_frame``. With ``columns`` (the reader's) and the native step built on this host,
+    runs of plain transfers arrive as :class:`~resources.spark_source._events.ColumnRows`
+    among the messages, in the order received.
 
     It stands on azure-eventhub internals (``_create_consumer``, the consumer's message buffer),
     so :func:`partition_pull_available` checks they are there and the reader falls back to
@@ -211,8 +213,10 @@ class _PartitionPull(_Closable):
         prefetch: int,
         wait_seconds: float,
         end: int | None = None,
+        columns: bool = False,
     ) -> None:
         self._settings = settings
+        self._columns = columns
         self._partition_id = partition_id
         self._wait = wait_seconds
         self._prefetch = prefetch
@@ -238,7 +242,10 @@ class _PartitionPull(_Closable):
 
     @staticmethod
     def sequence_number(message: Any) -> int | None:
-        """The sequence number of a raw message (its ``x-opt-sequence-number`` annotation)."""
+        """The sequence number of a raw message (its ``x-opt-sequence-number`` annotation), or
+        of the last row of a native run (:class:`~resources.spark_source._events.ColumnRows`)."""
+        if type(message) is ColumnRows:
+            return message.last_seq
         annotations = message.message_annotations
         return None if annotations is None else annotations.get(_SEQ)
 
@@ -254,7 +261,7 @@ class _PartitionPull(_Closable):
                     handler: Any = consumer._handler
                     # Once per socket and connection: a reconnect brings new ones.
                     if buffer_reads(handler):
-                        fast_transfers(handler, consumer)
+                        fast_transfers(handler, consumer, columns=self._columns)
                     handler.do_work(batch=self._frames(handler))
             except Exception as exc:
                 if self._closed:

@@ -1,0 +1,680 @@
+/*
+ * Plain transfer frames straight to the columns of the `eventhubs` schema (the fast pull's
+ * native step; resources/spark_source/_native.py builds and loads it, _amqp.py calls it).
+ *
+ * scan() walks the AMQP frames whole in a receive buffer, from `start`, while each one is a
+ * plain transfer of the pull's link: a transfer performative of 11 fields on the link's channel
+ * and handle, with a delivery id and tag, not `more`, not aborted, no delivery state; a message
+ * of message annotations (the five the schema has columns for, each of the type Event Hubs
+ * sends), data sections, and at most a header, delivery annotations, an empty properties list,
+ * empty application properties and a footer, the last three skipped as the Python path skips
+ * them. It stops before the first frame that is anything else, and that frame goes through the
+ * Python path, which decodes everything. For every frame it took it adds the delivery tag to the
+ * link's set and lays its row out in Arrow's buffers: the caller does the link's and session's
+ * counting for the whole run. Nothing here allocates a Python object per event but the tag.
+ *
+ * Strings are checked to be UTF-8 (the Python path would replace bad bytes: such a frame is
+ * left to it); every read is bounded by the frame, every frame by the buffer's filled part.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_DATA 8   /* data sections per message before the Python path takes the frame */
+#define MAX_DEPTH 32 /* nesting of a skipped value */
+
+typedef struct {
+    Py_ssize_t pos, len;
+    int set; /* 0: absent or null */
+} span;
+
+typedef struct {
+    int64_t seq, time_ms, delivery_id;
+    int has_time;
+    span offset, pkey, publisher, tag;
+    int ndata;
+    span data[MAX_DATA];
+    Py_ssize_t body_len;
+} row;
+
+static uint32_t be32(const uint8_t *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static int64_t be64(const uint8_t *p) {
+    return (int64_t)(((uint64_t)be32(p) << 32) | be32(p + 4));
+}
+
+/* Strict UTF-8 (no overlongs, no surrogates, nothing past U+10FFFF), as Python decodes it. */
+static int utf8_ok(const uint8_t *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        int k;
+        uint32_t cp;
+        if (c >= 0xC2 && c <= 0xDF) {
+            k = 1;
+            cp = c & 0x1F;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            k = 2;
+            cp = c & 0x0F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            k = 3;
+            cp = c & 0x07;
+        } else {
+            return 0;
+        }
+        if (i + k >= n) return 0;
+        for (int j = 1; j <= k; j++) {
+            if ((s[i + j] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (s[i + j] & 0x3F);
+        }
+        if ((k == 2 && cp < 0x800) || (k == 3 && cp < 0x10000) || cp > 0x10FFFF ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
+            return 0;
+        i += k + 1;
+    }
+    return 1;
+}
+
+/* The index after the value whose constructor is at b[i] (i < end), or -1: malformed, past
+ * `end`, or nested deeper than MAX_DEPTH. Compound values are walked element by element and
+ * must end exactly where their size says. */
+static Py_ssize_t skip(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, int depth) {
+    if (i >= end || depth > MAX_DEPTH) return -1;
+    uint8_t c = b[i++];
+    Py_ssize_t n = 0, count = 0, stop;
+    switch (c) {
+    case 0x40: case 0x41: case 0x42: case 0x43: case 0x44: case 0x45:
+        return i;
+    case 0x50: case 0x51: case 0x52: case 0x53: case 0x54: case 0x55: case 0x56:
+        n = 1; break;
+    case 0x60: case 0x61:
+        n = 2; break;
+    case 0x70: case 0x71: case 0x72: case 0x73: case 0x74:
+        n = 4; break;
+    case 0x80: case 0x81: case 0x82: case 0x83: case 0x84:
+        n = 8; break;
+    case 0x94: case 0x98:
+        n = 16; break;
+    case 0xA0: case 0xA1: case 0xA3:
+        if (i + 1 > end) return -1;
+        n = 1 + (Py_ssize_t)b[i];
+        break;
+    case 0xB0: case 0xB1: case 0xB3:
+        if (i + 4 > end) return -1;
+        n = 4 + (Py_ssize_t)be32(b + i);
+        break;
+    case 0x00: { /* described: a descriptor, then the value */
+        Py_ssize_t j = skip(b, i, end, depth + 1);
+        return j < 0 ? -1 : skip(b, j, end, depth + 1);
+    }
+    case 0xC0: case 0xC1: case 0xD0: case 0xD1: {
+        if (c < 0xD0) {
+            if (i + 2 > end) return -1;
+            stop = i + 1 + b[i];
+            count = b[i + 1];
+            i += 2;
+        } else {
+            if (i + 8 > end) return -1;
+            stop = i + 4 + (Py_ssize_t)be32(b + i);
+            count = (Py_ssize_t)be32(b + i + 4);
+            i += 8;
+        }
+        if (stop > end || count > stop - i || ((c & 0x0F) == 1 && (count & 1))) return -1;
+        for (Py_ssize_t k = 0; k < count; k++) {
+            i = skip(b, i, stop, depth + 1);
+            if (i < 0) return -1;
+        }
+        return i == stop ? i : -1;
+    }
+    default: /* arrays (one constructor for all elements) and anything unknown: the Python path */
+        return -1;
+    }
+    return i + n <= end ? i + n : -1;
+}
+
+/* A list (list0, list8, list32) of at most `most` elements: the index of its first element and
+ * its count, or -1. */
+static Py_ssize_t list_head(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, Py_ssize_t most,
+                            Py_ssize_t *count, Py_ssize_t *stop) {
+    if (i >= end) return -1;
+    uint8_t c = b[i];
+    if (c == 0x45) {
+        *count = 0;
+        *stop = i + 1;
+        return i + 1;
+    }
+    if (c == 0xC0) {
+        if (i + 3 > end) return -1;
+        *stop = i + 2 + b[i + 1];
+        *count = b[i + 2];
+        i += 3;
+    } else if (c == 0xD0) {
+        if (i + 9 > end) return -1;
+        *stop = i + 5 + (Py_ssize_t)be32(b + i + 1);
+        *count = (Py_ssize_t)be32(b + i + 5);
+        i += 9;
+    } else {
+        return -1;
+    }
+    if (*stop > end || *count > most) return -1;
+    return i;
+}
+
+/* An unsigned int of a performative (uint0, smalluint, uint): 0 and its value, or -1. */
+static int read_uint(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end, int64_t *out) {
+    if (*i >= end) return -1;
+    uint8_t c = b[(*i)++];
+    if (c == 0x43) {
+        *out = 0;
+    } else if (c == 0x52) {
+        if (*i + 1 > end) return -1;
+        *out = b[(*i)++];
+    } else if (c == 0x70) {
+        if (*i + 4 > end) return -1;
+        *out = be32(b + *i);
+        *i += 4;
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+/* A boolean or null field: 0 false/null, 1 true, -1 anything else. */
+static int read_flag(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end) {
+    if (*i >= end) return -1;
+    uint8_t c = b[(*i)++];
+    if (c == 0x40 || c == 0x42) return 0;
+    if (c == 0x41) return 1;
+    if (c == 0x56) {
+        if (*i + 1 > end) return -1;
+        uint8_t v = b[(*i)++];
+        return v == 0 ? 0 : (v == 1 ? 1 : -1);
+    }
+    return -1;
+}
+
+/* Any integer encoding (as pyamqp decodes each to a Python int) that fits 64 signed bits: 0 and
+ * its value, or -1 (booleans, other types, an unsigned long past 2^63 - 1). */
+static int read_int(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end, int64_t *out) {
+    if (*i >= end) return -1;
+    uint8_t c = b[(*i)++];
+    Py_ssize_t n;
+    switch (c) {
+    case 0x43: case 0x44: /* uint0, ulong0 */
+        *out = 0;
+        return 0;
+    case 0x50: case 0x52: case 0x53: /* ubyte, smalluint, smallulong */
+    case 0x51: case 0x54: case 0x55: /* byte, smallint, smalllong */
+        n = 1; break;
+    case 0x60: case 0x61: /* ushort, short */
+        n = 2; break;
+    case 0x70: case 0x71: /* uint, int */
+        n = 4; break;
+    case 0x80: case 0x81: /* ulong, long */
+        n = 8; break;
+    default:
+        return -1;
+    }
+    if (*i + n > end) return -1;
+    const uint8_t *p = b + *i;
+    *i += n;
+    switch (c) {
+    case 0x50: case 0x52: case 0x53: *out = p[0]; break;
+    case 0x51: case 0x54: case 0x55: *out = (int8_t)p[0]; break;
+    case 0x60: *out = (uint16_t)((p[0] << 8) | p[1]); break;
+    case 0x61: *out = (int16_t)((p[0] << 8) | p[1]); break;
+    case 0x70: *out = be32(p); break;
+    case 0x71: *out = (int32_t)be32(p); break;
+    case 0x80:
+        if (p[0] & 0x80) return -1;
+        *out = be64(p);
+        break;
+    default: *out = be64(p); break;
+    }
+    return 0;
+}
+
+/* A string or symbol value (str8/32, sym8/32) or null, UTF-8: 0 and its span, or -1. */
+static int read_text(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end, span *out) {
+    if (*i >= end) return -1;
+    uint8_t c = b[(*i)++];
+    Py_ssize_t n;
+    if (c == 0x40) {
+        out->set = 0;
+        out->len = 0;
+        return 0;
+    }
+    if (c == 0xA1 || c == 0xA3) {
+        if (*i + 1 > end) return -1;
+        n = b[(*i)++];
+    } else if (c == 0xB1 || c == 0xB3) {
+        if (*i + 4 > end) return -1;
+        n = (Py_ssize_t)be32(b + *i);
+        *i += 4;
+    } else {
+        return -1;
+    }
+    if (n > end - *i || !utf8_ok(b + *i, n)) return -1;
+    out->pos = *i;
+    out->len = n;
+    out->set = 1;
+    *i += n;
+    return 0;
+}
+
+static const char K_SEQ[] = "x-opt-sequence-number";
+static const char K_OFFSET[] = "x-opt-offset";
+static const char K_TIME[] = "x-opt-enqueued-time";
+static const char K_PKEY[] = "x-opt-partition-key";
+static const char K_PUBLISHER[] = "x-opt-publisher";
+
+static int key_is(const uint8_t *k, Py_ssize_t n, const char *name, size_t len) {
+    return (size_t)n == len && memcmp(k, name, len) == 0;
+}
+
+/* The message annotations map at b[i]: the row's columns, and the index after it; -1 when an
+ * annotation is one the schema has no column for, or of another type than Event Hubs sends. */
+static Py_ssize_t annotations(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, row *r, int *seen_seq) {
+    Py_ssize_t stop, count;
+    if (i >= end) return -1;
+    if (b[i] == 0xC1) {
+        if (i + 3 > end) return -1;
+        stop = i + 2 + b[i + 1];
+        count = b[i + 2];
+        i += 3;
+    } else if (b[i] == 0xD1) {
+        if (i + 9 > end) return -1;
+        stop = i + 5 + (Py_ssize_t)be32(b + i + 1);
+        count = (Py_ssize_t)be32(b + i + 5);
+        i += 9;
+    } else {
+        return -1;
+    }
+    if (stop > end || (count & 1) || count > stop - i) return -1;
+    for (Py_ssize_t k = 0; k < count; k += 2) {
+        /* The key: a symbol (or a string: the Python path compares both as bytes). */
+        if (i >= stop) return -1;
+        uint8_t c = b[i++];
+        Py_ssize_t n;
+        if (c == 0xA3 || c == 0xA1) {
+            if (i + 1 > stop) return -1;
+            n = b[i++];
+        } else if (c == 0xB3 || c == 0xB1) {
+            if (i + 4 > stop) return -1;
+            n = (Py_ssize_t)be32(b + i);
+            i += 4;
+        } else {
+            return -1;
+        }
+        if (n > stop - i) return -1;
+        const uint8_t *key = b + i;
+        i += n;
+        if (i >= stop) return -1;
+        if (key_is(key, n, K_SEQ, sizeof K_SEQ - 1)) {
+            if (read_int(b, &i, stop, &r->seq) < 0) return -1;
+            *seen_seq = 1;
+        } else if (key_is(key, n, K_TIME, sizeof K_TIME - 1)) {
+            int64_t ms;
+            if (b[i] == 0x40) {
+                r->has_time = 0;
+                i += 1;
+            } else {
+                if (b[i] == 0x83) { /* a timestamp: what the service sends */
+                    if (i + 9 > stop) return -1;
+                    ms = be64(b + i + 1);
+                    i += 9;
+                } else if (read_int(b, &i, stop, &ms) < 0) {
+                    return -1;
+                }
+                /* microseconds must fit 64 bits; the Python path raises otherwise */
+                if (ms > INT64_MAX / 1000 || ms < INT64_MIN / 1000) return -1;
+                r->time_ms = ms;
+                r->has_time = 1;
+            }
+        } else if (key_is(key, n, K_OFFSET, sizeof K_OFFSET - 1)) {
+            if (read_text(b, &i, stop, &r->offset) < 0) return -1;
+        } else if (key_is(key, n, K_PKEY, sizeof K_PKEY - 1)) {
+            if (read_text(b, &i, stop, &r->pkey) < 0) return -1;
+        } else if (key_is(key, n, K_PUBLISHER, sizeof K_PUBLISHER - 1)) {
+            if (read_text(b, &i, stop, &r->publisher) < 0) return -1;
+        } else {
+            return -1; /* systemProperties: the Python path */
+        }
+    }
+    return i == stop ? i : -1;
+}
+
+/* The message from b[i] to b[end]: 0 and its row, or -1 (the Python path decodes it). */
+static int message(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, row *r) {
+    int seen_seq = 0, seen_annotations = 0;
+    r->ndata = 0;
+    r->body_len = 0;
+    r->has_time = 0;
+    r->offset.set = r->pkey.set = r->publisher.set = 0;
+    r->offset.len = r->pkey.len = r->publisher.len = 0;
+    while (i < end) {
+        if (i + 4 > end || b[i] != 0x00 || b[i + 1] != 0x53) return -1;
+        uint8_t section = b[i + 2];
+        Py_ssize_t j = i + 3, count, stop;
+        switch (section) {
+        case 0x75: /* data: vbin8 or vbin32 */
+            if (r->ndata == MAX_DATA) return -1;
+            if (b[j] == 0xA0) {
+                if (j + 2 > end) return -1;
+                count = b[j + 1];
+                j += 2;
+            } else if (b[j] == 0xB0) {
+                if (j + 5 > end) return -1;
+                count = (Py_ssize_t)be32(b + j + 1);
+                j += 5;
+            } else {
+                return -1;
+            }
+            if (count > end - j) return -1;
+            r->data[r->ndata].pos = j;
+            r->data[r->ndata].len = count;
+            r->ndata++;
+            r->body_len += count;
+            i = j + count;
+            break;
+        case 0x72: /* message annotations, once */
+            if (seen_annotations) return -1;
+            seen_annotations = 1;
+            i = annotations(b, j, end, r, &seen_seq);
+            if (i < 0) return -1;
+            break;
+        case 0x70: /* header: a list of at most its 5 fields */
+            j = list_head(b, j, end, 5, &count, &stop);
+            if (j < 0) return -1;
+            for (Py_ssize_t k = 0; k < count; k++)
+                if ((j = skip(b, j, stop, 1)) < 0) return -1;
+            if (j != stop) return -1;
+            i = j;
+            break;
+        case 0x73: /* properties: nothing set (each would be a systemProperties entry) */
+            j = list_head(b, j, end, 13, &count, &stop);
+            if (j < 0) return -1;
+            for (Py_ssize_t k = 0; k < count; k++, j++)
+                if (j >= stop || b[j] != 0x40) return -1;
+            if (j != stop) return -1;
+            i = j;
+            break;
+        case 0x74: /* application properties: null or an empty map */
+            if (b[j] == 0x40) {
+                i = j + 1;
+            } else if (b[j] == 0xC1 && j + 3 <= end && b[j + 1] == 1 && b[j + 2] == 0) {
+                i = j + 3;
+            } else if (b[j] == 0xD1 && j + 9 <= end && be32(b + j + 1) == 4 && be32(b + j + 5) == 0) {
+                i = j + 9;
+            } else {
+                return -1;
+            }
+            break;
+        case 0x71: /* delivery annotations and footer: not in the schema */
+        case 0x78:
+            i = skip(b, j, end, 1);
+            if (i < 0) return -1;
+            break;
+        default: /* amqp-sequence, amqp-value (bodies the Python path serialises), unknown */
+            return -1;
+        }
+    }
+    return (i == end && seen_seq) ? 0 : -1;
+}
+
+/* The transfer performative at b[p] (after its descriptor) to b[end]: 0, the message's start,
+ * the fields the link counts; -1 when it is not a plain transfer. */
+static int transfer(const uint8_t *b, Py_ssize_t p, Py_ssize_t end, int64_t want_handle,
+                    row *r, Py_ssize_t *msg) {
+    Py_ssize_t count, stop, i;
+    int64_t handle, format;
+    i = list_head(b, p, end, 11, &count, &stop);
+    if (i < 0 || count != 11) return -1;
+    if (read_uint(b, &i, stop, &handle) < 0 || handle != want_handle) return -1;
+    if (read_uint(b, &i, stop, &r->delivery_id) < 0) return -1;
+    /* delivery tag: vbin8 or vbin32 */
+    if (i >= stop) return -1;
+    if (b[i] == 0xA0) {
+        if (i + 2 > stop) return -1;
+        r->tag.len = b[i + 1];
+        i += 2;
+    } else if (b[i] == 0xB0) {
+        if (i + 5 > stop) return -1;
+        r->tag.len = (Py_ssize_t)be32(b + i + 1);
+        i += 5;
+    } else {
+        return -1;
+    }
+    if (r->tag.len > stop - i) return -1;
+    r->tag.pos = i;
+    i += r->tag.len;
+    /* message format: a uint or null */
+    if (i < stop && b[i] == 0x40) {
+        i++;
+    } else if (read_uint(b, &i, stop, &format) < 0) {
+        return -1;
+    }
+    if (read_flag(b, &i, stop) < 0) return -1;  /* settled */
+    if (read_flag(b, &i, stop) != 0) return -1; /* more: pyamqp assembles the message */
+    /* receiver settle mode: null or a ubyte */
+    if (i >= stop) return -1;
+    if (b[i] == 0x40) {
+        i++;
+    } else if (b[i] == 0x50 && i + 2 <= stop) {
+        i += 2;
+    } else {
+        return -1;
+    }
+    if (i >= stop || b[i++] != 0x40) return -1; /* state */
+    if (read_flag(b, &i, stop) < 0) return -1;  /* resume */
+    if (read_flag(b, &i, stop) != 0) return -1; /* aborted */
+    if (read_flag(b, &i, stop) < 0) return -1;  /* batchable */
+    if (i != stop) return -1;
+    *msg = i;
+    return 0;
+}
+
+static PyObject *bitmap_or_none(const uint8_t *bits, Py_ssize_t n, Py_ssize_t valid) {
+    if (valid == n) Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize((const char *)bits, (n + 7) / 8);
+}
+
+/* One string column of n rows: (offsets, values, validity or None). */
+static PyObject *text_column(const uint8_t *b, const row *rows, Py_ssize_t n, size_t field) {
+    Py_ssize_t total = 0, valid = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        const span *s = (const span *)((const char *)&rows[k] + field);
+        total += s->len;
+        valid += s->set;
+    }
+    if (total > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "string column past 32-bit offsets");
+        return NULL;
+    }
+    PyObject *offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    PyObject *data = PyBytes_FromStringAndSize(NULL, total);
+    uint8_t *bits = PyMem_Calloc((size_t)(n + 7) / 8 + 1, 1);
+    if (!offsets || !data || !bits) {
+        Py_XDECREF(offsets);
+        Py_XDECREF(data);
+        PyMem_Free(bits);
+        return PyErr_NoMemory();
+    }
+    int32_t *off = (int32_t *)PyBytes_AS_STRING(offsets);
+    char *out = PyBytes_AS_STRING(data);
+    int32_t at = 0;
+    off[0] = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        const span *s = (const span *)((const char *)&rows[k] + field);
+        if (s->set) {
+            memcpy(out + at, b + s->pos, (size_t)s->len);
+            at += (int32_t)s->len;
+            bits[k >> 3] |= (uint8_t)(1u << (k & 7));
+        }
+        off[k + 1] = at;
+    }
+    PyObject *validity = bitmap_or_none(bits, n, valid);
+    PyMem_Free(bits);
+    if (!validity) {
+        Py_DECREF(offsets);
+        Py_DECREF(data);
+        return NULL;
+    }
+    return Py_BuildValue("(NNN)", offsets, data, validity);
+}
+
+static PyObject *columns(const uint8_t *b, const row *rows, Py_ssize_t n) {
+    Py_ssize_t total = 0, timed = 0;
+    int contiguous = 1;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        total += rows[k].body_len;
+        if (k && rows[k].seq != rows[k - 1].seq + 1) contiguous = 0;
+        timed += rows[k].has_time;
+    }
+    if (total > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "body column past 32-bit offsets");
+        return NULL;
+    }
+    PyObject *seq = PyBytes_FromStringAndSize(NULL, n * 8);
+    PyObject *times = PyBytes_FromStringAndSize(NULL, n * 8);
+    PyObject *body_off = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    PyObject *body = PyBytes_FromStringAndSize(NULL, total);
+    uint8_t *bits = PyMem_Calloc((size_t)(n + 7) / 8 + 1, 1);
+    if (!seq || !times || !body_off || !body || !bits) {
+        Py_XDECREF(seq);
+        Py_XDECREF(times);
+        Py_XDECREF(body_off);
+        Py_XDECREF(body);
+        PyMem_Free(bits);
+        return PyErr_NoMemory();
+    }
+    int64_t *sq = (int64_t *)PyBytes_AS_STRING(seq);
+    int64_t *tm = (int64_t *)PyBytes_AS_STRING(times);
+    int32_t *bo = (int32_t *)PyBytes_AS_STRING(body_off);
+    char *out = PyBytes_AS_STRING(body);
+    int32_t at = 0;
+    bo[0] = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        const row *r = &rows[k];
+        sq[k] = r->seq;
+        tm[k] = r->has_time ? r->time_ms * 1000 : 0;
+        if (r->has_time) bits[k >> 3] |= (uint8_t)(1u << (k & 7));
+        for (int d = 0; d < r->ndata; d++) {
+            memcpy(out + at, b + r->data[d].pos, (size_t)r->data[d].len);
+            at += (int32_t)r->data[d].len;
+        }
+        bo[k + 1] = at;
+    }
+    PyObject *time_valid = bitmap_or_none(bits, n, timed);
+    PyMem_Free(bits);
+    PyObject *offset = time_valid ? text_column(b, rows, n, offsetof(row, offset)) : NULL;
+    PyObject *pkey = offset ? text_column(b, rows, n, offsetof(row, pkey)) : NULL;
+    PyObject *publisher = pkey ? text_column(b, rows, n, offsetof(row, publisher)) : NULL;
+    if (!publisher) {
+        Py_DECREF(seq);
+        Py_DECREF(times);
+        Py_DECREF(body_off);
+        Py_DECREF(body);
+        Py_XDECREF(time_valid);
+        Py_XDECREF(offset);
+        Py_XDECREF(pkey);
+        return NULL;
+    }
+    return Py_BuildValue("{s:n,s:L,s:L,s:O,s:n,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N}", "rows", n,
+                         "first_seq", (long long)rows[0].seq, "last_seq",
+                         (long long)rows[n - 1].seq, "contiguous",
+                         contiguous ? Py_True : Py_False, "body_bytes", total, "seq", seq,
+                         "time", times, "time_valid", time_valid, "body_offsets", body_off,
+                         "body", body, "offset", offset, "partition_key", pkey, "publisher",
+                         publisher);
+}
+
+PyDoc_STRVAR(scan_doc,
+"scan(buffer, start, end, channel, handle, limit, tags) -> None or (taken, new_start,\n"
+"last_performative_start, last_frame_end, last_delivery_id, columns)\n\n"
+"Plain transfer frames of `handle` on `channel` whole in buffer[start:end], at most `limit`;\n"
+"each delivery tag is added to the set `tags`. None when the first frame is not one.");
+
+static PyObject *scan(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start, end, limit;
+    int channel;
+    long long want_handle;
+    PyObject *tags;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*nniLnO!", &view, &start, &end, &channel, &want_handle, &limit,
+                          &PySet_Type, &tags))
+        return NULL;
+    const uint8_t *b = (const uint8_t *)view.buf;
+    if (start < 0 || end > view.len || start > end || limit <= 0) {
+        PyBuffer_Release(&view);
+        if (limit <= 0) Py_RETURN_NONE;
+        PyErr_SetString(PyExc_ValueError, "start and end must lie in the buffer");
+        return NULL;
+    }
+    row *rows = PyMem_Malloc(sizeof(row) * (size_t)(limit < 4096 ? limit : 4096));
+    if (!rows) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    if (limit > 4096) limit = 4096;
+    Py_ssize_t n = 0, at = start, last_p = 0, last_end = 0;
+    while (n < limit && end - at >= 8) {
+        Py_ssize_t size = (Py_ssize_t)be32(b + at);
+        Py_ssize_t doff = 4 * (Py_ssize_t)b[at + 4];
+        Py_ssize_t fend = at + size, p = at + doff, msg;
+        if (size > end - at || doff < 8 || p + 3 > fend || b[at + 5] != 0 ||
+            b[at + 6] != ((channel >> 8) & 0xFF) || b[at + 7] != (channel & 0xFF) ||
+            b[p] != 0x00 || b[p + 1] != 0x53 || b[p + 2] != 0x14)
+            break;
+        row *r = &rows[n];
+        if (transfer(b, p + 3, fend, want_handle, r, &msg) < 0 || message(b, msg, fend, r) < 0)
+            break;
+        PyObject *tag = PyBytes_FromStringAndSize((const char *)b + r->tag.pos, r->tag.len);
+        if (!tag || PySet_Add(tags, tag) < 0) {
+            Py_XDECREF(tag);
+            PyMem_Free(rows);
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        Py_DECREF(tag);
+        last_p = p;
+        last_end = fend;
+        at = fend;
+        n++;
+    }
+    PyObject *result;
+    if (!n) {
+        Py_INCREF(Py_None);
+        result = Py_None;
+    } else {
+        PyObject *cols = columns(b, rows, n);
+        result = cols ? Py_BuildValue("(nnnnLN)", n, at, last_p, last_end,
+                                      (long long)rows[n - 1].delivery_id, cols)
+                      : NULL;
+    }
+    PyMem_Free(rows);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_VARARGS, scan_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_amqp_columns",
+    "Plain AMQP transfer frames to Arrow column buffers (see _amqp_columns.c).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__amqp_columns(void) { return PyModule_Create(&module); }
