@@ -587,3 +587,53 @@ def test_the_cli_builds_it_ahead_and_says_when_it_cannot(
     built = runner.invoke(main, ["build-reader"])  # the failure is not remembered against it
     assert built.exit_code == 0, built.output
     assert str(_native.target_path()) in built.output and _native.target_path().exists()
+
+
+@pytest.mark.integration
+def test_a_native_read_reconnects_and_loses_nothing(
+    make_eventhub: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, counted_runs: list[int]
+) -> None:
+    """The connection dies mid-range with frames still buffered (the Python path's test, with
+    the native step on): every event arrives once, on a new buffered socket."""
+    from tests.test_spark_source_amqp import test_read_range_reconnects_onto_a_new_buffered_socket
+
+    monkeypatch.setenv(_native.NATIVE_ENV, "1")
+    _native.reset_for_tests()
+    try:
+        test_read_range_reconnects_onto_a_new_buffered_socket(make_eventhub, monkeypatch)
+    finally:
+        _native.reset_for_tests()
+    assert sum(counted_runs) > 1000
+
+
+@pytest.mark.integration
+def test_a_native_read_over_tls(
+    tls_emulator: tuple[Any, str], monkeypatch: pytest.MonkeyPatch, counted_runs: list[int]
+) -> None:
+    """Over TLS the buffer fills one TLS record at a time: runs are short, rows the same."""
+    from azure.eventhub import EventHubProducerClient
+
+    from resources.settings import EventHubSettings
+
+    emu, ca = tls_emulator
+    tls: dict[str, Any] = {
+        "connection_verify": ca,
+        "custom_endpoint_address": f"sb://127.0.0.1:{emu.port}",
+    }
+    hub = emu.create_hub(partitions=1)
+    items = bodies(600)
+    send_all(
+        EventHubProducerClient.from_connection_string(
+            emu.connection_string, eventhub_name=hub.name, **tls
+        ),
+        items,
+    )
+    consumer_client = EventHubSettings.consumer_client
+    monkeypatch.setattr(
+        EventHubSettings, "consumer_client", lambda self, **kw: consumer_client(self, **tls, **kw)
+    )
+    settings_ = EventHubSettings(eventhub_name=hub.name, connection_string=emu.connection_string)
+    rng = PartitionRange("0", 0, len(items) - 1)
+    fast = _read(monkeypatch, "1", settings_, rng)
+    assert sum(counted_runs) > len(items) // 2
+    assert [b for batch in fast for b in batch.column("body").to_pylist()] == items

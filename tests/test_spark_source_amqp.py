@@ -1083,15 +1083,6 @@ def test_the_sdk_receive_has_none_of_the_cuts(
     assert spy.sockets == []
 
 
-@pytest.fixture(scope="module")
-def tls_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
-    from emulator.testing import make_test_certificates, running_emulator
-
-    certificates = make_test_certificates(tmp_path_factory.mktemp("certs"))
-    with running_emulator(tls_cert=certificates.cert, tls_key=certificates.key) as emu:
-        yield emu, certificates.ca
-
-
 @pytest.mark.integration
 def test_read_range_over_tls_buffers_the_ssl_socket(
     tls_emulator: tuple[Any, str], monkeypatch: pytest.MonkeyPatch
