@@ -10,7 +10,6 @@ through the emulator, native against pure Python, and the module's build and loa
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -448,15 +447,36 @@ def test_a_host_that_cannot_compile_reads_in_python_and_says_so(
         _native.amqp_columns()
 
 
-def test_the_source_ships_with_the_package() -> None:
-    """Executors get the package as a zip (resources/code_shipping.py): the C source is read
-    through the package's loader, not from a path beside this checkout."""
-    from resources.code_shipping import SHIPPED_PACKAGES, _sources
+def test_an_executor_builds_and_loads_it_from_the_shipped_zip(tmp_path: Path) -> None:
+    """Executors import the package from the zip the driver ships (resources/code_shipping.py),
+    with no checkout beside them: the C source is read through the zip and built into that
+    host's own cache."""
+    import os
+    import subprocess
+    import sys
 
-    shipped = {name for _path, name in _sources(SHIPPED_PACKAGES)}
-    assert "resources/spark_source/_amqp_columns.c" in shipped
-    assert _native._source().startswith(b"/*")
-    assert struct.calcsize("q") == 8
+    from resources.code_shipping import build_code_zip
+
+    code = build_code_zip(tmp_path / "code")
+    probe = (
+        "from resources.spark_source import _native\n"
+        "m = _native.amqp_columns()\n"
+        "print(_native.__file__)\n"
+        "print(m.__file__)\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(code),
+        "EHINGEST_CACHE_DIR": str(tmp_path / "executor-cache"),
+        _native.NATIVE_ENV: "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    module_file, built = done.stdout.split()
+    assert module_file.startswith(str(code))  # imported from the zip, not this checkout
+    assert built.startswith(str(tmp_path / "executor-cache" / "native"))
 
 
 @pytest.mark.integration
