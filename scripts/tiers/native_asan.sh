@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Native-step tier: resources/spark_source/_amqp_columns.c built with AddressSanitizer and
+# UndefinedBehaviorSanitizer, then the frame-level tests of tests/test_native_columns.py (every
+# event shape, refused frames, hypothesis over random and mutated frames, truncation at every
+# 7th byte) run against that build: a read past a frame or the buffer, an overflow or a bad
+# shift stops the run with the sanitizer's report. Seconds; no services.
+# Exits non-zero on any failure and when no test ran (pytest exit 5).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/_bootstrap.sh
+
+CACHE=$(mktemp -d -t ehingest-asan.XXXXXX)
+trap 'rm -rf "$CACHE"' EXIT
+export EHINGEST_CACHE_DIR="$CACHE" EHINGEST_NATIVE=1
+TARGET=$(uv run --frozen python -c "from resources.spark_source import _native; print(_native.target_path())")
+mkdir -p "$(dirname "$TARGET")"
+INCLUDE=$(uv run --frozen python -c "import sysconfig; print(sysconfig.get_paths()['include'])")
+echo "== native_asan: building $TARGET with -fsanitize=address,undefined"
+${CC:-cc} -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
+  -shared -fPIC -I "$INCLUDE" resources/spark_source/_amqp_columns.c -o "$TARGET"
+ASAN_LIB=$(${CC:-cc} -print-file-name=libasan.so)
+UBSAN_LIB=$(${CC:-cc} -print-file-name=libubsan.so)
+
+echo "== native_asan: pytest tests/test_native_columns.py (frame-level tests)"
+rc=0
+# The interpreter is not built with ASan: its own allocations are not leaks of ours.
+LD_PRELOAD="$ASAN_LIB:$UBSAN_LIB" ASAN_OPTIONS=detect_leaks=0 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  .venv/bin/python -m pytest -p no:cacheprovider tests/test_native_columns.py \
+  -m "not integration" -k "not built and not host and not cli and not zip and not off" "$@" || rc=$?
+if [ "$rc" -eq 5 ]; then
+  echo "native_asan tier: no test collected" >&2
+fi
+exit "$rc"
