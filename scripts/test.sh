@@ -4,10 +4,9 @@
 #   bash scripts/test.sh -m "not slow"      bash scripts/test.sh tests/test_store_contract.py
 #
 # Tiers: the main pytest run (unit, integration, spark, slow) runs in the foreground. Every
-# scripts/tiers/<name>.sh (cluster, Spark Connect, browser, Airflow, SDK conformance, the
-# native step under sanitizers...) runs
-# beside it in the background, its output in $TIER_LOGS/<name>.log, because those tiers wait on
-# services more than they compute. They run only for the full command (no pytest args) or when
+# scripts/tiers/<name>.sh (cluster, Spark Connect, browser, Airflow, SDK conformance, the native
+# step under sanitizers...) runs beside it in the background, its output in
+# $TIER_LOGS/<name>.log, because those tiers wait on services more than they compute. They run only for the full command (no pytest args) or when
 # TIERS="name1 name2" picks some; TIERS=none skips them. The exit code is non-zero if any part
 # failed; each tier's tail is printed when it fails.
 set -euo pipefail
