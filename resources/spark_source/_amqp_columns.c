@@ -5,13 +5,17 @@
  * scan() walks the AMQP frames whole in a receive buffer, from `start`, while each one is a
  * plain transfer of the pull's link: a transfer performative of 11 fields on the link's channel
  * and handle, with a delivery id and tag, not `more`, not aborted, no delivery state; a message
- * of message annotations (the five the schema has columns for, each of the type Event Hubs
- * sends), data sections, and at most a header, delivery annotations, an empty properties list,
- * empty application properties and a footer, the last three skipped as the Python path skips
- * them. It stops before the first frame that is anything else, and that frame goes through the
- * Python path, which decodes everything. For every frame it took it adds the delivery tag to the
- * link's set and lays its row out in Arrow's buffers: the caller does the link's and session's
- * counting for the whole run. Nothing here allocates a Python object per event but the tag.
+ * of data sections, message annotations, properties, application properties, and at most a
+ * header, delivery annotations and a footer (skipped, as the Python path skips them). The five
+ * annotations with columns must be of the types Event Hubs sends; every other annotation, every
+ * message property set and every application property becomes a map entry written as the
+ * Python path's `_text` writes it: strings, symbols and binaries as their UTF-8 text, integers
+ * and timestamps in decimal, booleans as True/False, UUIDs in their canonical form. Floats,
+ * lists, maps, described values, duplicate keys, an amqp-sequence or amqp-value body: the
+ * scan stops before that frame, and the Python path decodes it. For every frame it took it
+ * adds the delivery tag to the link's set and lays its row out in Arrow's buffers: the caller
+ * does the link's and session's counting for the whole run. Nothing here allocates a Python
+ * object per event but the tag.
  *
  * Strings are checked to be UTF-8 (the Python path would replace bad bytes: such a frame is
  * left to it); every read is bounded by the frame, every frame by the buffer's filled part.
@@ -37,7 +41,41 @@ typedef struct {
     int ndata;
     span data[MAX_DATA];
     Py_ssize_t body_len;
+    /* Map entries (in the run's entries): application properties; annotations without a
+     * column, then message properties (together, systemProperties). */
+    Py_ssize_t props_at, props_n, ann_at, ann_n, mprops_at, mprops_n;
 } row;
+
+/* A map entry as the Python path writes it: `_text(key) or ""`, `_text(value)`. Text comes
+ * from the frame (a span) or was formatted here (numbers, booleans, UUIDs, fixed names). */
+typedef struct {
+    span key, value;  /* set: the text is these bytes of the frame */
+    const char *key_name; /* a fixed name (message properties), else NULL */
+    char key_fmt[24], value_fmt[40];
+    uint8_t key_fmt_len, value_fmt_len;
+    uint8_t key_kind;  /* the Python key's class: 0 None, 1 bytes, 2 int (duplicates) */
+    uint8_t value_null;
+} entry;
+
+typedef struct {
+    entry *items;
+    Py_ssize_t n, cap;
+} entries;
+
+#define MAX_ENTRIES 64 /* per map, before the Python path takes the frame */
+
+static entry *new_entry(entries *E) {
+    if (E->n == E->cap) {
+        Py_ssize_t cap = E->cap ? 2 * E->cap : 256;
+        entry *grown = PyMem_Realloc(E->items, sizeof(entry) * (size_t)cap);
+        if (!grown) return NULL;
+        E->items = grown;
+        E->cap = cap;
+    }
+    entry *e = &E->items[E->n++];
+    memset(e, 0, sizeof *e);
+    return e;
+}
 
 static uint32_t be32(const uint8_t *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
@@ -270,6 +308,164 @@ static int read_text(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end, span *out)
     return 0;
 }
 
+/* Bytes, a string or a symbol: its span if UTF-8 (the Python path decodes with "replace"). */
+static int read_bytes_text(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end, uint8_t c, span *out) {
+    Py_ssize_t n;
+    if (c == 0xA0 || c == 0xA1 || c == 0xA3) {
+        if (*i + 1 > end) return -1;
+        n = b[(*i)++];
+    } else {
+        if (*i + 4 > end) return -1;
+        n = (Py_ssize_t)be32(b + *i);
+        *i += 4;
+    }
+    if (n > end - *i || !utf8_ok(b + *i, n)) return -1;
+    out->pos = *i;
+    out->len = n;
+    out->set = 1;
+    *i += n;
+    return 0;
+}
+
+static int is_bytes(uint8_t c) {
+    return c == 0xA0 || c == 0xA1 || c == 0xA3 || c == 0xB0 || c == 0xB1 || c == 0xB3;
+}
+
+static int is_integer(uint8_t c) {
+    switch (c) {
+    case 0x43: case 0x44: case 0x50: case 0x51: case 0x52: case 0x53: case 0x54: case 0x55:
+    case 0x60: case 0x61: case 0x70: case 0x71: case 0x80: case 0x81: case 0x83:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* An integer (or a timestamp: pyamqp decodes it to its int) as Python's str(int) writes it. */
+static int format_integer(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end, uint8_t c, char *out) {
+    if (c == 0x80) { /* ulong: all 64 bits */
+        if (*i + 8 > end) return -1;
+        uint64_t v = ((uint64_t)be32(b + *i) << 32) | be32(b + *i + 4);
+        *i += 8;
+        return snprintf(out, 24, "%llu", (unsigned long long)v);
+    }
+    int64_t v;
+    if (c == 0x83) {
+        if (*i + 8 > end) return -1;
+        v = be64(b + *i);
+        *i += 8;
+    } else {
+        (*i)--; /* read_int reads the constructor itself */
+        if (read_int(b, i, end, &v) < 0) return -1;
+    }
+    return snprintf(out, 24, "%lld", (long long)v);
+}
+
+/* A map key as the Python path writes it: `_text(key) or ""`. */
+static int read_key(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end, entry *e) {
+    if (*i >= end) return -1;
+    uint8_t c = b[(*i)++];
+    if (c == 0x40) {
+        e->key_kind = 0;
+        return 0;
+    }
+    if (is_bytes(c)) {
+        e->key_kind = 1;
+        return read_bytes_text(b, i, end, c, &e->key);
+    }
+    if (is_integer(c) && c != 0x83) {
+        int n = format_integer(b, i, end, c, e->key_fmt);
+        if (n < 0) return -1;
+        e->key_fmt_len = (uint8_t)n;
+        e->key_kind = 2;
+        return 0;
+    }
+    return -1; /* booleans (True == 1 as a key), floats, UUIDs, compound keys */
+}
+
+/* A value as the Python path writes it: `_text(value)` (None stays null). */
+static int read_value(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end, entry *e) {
+    if (*i >= end) return -1;
+    uint8_t c = b[(*i)++];
+    int n;
+    if (c == 0x40) {
+        e->value_null = 1;
+        return 0;
+    }
+    if (is_bytes(c)) return read_bytes_text(b, i, end, c, &e->value);
+    if (c == 0x41 || c == 0x42 || c == 0x56) {
+        int v = c == 0x41;
+        if (c == 0x56) {
+            if (*i + 1 > end) return -1;
+            v = b[(*i)++] == 1; /* as pyamqp: any other byte is False */
+        }
+        n = snprintf(e->value_fmt, sizeof e->value_fmt, "%s", v ? "True" : "False");
+    } else if (is_integer(c)) {
+        n = format_integer(b, i, end, c, e->value_fmt);
+    } else if (c == 0x98) { /* uuid: str(uuid.UUID(bytes=...)) */
+        if (*i + 16 > end) return -1;
+        const uint8_t *u = b + *i;
+        *i += 16;
+        n = snprintf(e->value_fmt, sizeof e->value_fmt,
+                     "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                     u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11],
+                     u[12], u[13], u[14], u[15]);
+    } else {
+        return -1; /* floats, chars, decimals, lists, maps, arrays, described values */
+    }
+    if (n < 0) return -1;
+    e->value_fmt_len = (uint8_t)n;
+    return 0;
+}
+
+/* Whether the last entry's key equals an earlier one's of the same map (the Python dict would
+ * keep one: the frame is left to the Python path). */
+static int duplicate_key(const uint8_t *b, const entries *E, Py_ssize_t at) {
+    const entry *last = &E->items[E->n - 1];
+    for (Py_ssize_t k = at; k < E->n - 1; k++) {
+        const entry *e = &E->items[k];
+        if (e->key_kind != last->key_kind) continue;
+        if (e->key_kind == 0) return 1;
+        if (e->key_kind == 1 && e->key.len == last->key.len &&
+            memcmp(b + e->key.pos, b + last->key.pos, (size_t)e->key.len) == 0)
+            return 1;
+        if (e->key_kind == 2 && e->key_fmt_len == last->key_fmt_len &&
+            memcmp(e->key_fmt, last->key_fmt, e->key_fmt_len) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* A map (map8, map32) of entries, each added to E: the index after it, or -1. */
+static Py_ssize_t map_entries(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, entries *E,
+                              Py_ssize_t *count_out) {
+    Py_ssize_t stop, count, at = E->n;
+    if (i >= end) return -1;
+    if (b[i] == 0xC1) {
+        if (i + 3 > end) return -1;
+        stop = i + 2 + b[i + 1];
+        count = b[i + 2];
+        i += 3;
+    } else if (b[i] == 0xD1) {
+        if (i + 9 > end) return -1;
+        stop = i + 5 + (Py_ssize_t)be32(b + i + 1);
+        count = (Py_ssize_t)be32(b + i + 5);
+        i += 9;
+    } else {
+        return -1;
+    }
+    if (stop > end || (count & 1) || count > stop - i || count / 2 > MAX_ENTRIES) return -1;
+    for (Py_ssize_t k = 0; k < count; k += 2) {
+        entry *e = new_entry(E);
+        if (!e) return -1;
+        if (read_key(b, &i, stop, e) < 0 || duplicate_key(b, E, at) ||
+            read_value(b, &i, stop, e) < 0)
+            return -1;
+    }
+    *count_out = count / 2;
+    return i == stop ? i : -1;
+}
+
 static const char K_SEQ[] = "x-opt-sequence-number";
 static const char K_OFFSET[] = "x-opt-offset";
 static const char K_TIME[] = "x-opt-enqueued-time";
@@ -280,9 +476,11 @@ static int key_is(const uint8_t *k, Py_ssize_t n, const char *name, size_t len) 
     return (size_t)n == len && memcmp(k, name, len) == 0;
 }
 
-/* The message annotations map at b[i]: the row's columns, and the index after it; -1 when an
- * annotation is one the schema has no column for, or of another type than Event Hubs sends. */
-static Py_ssize_t annotations(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, row *r, int *seen_seq) {
+/* The message annotations map at b[i]: the five with columns into the row, every other one an
+ * entry of E (systemProperties); the index after it, or -1 when one is of a type the Python
+ * path would write differently. */
+static Py_ssize_t annotations(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, row *r,
+                              int *seen_seq, entries *E) {
     Py_ssize_t stop, count;
     if (i >= end) return -1;
     if (b[i] == 0xC1) {
@@ -298,30 +496,35 @@ static Py_ssize_t annotations(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, ro
     } else {
         return -1;
     }
-    if (stop > end || (count & 1) || count > stop - i) return -1;
+    if (stop > end || (count & 1) || count > stop - i || count / 2 > MAX_ENTRIES) return -1;
+    r->ann_at = E->n;
     for (Py_ssize_t k = 0; k < count; k += 2) {
-        /* The key: a symbol (or a string: the Python path compares both as bytes). */
+        /* The key: the Python path compares symbols, strings and binaries as bytes. */
         if (i >= stop) return -1;
+        Py_ssize_t key_at = i;
         uint8_t c = b[i++];
-        Py_ssize_t n;
-        if (c == 0xA3 || c == 0xA1) {
-            if (i + 1 > stop) return -1;
-            n = b[i++];
-        } else if (c == 0xB3 || c == 0xB1) {
-            if (i + 4 > stop) return -1;
-            n = (Py_ssize_t)be32(b + i);
-            i += 4;
-        } else {
-            return -1;
-        }
-        if (n > stop - i) return -1;
-        const uint8_t *key = b + i;
-        i += n;
+        span key = {0, 0, 0};
+        if (is_bytes(c) && read_bytes_text(b, &i, stop, c, &key) < 0) return -1;
+        const uint8_t *name = b + key.pos;
+        Py_ssize_t n = key.len;
+        int symbol = c == 0xA3 || c == 0xA1 || c == 0xB3 || c == 0xB1;
+        int known = key.set && (key_is(name, n, K_SEQ, sizeof K_SEQ - 1) ||
+                                key_is(name, n, K_TIME, sizeof K_TIME - 1) ||
+                                key_is(name, n, K_OFFSET, sizeof K_OFFSET - 1) ||
+                                key_is(name, n, K_PKEY, sizeof K_PKEY - 1) ||
+                                key_is(name, n, K_PUBLISHER, sizeof K_PUBLISHER - 1));
+        if (known && !symbol) return -1; /* a binary key with a column's name: left alone */
         if (i >= stop) return -1;
-        if (key_is(key, n, K_SEQ, sizeof K_SEQ - 1)) {
+        if (!known) { /* systemProperties: `_text(key) or ""`, `_text(value)` */
+            entry *e = new_entry(E);
+            i = key_at;
+            if (!e || read_key(b, &i, stop, e) < 0 || duplicate_key(b, E, r->ann_at) ||
+                read_value(b, &i, stop, e) < 0)
+                return -1;
+        } else if (key_is(name, n, K_SEQ, sizeof K_SEQ - 1)) {
             if (read_int(b, &i, stop, &r->seq) < 0) return -1;
             *seen_seq = 1;
-        } else if (key_is(key, n, K_TIME, sizeof K_TIME - 1)) {
+        } else if (key_is(name, n, K_TIME, sizeof K_TIME - 1)) {
             int64_t ms;
             if (b[i] == 0x40) {
                 r->has_time = 0;
@@ -339,22 +542,30 @@ static Py_ssize_t annotations(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, ro
                 r->time_ms = ms;
                 r->has_time = 1;
             }
-        } else if (key_is(key, n, K_OFFSET, sizeof K_OFFSET - 1)) {
+        } else if (key_is(name, n, K_OFFSET, sizeof K_OFFSET - 1)) {
             if (read_text(b, &i, stop, &r->offset) < 0) return -1;
-        } else if (key_is(key, n, K_PKEY, sizeof K_PKEY - 1)) {
+        } else if (key_is(name, n, K_PKEY, sizeof K_PKEY - 1)) {
             if (read_text(b, &i, stop, &r->pkey) < 0) return -1;
-        } else if (key_is(key, n, K_PUBLISHER, sizeof K_PUBLISHER - 1)) {
-            if (read_text(b, &i, stop, &r->publisher) < 0) return -1;
         } else {
-            return -1; /* systemProperties: the Python path */
+            if (read_text(b, &i, stop, &r->publisher) < 0) return -1;
         }
     }
+    r->ann_n = E->n - r->ann_at;
     return i == stop ? i : -1;
 }
 
+static const char *const MESSAGE_PROPERTIES[13] = {
+    "message-id",   "user-id",          "to",      "subject",
+    "reply-to",     "correlation-id",   "content-type", "content-encoding",
+    "absolute-expiry-time", "creation-time", "group-id", "group-sequence",
+    "reply-to-group-id",
+};
+
 /* The message from b[i] to b[end]: 0 and its row, or -1 (the Python path decodes it). */
-static int message(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, row *r) {
-    int seen_seq = 0, seen_annotations = 0;
+static int message(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, row *r, entries *E) {
+    int seen_seq = 0, seen_annotations = 0, seen_properties = 0, seen_application = 0;
+    r->props_at = r->ann_at = r->mprops_at = E->n;
+    r->props_n = r->ann_n = r->mprops_n = 0;
     r->ndata = 0;
     r->body_len = 0;
     r->has_time = 0;
@@ -388,7 +599,7 @@ static int message(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, row *r) {
         case 0x72: /* message annotations, once */
             if (seen_annotations) return -1;
             seen_annotations = 1;
-            i = annotations(b, j, end, r, &seen_seq);
+            i = annotations(b, j, end, r, &seen_seq, E);
             if (i < 0) return -1;
             break;
         case 0x70: /* header: a list of at most its 5 fields */
@@ -399,23 +610,35 @@ static int message(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, row *r) {
             if (j != stop) return -1;
             i = j;
             break;
-        case 0x73: /* properties: nothing set (each would be a systemProperties entry) */
+        case 0x73: /* properties, once: each field set is a systemProperties entry */
+            if (seen_properties++) return -1;
             j = list_head(b, j, end, 13, &count, &stop);
             if (j < 0) return -1;
-            for (Py_ssize_t k = 0; k < count; k++, j++)
-                if (j >= stop || b[j] != 0x40) return -1;
+            r->mprops_at = E->n;
+            for (Py_ssize_t k = 0; k < count; k++) {
+                if (j >= stop) return -1;
+                if (b[j] == 0x40) {
+                    j++;
+                    continue;
+                }
+                entry *e = new_entry(E);
+                if (!e) return -1;
+                e->key_name = MESSAGE_PROPERTIES[k];
+                e->key_kind = 1;
+                if (read_value(b, &j, stop, e) < 0) return -1;
+            }
             if (j != stop) return -1;
+            r->mprops_n = E->n - r->mprops_at;
             i = j;
             break;
-        case 0x74: /* application properties: null or an empty map */
+        case 0x74: /* application properties, once: null or a map (the properties column) */
+            if (seen_application++) return -1;
             if (b[j] == 0x40) {
                 i = j + 1;
-            } else if (b[j] == 0xC1 && j + 3 <= end && b[j + 1] == 1 && b[j + 2] == 0) {
-                i = j + 3;
-            } else if (b[j] == 0xD1 && j + 9 <= end && be32(b + j + 1) == 4 && be32(b + j + 5) == 0) {
-                i = j + 9;
             } else {
-                return -1;
+                r->props_at = E->n;
+                i = map_entries(b, j, end, E, &r->props_n);
+                if (i < 0) return -1;
             }
             break;
         case 0x71: /* delivery annotations and footer: not in the schema */
@@ -531,7 +754,115 @@ static PyObject *text_column(const uint8_t *b, const row *rows, Py_ssize_t n, si
     return Py_BuildValue("(NNN)", offsets, data, validity);
 }
 
-static PyObject *columns(const uint8_t *b, const row *rows, Py_ssize_t n) {
+static Py_ssize_t key_text(const uint8_t *b, const entry *e, const char **out) {
+    if (e->key_name) {
+        *out = e->key_name;
+        return (Py_ssize_t)strlen(e->key_name);
+    }
+    if (e->key_kind == 1) {
+        *out = (const char *)b + e->key.pos;
+        return e->key.len;
+    }
+    *out = e->key_fmt; /* an integer, or "" for a null key */
+    return e->key_fmt_len;
+}
+
+static Py_ssize_t value_text(const uint8_t *b, const entry *e, const char **out) {
+    if (e->value.set) {
+        *out = (const char *)b + e->value.pos;
+        return e->value.len;
+    }
+    *out = e->value_fmt;
+    return e->value_fmt_len;
+}
+
+/* One map column of n rows: (offsets, key offsets, keys, value offsets, values, validity or
+ * None). `system`: annotations without a column, then message properties; else application
+ * properties. */
+static PyObject *map_column(const uint8_t *b, const row *rows, Py_ssize_t n, const entries *E,
+                            int system) {
+    Py_ssize_t count = 0, key_bytes = 0, value_bytes = 0, valid = 0;
+    const char *text;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t ranges[2][2] = {{rows[k].props_at, rows[k].props_n}, {0, 0}};
+        if (system) {
+            ranges[0][0] = rows[k].ann_at, ranges[0][1] = rows[k].ann_n;
+            ranges[1][0] = rows[k].mprops_at, ranges[1][1] = rows[k].mprops_n;
+        }
+        for (int g = 0; g < 2; g++)
+            for (Py_ssize_t x = ranges[g][0]; x < ranges[g][0] + ranges[g][1]; x++) {
+                const entry *e = &E->items[x];
+                key_bytes += key_text(b, e, &text);
+                if (!e->value_null) {
+                    value_bytes += value_text(b, e, &text);
+                    valid++;
+                }
+                count++;
+            }
+    }
+    if (key_bytes > INT32_MAX || value_bytes > INT32_MAX || count > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "map column past 32-bit offsets");
+        return NULL;
+    }
+    PyObject *offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
+    PyObject *key_off = PyBytes_FromStringAndSize(NULL, (count + 1) * 4);
+    PyObject *keys = PyBytes_FromStringAndSize(NULL, key_bytes);
+    PyObject *value_off = PyBytes_FromStringAndSize(NULL, (count + 1) * 4);
+    PyObject *values = PyBytes_FromStringAndSize(NULL, value_bytes);
+    uint8_t *bits = PyMem_Calloc((size_t)(count + 7) / 8 + 1, 1);
+    if (!offsets || !key_off || !keys || !value_off || !values || !bits) {
+        Py_XDECREF(offsets);
+        Py_XDECREF(key_off);
+        Py_XDECREF(keys);
+        Py_XDECREF(value_off);
+        Py_XDECREF(values);
+        PyMem_Free(bits);
+        return PyErr_NoMemory();
+    }
+    int32_t *off = (int32_t *)PyBytes_AS_STRING(offsets);
+    int32_t *ko = (int32_t *)PyBytes_AS_STRING(key_off);
+    int32_t *vo = (int32_t *)PyBytes_AS_STRING(value_off);
+    char *kd = PyBytes_AS_STRING(keys), *vd = PyBytes_AS_STRING(values);
+    int32_t at = 0, kat = 0, vat = 0;
+    off[0] = ko[0] = vo[0] = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t ranges[2][2] = {{rows[k].props_at, rows[k].props_n}, {0, 0}};
+        if (system) {
+            ranges[0][0] = rows[k].ann_at, ranges[0][1] = rows[k].ann_n;
+            ranges[1][0] = rows[k].mprops_at, ranges[1][1] = rows[k].mprops_n;
+        }
+        for (int g = 0; g < 2; g++)
+            for (Py_ssize_t x = ranges[g][0]; x < ranges[g][0] + ranges[g][1]; x++) {
+                const entry *e = &E->items[x];
+                Py_ssize_t len = key_text(b, e, &text);
+                memcpy(kd + kat, text, (size_t)len);
+                kat += (int32_t)len;
+                if (!e->value_null) {
+                    len = value_text(b, e, &text);
+                    memcpy(vd + vat, text, (size_t)len);
+                    vat += (int32_t)len;
+                    bits[at >> 3] |= (uint8_t)(1u << (at & 7));
+                }
+                at++;
+                ko[at] = kat;
+                vo[at] = vat;
+            }
+        off[k + 1] = at;
+    }
+    PyObject *validity = bitmap_or_none(bits, count, valid);
+    PyMem_Free(bits);
+    if (!validity) {
+        Py_DECREF(offsets);
+        Py_DECREF(key_off);
+        Py_DECREF(keys);
+        Py_DECREF(value_off);
+        Py_DECREF(values);
+        return NULL;
+    }
+    return Py_BuildValue("(NNNNNN)", offsets, key_off, keys, value_off, values, validity);
+}
+
+static PyObject *columns(const uint8_t *b, const row *rows, Py_ssize_t n, const entries *E) {
     Py_ssize_t total = 0, timed = 0;
     int contiguous = 1;
     for (Py_ssize_t k = 0; k < n; k++) {
@@ -578,7 +909,11 @@ static PyObject *columns(const uint8_t *b, const row *rows, Py_ssize_t n) {
     PyObject *offset = time_valid ? text_column(b, rows, n, offsetof(row, offset)) : NULL;
     PyObject *pkey = offset ? text_column(b, rows, n, offsetof(row, pkey)) : NULL;
     PyObject *publisher = pkey ? text_column(b, rows, n, offsetof(row, publisher)) : NULL;
-    if (!publisher) {
+    PyObject *props = publisher ? map_column(b, rows, n, E, 0) : NULL;
+    PyObject *sysprops = props ? map_column(b, rows, n, E, 1) : NULL;
+    if (!sysprops) {
+        Py_XDECREF(publisher);
+        Py_XDECREF(props);
         Py_DECREF(seq);
         Py_DECREF(times);
         Py_DECREF(body_off);
@@ -588,13 +923,13 @@ static PyObject *columns(const uint8_t *b, const row *rows, Py_ssize_t n) {
         Py_XDECREF(pkey);
         return NULL;
     }
-    return Py_BuildValue("{s:n,s:L,s:L,s:O,s:n,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N}", "rows", n,
+    return Py_BuildValue("{s:n,s:L,s:L,s:O,s:n,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N}", "rows", n,
                          "first_seq", (long long)rows[0].seq, "last_seq",
                          (long long)rows[n - 1].seq, "contiguous",
                          contiguous ? Py_True : Py_False, "body_bytes", total, "seq", seq,
                          "time", times, "time_valid", time_valid, "body_offsets", body_off,
                          "body", body, "offset", offset, "partition_key", pkey, "publisher",
-                         publisher);
+                         publisher, "properties", props, "system_properties", sysprops);
 }
 
 PyDoc_STRVAR(scan_doc,
@@ -627,6 +962,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     }
     if (limit > 4096) limit = 4096;
     Py_ssize_t n = 0, at = start, last_p = 0, last_end = 0;
+    entries E = {NULL, 0, 0};
     while (n < limit && end - at >= 8) {
         Py_ssize_t size = (Py_ssize_t)be32(b + at);
         Py_ssize_t doff = 4 * (Py_ssize_t)b[at + 4];
@@ -636,12 +972,17 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             b[p] != 0x00 || b[p + 1] != 0x53 || b[p + 2] != 0x14)
             break;
         row *r = &rows[n];
-        if (transfer(b, p + 3, fend, want_handle, r, &msg) < 0 || message(b, msg, fend, r) < 0)
+        Py_ssize_t mark = E.n;
+        if (transfer(b, p + 3, fend, want_handle, r, &msg) < 0 ||
+            message(b, msg, fend, r, &E) < 0) {
+            E.n = mark; /* the Python path takes this frame, entries and all */
             break;
+        }
         PyObject *tag = PyBytes_FromStringAndSize((const char *)b + r->tag.pos, r->tag.len);
         if (!tag || PySet_Add(tags, tag) < 0) {
             Py_XDECREF(tag);
             PyMem_Free(rows);
+            PyMem_Free(E.items);
             PyBuffer_Release(&view);
             return NULL;
         }
@@ -656,12 +997,13 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         Py_INCREF(Py_None);
         result = Py_None;
     } else {
-        PyObject *cols = columns(b, rows, n);
+        PyObject *cols = columns(b, rows, n, &E);
         result = cols ? Py_BuildValue("(nnnnLN)", n, at, last_p, last_end,
                                       (long long)rows[n - 1].delivery_id, cols)
                       : NULL;
     }
     PyMem_Free(rows);
+    PyMem_Free(E.items);
     PyBuffer_Release(&view);
     return result;
 }

@@ -86,8 +86,9 @@ class ColumnRows:
     What :func:`resources.spark_source._native.amqp_columns`'s ``scan`` returns for a run of
     plain transfer frames: the sequence numbers and enqueued times (64-bit, little-endian), the
     body and the three string columns (32-bit offsets and values, a validity bitmap or None),
-    whether the sequence numbers go up by one. No
-    ``properties`` or ``systemProperties``: the native step takes no event that has any.
+    whether the sequence numbers go up by one, and the two maps (``properties``: application
+    properties; ``systemProperties``: annotations without a column, then message properties),
+    their values as the Python path's ``_text`` writes them.
     """
 
     __slots__ = (
@@ -100,7 +101,9 @@ class ColumnRows:
         "last_seq",
         "offset",
         "partition_key",
+        "properties",
         "publisher",
+        "system_properties",
         "rows",
         "seq",
         "time",
@@ -121,6 +124,9 @@ class ColumnRows:
         self.offset: tuple[bytes, bytes, bytes | None] = columns["offset"]
         self.partition_key: tuple[bytes, bytes, bytes | None] = columns["partition_key"]
         self.publisher: tuple[bytes, bytes, bytes | None] = columns["publisher"]
+        # Maps: offsets, key offsets, keys, value offsets, values, values' validity or None.
+        self.properties: tuple[bytes, ...] = columns["properties"]
+        self.system_properties: tuple[bytes, ...] = columns["system_properties"]
         self._batch: pa.RecordBatch | None = None
 
     def __len__(self) -> int:
@@ -160,7 +166,7 @@ class ColumnRows:
         if self._batch is None:
             import pyarrow as pa
 
-            from resources.spark_source._arrow import map_array, repeated_string
+            from resources.spark_source._arrow import repeated_string
 
             n = self.rows
             buf = pa.py_buffer
@@ -174,7 +180,23 @@ class ColumnRows:
                     null_count=0 if valid is None else -1,
                 )
 
-            no_entries = map_array([[]] * n, schema.field("properties").type)
+            def entries(column: tuple[bytes, ...], type: pa.MapType) -> pa.Array:
+                offsets, key_offsets, keys, value_offsets, values, valid = column
+                count = (len(key_offsets) >> 2) - 1
+                return pa.MapArray.from_arrays(
+                    pa.Array.from_buffers(pa.int32(), n + 1, [None, buf(offsets)]),
+                    pa.Array.from_buffers(
+                        pa.string(), count, [None, buf(key_offsets), buf(keys)], null_count=0
+                    ),
+                    pa.Array.from_buffers(
+                        pa.string(),
+                        count,
+                        [None if valid is None else buf(valid), buf(value_offsets), buf(values)],
+                        null_count=0 if valid is None else -1,
+                    ),
+                    type=type,
+                )
+
             self._batch = pa.RecordBatch.from_arrays(
                 [
                     pa.Array.from_buffers(
@@ -194,8 +216,8 @@ class ColumnRows:
                     ),
                     text(self.publisher),
                     text(self.partition_key),
-                    no_entries,
-                    no_entries,
+                    entries(self.properties, schema.field("properties").type),
+                    entries(self.system_properties, schema.field("systemProperties").type),
                 ],
                 schema=schema,
             )
