@@ -28,7 +28,13 @@ from emulator.framing import transfer_header
 from resources.spark_source import PartitionRange, _amqp, _native, read_range
 from resources.spark_source._events import ColumnRows, _ArrowBuilder
 from resources.spark_source._schema import _arrow_schema
-from tests.test_spark_source_amqp import _pull_all, _session_class, bodies, send_all
+from tests.test_spark_source_amqp import (
+    _pull_all,
+    _session_class,
+    bodies,
+    send_all,
+    tls_hub_with,
+)
 
 _amqp._bind()
 CHANNEL, HANDLE = 5, 1
@@ -705,28 +711,8 @@ def test_a_native_read_over_tls(
     tls_emulator: tuple[Any, str], monkeypatch: pytest.MonkeyPatch, counted_runs: list[int]
 ) -> None:
     """Over TLS the buffer fills one TLS record at a time: runs are short, rows the same."""
-    from azure.eventhub import EventHubProducerClient
-
-    from resources.settings import EventHubSettings
-
-    emu, ca = tls_emulator
-    tls: dict[str, Any] = {
-        "connection_verify": ca,
-        "custom_endpoint_address": f"sb://127.0.0.1:{emu.port}",
-    }
-    hub = emu.create_hub(partitions=1)
     items = bodies(600)
-    send_all(
-        EventHubProducerClient.from_connection_string(
-            emu.connection_string, eventhub_name=hub.name, **tls
-        ),
-        items,
-    )
-    consumer_client = EventHubSettings.consumer_client
-    monkeypatch.setattr(
-        EventHubSettings, "consumer_client", lambda self, **kw: consumer_client(self, **tls, **kw)
-    )
-    settings_ = EventHubSettings(eventhub_name=hub.name, connection_string=emu.connection_string)
+    settings_ = tls_hub_with(tls_emulator, items, monkeypatch)
     rng = PartitionRange("0", 0, len(items) - 1)
     fast = _read(monkeypatch, "1", settings_, rng)
     assert sum(counted_runs) > len(items) // 2

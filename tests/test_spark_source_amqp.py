@@ -1083,10 +1083,11 @@ def test_the_sdk_receive_has_none_of_the_cuts(
     assert spy.sockets == []
 
 
-@pytest.mark.integration
-def test_read_range_over_tls_buffers_the_ssl_socket(
-    tls_emulator: tuple[Any, str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def tls_hub_with(
+    tls_emulator: tuple[Any, str], items: list[bytes], monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    """A one-partition hub on the TLS-only emulator holding ``items``; the settings to read it
+    (every consumer client made in this test dials TLS and trusts the test CA)."""
     from azure.eventhub import EventHubProducerClient
 
     from resources.settings import EventHubSettings
@@ -1099,7 +1100,6 @@ def test_read_range_over_tls_buffers_the_ssl_socket(
         "custom_endpoint_address": f"sb://127.0.0.1:{emu.port}",
     }
     hub = emu.create_hub(partitions=1)
-    items = bodies(COUNT)
     send_all(
         EventHubProducerClient.from_connection_string(
             emu.connection_string, eventhub_name=hub.name, **tls
@@ -1110,8 +1110,16 @@ def test_read_range_over_tls_buffers_the_ssl_socket(
     monkeypatch.setattr(
         EventHubSettings, "consumer_client", lambda self, **kw: consumer_client(self, **tls, **kw)
     )
+    return EventHubSettings(eventhub_name=hub.name, connection_string=emu.connection_string)
+
+
+@pytest.mark.integration
+def test_read_range_over_tls_buffers_the_ssl_socket(
+    tls_emulator: tuple[Any, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    items = bodies(COUNT)
+    settings = tls_hub_with(tls_emulator, items, monkeypatch)
     spy = Spy(monkeypatch)
-    settings = EventHubSettings(eventhub_name=hub.name, connection_string=emu.connection_string)
     assert_read_exactly(settings, items)
     (buffered,) = spy.sockets
     assert isinstance(buffered.wrapped, ssl.SSLSocket)

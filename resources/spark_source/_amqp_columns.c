@@ -280,33 +280,6 @@ static int read_int(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end, int64_t *ou
     return 0;
 }
 
-/* A string or symbol value (str8/32, sym8/32) or null, UTF-8: 0 and its span, or -1. */
-static int read_text(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end, span *out) {
-    if (*i >= end) return -1;
-    uint8_t c = b[(*i)++];
-    Py_ssize_t n;
-    if (c == 0x40) {
-        out->set = 0;
-        out->len = 0;
-        return 0;
-    }
-    if (c == 0xA1 || c == 0xA3) {
-        if (*i + 1 > end) return -1;
-        n = b[(*i)++];
-    } else if (c == 0xB1 || c == 0xB3) {
-        if (*i + 4 > end) return -1;
-        n = (Py_ssize_t)be32(b + *i);
-        *i += 4;
-    } else {
-        return -1;
-    }
-    if (n > end - *i || !utf8_ok(b + *i, n)) return -1;
-    out->pos = *i;
-    out->len = n;
-    out->set = 1;
-    *i += n;
-    return 0;
-}
 
 /* Bytes, a string or a symbol: its span if UTF-8 (the Python path decodes with "replace"). */
 static int read_bytes_text(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end, uint8_t c, span *out) {
@@ -325,6 +298,19 @@ static int read_bytes_text(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end, uint
     out->set = 1;
     *i += n;
     return 0;
+}
+
+/* A string or symbol value (str8/32, sym8/32) or null, UTF-8: 0 and its span, or -1. */
+static int read_text(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end, span *out) {
+    if (*i >= end) return -1;
+    uint8_t c = b[(*i)++];
+    if (c == 0x40) {
+        out->set = 0;
+        out->len = 0;
+        return 0;
+    }
+    if (c != 0xA1 && c != 0xA3 && c != 0xB1 && c != 0xB3) return -1;
+    return read_bytes_text(b, i, end, c, out);
 }
 
 static int is_bytes(uint8_t c) {
@@ -436,25 +422,34 @@ static int duplicate_key(const uint8_t *b, const entries *E, Py_ssize_t at) {
     return 0;
 }
 
-/* A map (map8, map32) of entries, each added to E: the index after it, or -1. */
-static Py_ssize_t map_entries(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, entries *E,
-                              Py_ssize_t *count_out) {
-    Py_ssize_t stop, count, at = E->n;
+/* A map (map8, map32) of at most MAX_ENTRIES pairs: the index of its first key, its count of
+ * keys and values, where it stops; or -1. */
+static Py_ssize_t map_head(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, Py_ssize_t *count,
+                           Py_ssize_t *stop) {
     if (i >= end) return -1;
     if (b[i] == 0xC1) {
         if (i + 3 > end) return -1;
-        stop = i + 2 + b[i + 1];
-        count = b[i + 2];
+        *stop = i + 2 + b[i + 1];
+        *count = b[i + 2];
         i += 3;
     } else if (b[i] == 0xD1) {
         if (i + 9 > end) return -1;
-        stop = i + 5 + (Py_ssize_t)be32(b + i + 1);
-        count = (Py_ssize_t)be32(b + i + 5);
+        *stop = i + 5 + (Py_ssize_t)be32(b + i + 1);
+        *count = (Py_ssize_t)be32(b + i + 5);
         i += 9;
     } else {
         return -1;
     }
-    if (stop > end || (count & 1) || count > stop - i || count / 2 > MAX_ENTRIES) return -1;
+    if (*stop > end || (*count & 1) || *count > *stop - i || *count / 2 > MAX_ENTRIES) return -1;
+    return i;
+}
+
+/* A map (map8, map32) of entries, each added to E: the index after it, or -1. */
+static Py_ssize_t map_entries(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, entries *E,
+                              Py_ssize_t *count_out) {
+    Py_ssize_t stop, count, at = E->n;
+    i = map_head(b, i, end, &count, &stop);
+    if (i < 0) return -1;
     for (Py_ssize_t k = 0; k < count; k += 2) {
         entry *e = new_entry(E);
         if (!e) return -1;
@@ -482,21 +477,8 @@ static int key_is(const uint8_t *k, Py_ssize_t n, const char *name, size_t len) 
 static Py_ssize_t annotations(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, row *r,
                               int *seen_seq, entries *E) {
     Py_ssize_t stop, count;
-    if (i >= end) return -1;
-    if (b[i] == 0xC1) {
-        if (i + 3 > end) return -1;
-        stop = i + 2 + b[i + 1];
-        count = b[i + 2];
-        i += 3;
-    } else if (b[i] == 0xD1) {
-        if (i + 9 > end) return -1;
-        stop = i + 5 + (Py_ssize_t)be32(b + i + 1);
-        count = (Py_ssize_t)be32(b + i + 5);
-        i += 9;
-    } else {
-        return -1;
-    }
-    if (stop > end || (count & 1) || count > stop - i || count / 2 > MAX_ENTRIES) return -1;
+    i = map_head(b, i, end, &count, &stop);
+    if (i < 0) return -1;
     r->ann_at = E->n;
     for (Py_ssize_t k = 0; k < count; k += 2) {
         /* The key: the Python path compares symbols, strings and binaries as bytes. */
@@ -705,9 +687,42 @@ static int transfer(const uint8_t *b, Py_ssize_t p, Py_ssize_t end, int64_t want
     return 0;
 }
 
+/* New bytes objects of `sizes` (written by the caller) and a zeroed bitmap of `bit_count` bits:
+ * 0, or -1 with nothing left allocated and MemoryError set. */
+static int new_buffers(PyObject **out, const Py_ssize_t *sizes, int count, uint8_t **bits,
+                       Py_ssize_t bit_count) {
+    *bits = PyMem_Calloc((size_t)(bit_count + 7) / 8 + 1, 1);
+    int ok = *bits != NULL;
+    for (int k = 0; k < count; k++) {
+        out[k] = ok ? PyBytes_FromStringAndSize(NULL, sizes[k]) : NULL;
+        ok = ok && out[k] != NULL;
+    }
+    if (ok) return 0;
+    for (int k = 0; k < count; k++) Py_XDECREF(out[k]);
+    PyMem_Free(*bits);
+    PyErr_NoMemory();
+    return -1;
+}
+
 static PyObject *bitmap_or_none(const uint8_t *bits, Py_ssize_t n, Py_ssize_t valid) {
     if (valid == n) Py_RETURN_NONE;
     return PyBytes_FromStringAndSize((const char *)bits, (n + 7) / 8);
+}
+
+/* (buffers..., validity or None): steals the buffers' references, frees the bitmap. */
+static PyObject *with_validity(PyObject **buffers, int count, uint8_t *bits, Py_ssize_t n,
+                               Py_ssize_t valid) {
+    PyObject *validity = bitmap_or_none(bits, n, valid);
+    PyMem_Free(bits);
+    PyObject *out = validity ? PyTuple_New(count + 1) : NULL;
+    if (!out) {
+        for (int k = 0; k < count; k++) Py_DECREF(buffers[k]);
+        Py_XDECREF(validity);
+        return NULL;
+    }
+    for (int k = 0; k < count; k++) PyTuple_SET_ITEM(out, k, buffers[k]);
+    PyTuple_SET_ITEM(out, count, validity);
+    return out;
 }
 
 /* One string column of n rows: (offsets, values, validity or None). */
@@ -722,15 +737,11 @@ static PyObject *text_column(const uint8_t *b, const row *rows, Py_ssize_t n, si
         PyErr_SetString(PyExc_OverflowError, "string column past 32-bit offsets");
         return NULL;
     }
-    PyObject *offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
-    PyObject *data = PyBytes_FromStringAndSize(NULL, total);
-    uint8_t *bits = PyMem_Calloc((size_t)(n + 7) / 8 + 1, 1);
-    if (!offsets || !data || !bits) {
-        Py_XDECREF(offsets);
-        Py_XDECREF(data);
-        PyMem_Free(bits);
-        return PyErr_NoMemory();
-    }
+    PyObject *buffers[2];
+    const Py_ssize_t sizes[2] = {(n + 1) * 4, total};
+    uint8_t *bits;
+    if (new_buffers(buffers, sizes, 2, &bits, n) < 0) return NULL;
+    PyObject *offsets = buffers[0], *data = buffers[1];
     int32_t *off = (int32_t *)PyBytes_AS_STRING(offsets);
     char *out = PyBytes_AS_STRING(data);
     int32_t at = 0;
@@ -744,14 +755,7 @@ static PyObject *text_column(const uint8_t *b, const row *rows, Py_ssize_t n, si
         }
         off[k + 1] = at;
     }
-    PyObject *validity = bitmap_or_none(bits, n, valid);
-    PyMem_Free(bits);
-    if (!validity) {
-        Py_DECREF(offsets);
-        Py_DECREF(data);
-        return NULL;
-    }
-    return Py_BuildValue("(NNN)", offsets, data, validity);
+    return with_validity(buffers, 2, bits, n, valid);
 }
 
 static Py_ssize_t key_text(const uint8_t *b, const entry *e, const char **out) {
@@ -776,90 +780,78 @@ static Py_ssize_t value_text(const uint8_t *b, const entry *e, const char **out)
     return e->value_fmt_len;
 }
 
+/* A row's entries of one map column, as (first, count) pairs in E: systemProperties are the
+ * annotations without a column, then the message properties. */
+static void entry_ranges(const row *r, int system, Py_ssize_t ranges[2][2]) {
+    ranges[0][0] = system ? r->ann_at : r->props_at;
+    ranges[0][1] = system ? r->ann_n : r->props_n;
+    ranges[1][0] = system ? r->mprops_at : 0;
+    ranges[1][1] = system ? r->mprops_n : 0;
+}
+
+/* Where a map column's entries go (NULL: only count them). */
+typedef struct {
+    int32_t *off, *ko, *vo;
+    char *kd, *vd;
+    uint8_t *bits;
+} map_out;
+
+/* One walk over the rows' entries of a map column: sums[] gets the entries, key bytes, value
+ * bytes and values set; with `o`, each is also written. */
+static void map_walk(const uint8_t *b, const row *rows, Py_ssize_t n, const entries *E,
+                     int system, const map_out *o, Py_ssize_t sums[4]) {
+    const char *text;
+    Py_ssize_t at = 0, kat = 0, vat = 0, valid = 0;
+    if (o) o->off[0] = o->ko[0] = o->vo[0] = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t ranges[2][2];
+        entry_ranges(&rows[k], system, ranges);
+        for (int g = 0; g < 2; g++)
+            for (Py_ssize_t x = ranges[g][0]; x < ranges[g][0] + ranges[g][1]; x++) {
+                const entry *e = &E->items[x];
+                Py_ssize_t len = key_text(b, e, &text);
+                if (o) memcpy(o->kd + kat, text, (size_t)len);
+                kat += len;
+                if (!e->value_null) {
+                    len = value_text(b, e, &text);
+                    if (o) {
+                        memcpy(o->vd + vat, text, (size_t)len);
+                        o->bits[at >> 3] |= (uint8_t)(1u << (at & 7));
+                    }
+                    vat += len;
+                    valid++;
+                }
+                at++;
+                if (o) o->ko[at] = (int32_t)kat, o->vo[at] = (int32_t)vat;
+            }
+        if (o) o->off[k + 1] = (int32_t)at;
+    }
+    sums[0] = at, sums[1] = kat, sums[2] = vat, sums[3] = valid;
+}
+
 /* One map column of n rows: (offsets, key offsets, keys, value offsets, values, validity or
  * None). `system`: annotations without a column, then message properties; else application
  * properties. */
 static PyObject *map_column(const uint8_t *b, const row *rows, Py_ssize_t n, const entries *E,
                             int system) {
-    Py_ssize_t count = 0, key_bytes = 0, value_bytes = 0, valid = 0;
-    const char *text;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        Py_ssize_t ranges[2][2] = {{rows[k].props_at, rows[k].props_n}, {0, 0}};
-        if (system) {
-            ranges[0][0] = rows[k].ann_at, ranges[0][1] = rows[k].ann_n;
-            ranges[1][0] = rows[k].mprops_at, ranges[1][1] = rows[k].mprops_n;
-        }
-        for (int g = 0; g < 2; g++)
-            for (Py_ssize_t x = ranges[g][0]; x < ranges[g][0] + ranges[g][1]; x++) {
-                const entry *e = &E->items[x];
-                key_bytes += key_text(b, e, &text);
-                if (!e->value_null) {
-                    value_bytes += value_text(b, e, &text);
-                    valid++;
-                }
-                count++;
-            }
-    }
-    if (key_bytes > INT32_MAX || value_bytes > INT32_MAX || count > INT32_MAX) {
+    Py_ssize_t sums[4];
+    map_walk(b, rows, n, E, system, NULL, sums);
+    Py_ssize_t count = sums[0];
+    if (sums[1] > INT32_MAX || sums[2] > INT32_MAX || count > INT32_MAX) {
         PyErr_SetString(PyExc_OverflowError, "map column past 32-bit offsets");
         return NULL;
     }
-    PyObject *offsets = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
-    PyObject *key_off = PyBytes_FromStringAndSize(NULL, (count + 1) * 4);
-    PyObject *keys = PyBytes_FromStringAndSize(NULL, key_bytes);
-    PyObject *value_off = PyBytes_FromStringAndSize(NULL, (count + 1) * 4);
-    PyObject *values = PyBytes_FromStringAndSize(NULL, value_bytes);
-    uint8_t *bits = PyMem_Calloc((size_t)(count + 7) / 8 + 1, 1);
-    if (!offsets || !key_off || !keys || !value_off || !values || !bits) {
-        Py_XDECREF(offsets);
-        Py_XDECREF(key_off);
-        Py_XDECREF(keys);
-        Py_XDECREF(value_off);
-        Py_XDECREF(values);
-        PyMem_Free(bits);
-        return PyErr_NoMemory();
-    }
-    int32_t *off = (int32_t *)PyBytes_AS_STRING(offsets);
-    int32_t *ko = (int32_t *)PyBytes_AS_STRING(key_off);
-    int32_t *vo = (int32_t *)PyBytes_AS_STRING(value_off);
-    char *kd = PyBytes_AS_STRING(keys), *vd = PyBytes_AS_STRING(values);
-    int32_t at = 0, kat = 0, vat = 0;
-    off[0] = ko[0] = vo[0] = 0;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        Py_ssize_t ranges[2][2] = {{rows[k].props_at, rows[k].props_n}, {0, 0}};
-        if (system) {
-            ranges[0][0] = rows[k].ann_at, ranges[0][1] = rows[k].ann_n;
-            ranges[1][0] = rows[k].mprops_at, ranges[1][1] = rows[k].mprops_n;
-        }
-        for (int g = 0; g < 2; g++)
-            for (Py_ssize_t x = ranges[g][0]; x < ranges[g][0] + ranges[g][1]; x++) {
-                const entry *e = &E->items[x];
-                Py_ssize_t len = key_text(b, e, &text);
-                memcpy(kd + kat, text, (size_t)len);
-                kat += (int32_t)len;
-                if (!e->value_null) {
-                    len = value_text(b, e, &text);
-                    memcpy(vd + vat, text, (size_t)len);
-                    vat += (int32_t)len;
-                    bits[at >> 3] |= (uint8_t)(1u << (at & 7));
-                }
-                at++;
-                ko[at] = kat;
-                vo[at] = vat;
-            }
-        off[k + 1] = at;
-    }
-    PyObject *validity = bitmap_or_none(bits, count, valid);
-    PyMem_Free(bits);
-    if (!validity) {
-        Py_DECREF(offsets);
-        Py_DECREF(key_off);
-        Py_DECREF(keys);
-        Py_DECREF(value_off);
-        Py_DECREF(values);
-        return NULL;
-    }
-    return Py_BuildValue("(NNNNNN)", offsets, key_off, keys, value_off, values, validity);
+    PyObject *buffers[5];
+    const Py_ssize_t sizes[5] = {(n + 1) * 4, (count + 1) * 4, sums[1], (count + 1) * 4, sums[2]};
+    uint8_t *bits;
+    if (new_buffers(buffers, sizes, 5, &bits, count) < 0) return NULL;
+    const map_out o = {
+        (int32_t *)PyBytes_AS_STRING(buffers[0]), (int32_t *)PyBytes_AS_STRING(buffers[1]),
+        (int32_t *)PyBytes_AS_STRING(buffers[3]), PyBytes_AS_STRING(buffers[2]),
+        PyBytes_AS_STRING(buffers[4]),            bits,
+    };
+    map_walk(b, rows, n, E, system, &o, sums);
+    return with_validity(buffers, 5, bits, count, sums[3]);
 }
 
 static PyObject *columns(const uint8_t *b, const row *rows, Py_ssize_t n, const entries *E) {
@@ -874,19 +866,11 @@ static PyObject *columns(const uint8_t *b, const row *rows, Py_ssize_t n, const 
         PyErr_SetString(PyExc_OverflowError, "body column past 32-bit offsets");
         return NULL;
     }
-    PyObject *seq = PyBytes_FromStringAndSize(NULL, n * 8);
-    PyObject *times = PyBytes_FromStringAndSize(NULL, n * 8);
-    PyObject *body_off = PyBytes_FromStringAndSize(NULL, (n + 1) * 4);
-    PyObject *body = PyBytes_FromStringAndSize(NULL, total);
-    uint8_t *bits = PyMem_Calloc((size_t)(n + 7) / 8 + 1, 1);
-    if (!seq || !times || !body_off || !body || !bits) {
-        Py_XDECREF(seq);
-        Py_XDECREF(times);
-        Py_XDECREF(body_off);
-        Py_XDECREF(body);
-        PyMem_Free(bits);
-        return PyErr_NoMemory();
-    }
+    PyObject *buffers[4];
+    const Py_ssize_t sizes[4] = {n * 8, n * 8, (n + 1) * 4, total};
+    uint8_t *bits;
+    if (new_buffers(buffers, sizes, 4, &bits, n) < 0) return NULL;
+    PyObject *seq = buffers[0], *times = buffers[1], *body_off = buffers[2], *body = buffers[3];
     int64_t *sq = (int64_t *)PyBytes_AS_STRING(seq);
     int64_t *tm = (int64_t *)PyBytes_AS_STRING(times);
     int32_t *bo = (int32_t *)PyBytes_AS_STRING(body_off);

@@ -103,9 +103,9 @@ class ColumnRows:
         "partition_key",
         "properties",
         "publisher",
-        "system_properties",
         "rows",
         "seq",
+        "system_properties",
         "time",
         "time_valid",
     )
