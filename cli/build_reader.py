@@ -22,12 +22,8 @@ def build_reader(rebuild: bool) -> None:
     """Compile the reader's native step (AMQP frames to Arrow columns) for this host."""
     from resources.spark_source import _native
 
-    target = _native.target_path()
     try:
-        if rebuild or not target.exists():
-            target.with_suffix(".failed").unlink(missing_ok=True)
-            _native.build(target)
-        _native._load(target)
+        target, _module = _native.prepare(rebuild=rebuild, retry_failed=True)
     except Exception as exc:
         click.echo(
             f"error: the reader's native step cannot be built on this host: {exc}. Reads still "

@@ -67,6 +67,7 @@ __all__ = [
     "finish_dumps",
     "plan_archive",
     "start_with_archive",
+    "switched_off",
 ]
 
 #: Unset (or ``auto``): a JVM maps the archive; without one, the second JVM to want it writes
@@ -106,6 +107,12 @@ class ArchivePlan:
     def marker(self) -> Path:
         """Exists when this key's JVM refused the options once: never tried again."""
         return self.archive.with_suffix(".unusable")
+
+
+def switched_off(value: str | None) -> bool:
+    """Whether an ``EHINGEST_*`` switch's value turns its feature off (``off``, ``0``,
+    ``false``, ``no``; any case)."""
+    return (value or "").strip().lower() in ("off", "0", "false", "no")
 
 
 def cache_dir(env: Mapping[str, str] = os.environ) -> Path:
@@ -185,7 +192,7 @@ def plan_archive(
     package's ``SPARK_CONF_DIR`` (holding ``log4j_config``), the only one it replaces.
     """
     mode = env.get(ARCHIVE_ENV, "").strip().lower()
-    if mode in ("off", "0", "false", "no"):
+    if switched_off(mode):
         return None
     if any(marker in java_options for marker in _OWN_SHARING):
         return None

@@ -36,7 +36,7 @@ import time
 import uuid
 from typing import Any
 
-from resources.spark_source._events import _MESSAGE_PROPERTIES
+from resources.spark_source._events import _MESSAGE_PROPERTIES, ColumnRows
 
 logger = logging.getLogger(__name__)
 
@@ -845,7 +845,7 @@ class _TransferListen:
         taken = 0
         while taken < limit:
             if handle is not None and session.incoming_window > 0:
-                got = self._native_run(native, sock, channel, handle, limit - taken)
+                got = self._native_run(native, sock, lock, channel, handle, limit - taken)
                 if got:
                     taken += got
                     continue
@@ -885,11 +885,7 @@ class _TransferListen:
                 conn._process_incoming_frame(channel, decode_frame(memoryview(frame)))
                 break
             # Session._incoming_transfer, then ReceiverLink._incoming_transfer.
-            session.next_incoming_id += 1
-            session.remote_outgoing_window -= 1
-            session.incoming_window -= 1
-            link.current_link_credit -= 1
-            link.delivery_count += 1
+            _count_transfers(session, link, 1)
             delivery_id = fields[1]
             link.received_delivery_id = delivery_id
             if delivery_id is not None:
@@ -903,9 +899,7 @@ class _TransferListen:
             # ReceiveClient._message_received -> EventHubConsumer._message_received; it returns
             # no delivery state, so no disposition follows.
             append(message)
-            if session.incoming_window == 0:
-                session.incoming_window = session.target_incoming_window
-                session._outgoing_flow()
+            _renew_window(session)
         if taken:
             now = time.time()
             conn._last_frame_received_time = now
@@ -913,7 +907,7 @@ class _TransferListen:
         return taken
 
     def _native_run(
-        self, native: Any, sock: BufferedSocket, channel: int, handle: int, most: int
+        self, native: Any, sock: BufferedSocket, lock: Any, channel: int, handle: int, most: int
     ) -> int:
         """Plain transfers from the buffer through the native step, as pyamqp would count them.
 
@@ -922,12 +916,9 @@ class _TransferListen:
         buffer as one :class:`~resources.spark_source._events.ColumnRows`; 0 when the next frame
         is not a plain transfer (the caller's loop takes it one by one).
         """
-        from resources.spark_source._events import ColumnRows
-
-        handler = self._handler
-        link = handler._link
+        link = self._handler._link
         session = link._session
-        with self._conn._transport.socket_lock:
+        with lock:
             got = native.scan(
                 sock._buf,
                 sock._start,
@@ -943,15 +934,25 @@ class _TransferListen:
             last = sock._view[last_p:last_end].tobytes()
         # Session._incoming_transfer, then ReceiverLink._incoming_transfer, n times (each tag was
         # added to the link's set by the scan).
-        session.next_incoming_id += n
-        session.remote_outgoing_window -= n
-        session.incoming_window -= n
-        link.current_link_credit -= n
-        link.delivery_count += n
+        _count_transfers(session, link, n)
         link.received_delivery_id = last_id
         link._first_frame = _decode_frame(last)[1]
         self._append(ColumnRows(columns))
-        if session.incoming_window == 0:
-            session.incoming_window = session.target_incoming_window
-            session._outgoing_flow()
+        _renew_window(session)
         return int(n)
+
+
+def _count_transfers(session: Any, link: Any, n: int) -> None:
+    """What pyamqp's session and receiver link count for ``n`` whole transfers (not ``more``)."""
+    session.next_incoming_id += n
+    session.remote_outgoing_window -= n
+    session.incoming_window -= n
+    link.current_link_credit -= n
+    link.delivery_count += n
+
+
+def _renew_window(session: Any) -> None:
+    """pyamqp's session renews a spent incoming window with a flow (after the transfer)."""
+    if session.incoming_window == 0:
+        session.incoming_window = session.target_incoming_window
+        session._outgoing_flow()

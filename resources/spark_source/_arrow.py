@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["int64_array", "map_array", "repeated_string", "varbinary_array"]
+__all__ = [
+    "int64_array",
+    "map_array",
+    "map_array_of_buffers",
+    "repeated_string",
+    "string_array_of_buffers",
+    "varbinary_array",
+]
 
 #: The last offset a 32-bit offsets buffer holds.
 _MAX_OFFSET = 2**31 - 1
@@ -112,5 +119,38 @@ def map_array(values: Sequence[Sequence[tuple[str, str | None]]], type: pa.MapTy
         pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(offsets)]),
         varbinary_array(keys, type.key_type),
         varbinary_array(items, type.item_type),
+        type=type,
+    )
+
+
+# -- from buffers laid out elsewhere (the native step, resources/spark_source/_amqp_columns.c) --
+
+
+def string_array_of_buffers(
+    n: int, offsets: bytes, data: bytes, valid: bytes | None, type: pa.DataType | None = None
+) -> pa.Array:
+    """``n`` strings (or values of ``type``: binary) from their 32-bit offsets, values and
+    validity bitmap (None: none is null)."""
+    import pyarrow as pa
+
+    return pa.Array.from_buffers(
+        type or pa.string(),
+        n,
+        [None if valid is None else pa.py_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(data)],
+        null_count=0 if valid is None else -1,
+    )
+
+
+def map_array_of_buffers(n: int, buffers: tuple[bytes, ...], type: pa.MapType) -> pa.Array:
+    """``n`` maps of string to string from (offsets, key offsets, keys, value offsets, values,
+    the values' validity or None)."""
+    import pyarrow as pa
+
+    offsets, key_offsets, keys, value_offsets, values, valid = buffers
+    count = (len(key_offsets) >> 2) - 1
+    return pa.MapArray.from_arrays(
+        pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(offsets)]),
+        string_array_of_buffers(count, key_offsets, keys, None),
+        string_array_of_buffers(count, value_offsets, values, valid),
         type=type,
     )

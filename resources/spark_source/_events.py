@@ -129,9 +129,6 @@ class ColumnRows:
         self.system_properties: tuple[bytes, ...] = columns["system_properties"]
         self._batch: pa.RecordBatch | None = None
 
-    def __len__(self) -> int:
-        return self.rows
-
     def __repr__(self) -> str:
         return f"ColumnRows({self.rows} events, sequence numbers {self.first_seq}-{self.last_seq})"
 
@@ -166,58 +163,45 @@ class ColumnRows:
         if self._batch is None:
             import pyarrow as pa
 
-            from resources.spark_source._arrow import repeated_string
+            from resources.spark_source._arrow import (
+                map_array_of_buffers,
+                repeated_string,
+                string_array_of_buffers,
+            )
 
             n = self.rows
-            buf = pa.py_buffer
-
-            def text(column: tuple[bytes, bytes, bytes | None]) -> pa.Array:
-                offsets, data, valid = column
-                return pa.Array.from_buffers(
-                    pa.string(),
-                    n,
-                    [None if valid is None else buf(valid), buf(offsets), buf(data)],
-                    null_count=0 if valid is None else -1,
-                )
-
-            def entries(column: tuple[bytes, ...], type: pa.MapType) -> pa.Array:
-                offsets, key_offsets, keys, value_offsets, values, valid = column
-                count = (len(key_offsets) >> 2) - 1
-                return pa.MapArray.from_arrays(
-                    pa.Array.from_buffers(pa.int32(), n + 1, [None, buf(offsets)]),
-                    pa.Array.from_buffers(
-                        pa.string(), count, [None, buf(key_offsets), buf(keys)], null_count=0
-                    ),
-                    pa.Array.from_buffers(
-                        pa.string(),
-                        count,
-                        [None if valid is None else buf(valid), buf(value_offsets), buf(values)],
-                        null_count=0 if valid is None else -1,
-                    ),
-                    type=type,
-                )
-
+            props_type = schema.field("properties").type
+            system_type = schema.field("systemProperties").type
+            props = map_array_of_buffers(n, self.properties, props_type)
+            # The usual run has neither: one empty map array serves both columns.
+            system = (
+                props
+                if self.system_properties == self.properties and system_type == props_type
+                else map_array_of_buffers(n, self.system_properties, system_type)
+            )
             self._batch = pa.RecordBatch.from_arrays(
                 [
-                    pa.Array.from_buffers(
-                        schema.field("body").type,
-                        n,
-                        [None, buf(self.body_offsets), buf(self.body)],
-                        null_count=0,
+                    string_array_of_buffers(
+                        n, self.body_offsets, self.body, None, schema.field("body").type
                     ),
                     repeated_string(partition_id, n),
-                    text(self.offset),
-                    pa.Array.from_buffers(pa.int64(), n, [None, buf(self.seq)], null_count=0),
+                    string_array_of_buffers(n, *self.offset),
+                    pa.Array.from_buffers(
+                        pa.int64(), n, [None, pa.py_buffer(self.seq)], null_count=0
+                    ),
                     pa.Array.from_buffers(
                         schema.field("enqueuedTime").type,
                         n,
-                        [None if self.time_valid is None else buf(self.time_valid), buf(self.time)],
+                        [
+                            None if self.time_valid is None else pa.py_buffer(self.time_valid),
+                            pa.py_buffer(self.time),
+                        ],
                         null_count=0 if self.time_valid is None else -1,
                     ),
-                    text(self.publisher),
-                    text(self.partition_key),
-                    entries(self.properties, schema.field("properties").type),
-                    entries(self.system_properties, schema.field("systemProperties").type),
+                    string_array_of_buffers(n, *self.publisher),
+                    string_array_of_buffers(n, *self.partition_key),
+                    props,
+                    system,
                 ],
                 schema=schema,
             )

@@ -54,8 +54,10 @@ class NativeUnavailableError(RuntimeError):
 
 
 def _mode() -> str:
+    from resources.jvm_archive import switched_off
+
     value = os.environ.get(NATIVE_ENV, "").strip().lower()
-    if value in ("0", "off", "false", "no"):
+    if switched_off(value):
         return "off"
     if value in ("1", "require", "on", "true", "yes"):
         return "require"
@@ -121,14 +123,22 @@ def _load(path: Path) -> ModuleType:
 
 
 def _load_or_build() -> ModuleType:
+    return prepare()[1]
+
+
+def prepare(*, rebuild: bool = False, retry_failed: bool = False) -> tuple[Path, ModuleType]:
+    """This host's compiled module and where it is: loaded, compiled first if there is none
+    (unless a compile failed here before and not ``retry_failed``), compiled again with
+    ``rebuild``."""
     target = target_path()
-    if target.exists():
-        return _load(target)
     failed = target.with_suffix(".failed")
-    if failed.exists():
+    if rebuild or retry_failed:
+        failed.unlink(missing_ok=True)
+    elif failed.exists() and not target.exists():
         raise RuntimeError(f"compiling it failed before on this host (see {failed})")
-    build(target)
-    return _load(target)
+    if rebuild or not target.exists():
+        build(target)
+    return target, _load(target)
 
 
 def _compiler() -> list[str]:
