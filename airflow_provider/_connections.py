@@ -30,16 +30,16 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
 
-from ops.run import IngestConfig
-from resources.config import (
+from dagster_eventhub_ingest.ops.run import IngestConfig
+from dagster_eventhub_ingest.resources.config import (
     EventHubIdentityCredential,
     RunOptions,
     SinkConfig,
     SparkConfig,
     StoreIdentityCredential,
 )
-from resources.errors import ConfigurationError, redact
-from resources.settings import (
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, redact
+from dagster_eventhub_ingest.resources.settings import (
     CredentialOptions,
     CredentialType,
     EventHubSettings,
@@ -90,7 +90,7 @@ class ConnectionLike(Protocol):
 
 
 #: How the task starts its SparkSession (``extra.spark`` of the sink connection): the
-#: :class:`resources.config.SparkConfig` of the CLI's ``spark:`` block.
+#: :class:`dagster_eventhub_ingest.resources.config.SparkConfig` of the CLI's ``spark:`` block.
 SparkSettings = SparkConfig
 #: The Spark application name of Airflow tasks (when ``extra.spark.app_name`` is not given).
 AIRFLOW_APP_NAME = "ehingest-airflow"
@@ -260,7 +260,7 @@ def sink_settings(conn: ConnectionLike) -> SinkSettings:
         conn, role, lambda: SinkConfig.from_dict(fields, where="extra").settings()
     )
     spark = spark_settings(conn)
-    from ops.sink_checks import check_sink_reachable
+    from dagster_eventhub_ingest.ops.sink_checks import check_sink_reachable
 
     # Before anything is claimed or a JVM starts: a local path a cluster cannot share.
     _wrap(

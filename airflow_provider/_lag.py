@@ -1,11 +1,12 @@
 """Lag per partition, read with the async Azure SDK clients (for the triggerer) or the sync ones.
 
-The lag itself is computed by ``ops.status.partition_status`` over the same ``PartitionStore``
-parsing the run uses (effective checkpoint = the later of the SDK checkpoint blob and the fenced
-copy on the ownership blob): the async path only fetches the blobs and partition properties
-with the async twins of the store's and the hub's clients (``resources.blob_store.alist_blobs``,
-``resources.hub_client.EventHubClient.asnapshot``) and hands snapshots of them over, so the
-lag a sensor waits on is exactly the lag a run and ``ehingest status`` report.
+The lag itself is computed by ``dagster_eventhub_ingest.ops.status.partition_status`` over the same
+``PartitionStore`` parsing the run uses (effective checkpoint = the later of the SDK checkpoint blob
+and the fenced copy on the ownership blob): the async path only fetches the blobs and partition
+properties with the async twins of the store's and the hub's clients
+(``dagster_eventhub_ingest.resources.blob_store.alist_blobs``,
+``dagster_eventhub_ingest.resources.hub_client.EventHubClient.asnapshot``) and hands snapshots of
+them over, so the lag a sensor waits on is exactly the lag a run and ``ehingest status`` report.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from ops.hub import HubClient
-from ops.status import partition_status
-from resources.errors import ConfigurationError
-from resources.hub_client import EventHubClient, HubSnapshot, PartitionInfo
-from resources.settings import EventHubSettings, StoreSettings
-from resources.store import BlobRecord, PartitionStore
+from dagster_eventhub_ingest.ops.hub import HubClient
+from dagster_eventhub_ingest.ops.status import partition_status
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.hub_client import EventHubClient, HubSnapshot, PartitionInfo
+from dagster_eventhub_ingest.resources.settings import EventHubSettings, StoreSettings
+from dagster_eventhub_ingest.resources.store import BlobRecord, PartitionStore
 
 __all__ = ["alag_per_partition", "condition_met", "lag_per_partition", "validate_thresholds"]
 
@@ -126,7 +127,7 @@ async def alag_per_partition(
 ) -> dict[str, int]:
     """Unprocessed events per partition, read with the async SDK clients (for the triggerer)."""
     # Imported here, as StoreSettings.backend() does: parsing a DAG file needs no Blob SDK.
-    from resources.blob_store import alist_blobs
+    from dagster_eventhub_ingest.resources.blob_store import alist_blobs
 
     hub_ref = eventhub.hub_ref()
     # Both kinds of blob (ownership carries the fenced checkpoint) share this prefix.

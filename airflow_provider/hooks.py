@@ -8,7 +8,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from airflow_provider._connections import (
+from dagster_eventhub_ingest.airflow_provider._connections import (
     DEFAULT_EVENTHUB_CONN_ID,
     DEFAULT_SINK_CONN_ID,
     DEFAULT_STORE_CONN_ID,
@@ -19,9 +19,9 @@ from airflow_provider._connections import (
     spark_settings,
     store_settings,
 )
-from ops.run import IngestConfig
-from resources.errors import ConfigurationError
-from resources.settings import EventHubSettings, SinkSettings, StoreSettings
+from dagster_eventhub_ingest.ops.run import IngestConfig
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.settings import EventHubSettings, SinkSettings, StoreSettings
 
 __all__ = ["EventHubIngestHook"]
 

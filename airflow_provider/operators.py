@@ -11,15 +11,20 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider._connections import (
+from dagster_eventhub_ingest.airflow_provider._connections import (
     DEFAULT_EVENTHUB_CONN_ID,
     DEFAULT_SINK_CONN_ID,
     DEFAULT_STORE_CONN_ID,
     check_run_options,
     partition_list,
 )
-from ops.run import RunReport
-from resources.errors import ConfigurationError, EventHubIngestError, RangeError, redact
+from dagster_eventhub_ingest.ops.run import RunReport
+from dagster_eventhub_ingest.resources.errors import (
+    ConfigurationError,
+    EventHubIngestError,
+    RangeError,
+    redact,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk.definitions.mappedoperator import OperatorPartial
@@ -108,11 +113,12 @@ def report_to_json(report: RunReport) -> dict[str, Any]:
 class EventHubIngestOperator(BaseOperator):
     """Bring the hub's partitions up to date in the sink, exactly once, in one task try.
 
-    Runs ``ops.run.run_ingestion`` (the run a Dagster asset materialization makes) with the
-    configuration :class:`~airflow_provider.hooks.EventHubIngestHook` builds from the
-    connections. The lease owner id is the task instance plus its try number, so a retry takes
-    over the leases and pending intents of its own failed try at once and replays exactly the
-    recorded ranges. The run report is the task's XCom ``return_value`` (JSON).
+    Runs ``dagster_eventhub_ingest.ops.run.run_ingestion`` (the run a Dagster asset materialization
+    makes) with the configuration
+    :class:`~dagster_eventhub_ingest.airflow_provider.hooks.EventHubIngestHook` builds from the
+    connections. The lease owner id is the task instance plus its try number, so a retry takes over
+    the leases and pending intents of its own failed try at once and replays exactly the recorded
+    ranges. The run report is the task's XCom ``return_value`` (JSON).
 
     K copies that share the partitions between them (each one a balanced share)::
 
@@ -165,8 +171,8 @@ class EventHubIngestOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         """One ingestion run; returns the report (XCom)."""
-        from airflow_provider.hooks import EventHubIngestHook
-        from ops.run import run_ingestion
+        from dagster_eventhub_ingest.airflow_provider.hooks import EventHubIngestHook
+        from dagster_eventhub_ingest.ops.run import run_ingestion
 
         ti = context["ti"]
         hook = EventHubIngestHook(self.eventhub_conn_id, self.store_conn_id, self.sink_conn_id)

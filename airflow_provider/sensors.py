@@ -8,14 +8,22 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
-from airflow_provider._connections import (
+from dagster_eventhub_ingest.airflow_provider._connections import (
     DEFAULT_EVENTHUB_CONN_ID,
     DEFAULT_STORE_CONN_ID,
     partition_list,
 )
-from airflow_provider._lag import condition_met, lag_per_partition, validate_thresholds
-from airflow_provider.triggers import EventHubLagTrigger
-from resources.errors import ConfigurationError, EventHubUnavailableError, RangeError
+from dagster_eventhub_ingest.airflow_provider._lag import (
+    condition_met,
+    lag_per_partition,
+    validate_thresholds,
+)
+from dagster_eventhub_ingest.airflow_provider.triggers import EventHubLagTrigger
+from dagster_eventhub_ingest.resources.errors import (
+    ConfigurationError,
+    EventHubUnavailableError,
+    RangeError,
+)
 
 __all__ = ["EventHubLagSensor"]
 
@@ -69,7 +77,7 @@ class EventHubLagSensor(BaseSensorOperator):
         self.deferrable = deferrable
 
     def _hook(self) -> Any:
-        from airflow_provider.hooks import EventHubIngestHook
+        from dagster_eventhub_ingest.airflow_provider.hooks import EventHubIngestHook
 
         return EventHubIngestHook(self.eventhub_conn_id, self.store_conn_id)
 

@@ -8,9 +8,20 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_provider._connections import DEFAULT_EVENTHUB_CONN_ID, DEFAULT_STORE_CONN_ID
-from airflow_provider._lag import alag_per_partition, condition_met, validate_thresholds
-from resources.errors import ConfigurationError, EventHubIngestError, RangeError
+from dagster_eventhub_ingest.airflow_provider._connections import (
+    DEFAULT_EVENTHUB_CONN_ID,
+    DEFAULT_STORE_CONN_ID,
+)
+from dagster_eventhub_ingest.airflow_provider._lag import (
+    alag_per_partition,
+    condition_met,
+    validate_thresholds,
+)
+from dagster_eventhub_ingest.resources.errors import (
+    ConfigurationError,
+    EventHubIngestError,
+    RangeError,
+)
 
 __all__ = ["EventHubLagTrigger"]
 
@@ -70,7 +81,7 @@ class EventHubLagTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Poll every ``poll_interval`` seconds until the condition holds."""
-        from airflow_provider.hooks import EventHubIngestHook
+        from dagster_eventhub_ingest.airflow_provider.hooks import EventHubIngestHook
 
         hook = EventHubIngestHook(self.eventhub_conn_id, self.store_conn_id)
         try:

@@ -40,8 +40,8 @@ sys.path.insert(0, str(ROOT))
 
 from ingest_throughput import emulator_process, load_average, run_cli, send  # noqa: E402
 
-from emulator.azurite import azurite  # noqa: E402
-from emulator.spark_cluster import (  # noqa: E402
+from dagster_eventhub_ingest.emulator.azurite import azurite  # noqa: E402
+from dagster_eventhub_ingest.emulator.spark_cluster import (  # noqa: E402
     APP_CONF,
     connect_server,
     executor_venv,

@@ -9,7 +9,8 @@ For N events of 1 KB (default 20,000) on a 1-partition and a 4-partition hub it 
 and prints events/s, the CPU seconds of the emulator process and of the client process, CPU
 microseconds per event on each side, and the comparison with the target: the emulator's CPU per
 event at most a third of the SDK client's. The emulator runs in its own process
-(``python -m emulator serve``) so the two are measured apart; it is always stopped. Run:
+(``python -m dagster_eventhub_ingest.emulator serve``) so the two are measured apart; it is always
+stopped. Run:
 
     uv run --frozen python bench/emulator_throughput.py
     uv run --frozen python bench/emulator_throughput.py --events 50000 --size 1024
@@ -32,7 +33,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from emulator.testing import emulator_subprocess  # noqa: E402
+from dagster_eventhub_ingest.emulator.testing import emulator_subprocess  # noqa: E402
 
 TARGET_RATIO = 1 / 3
 

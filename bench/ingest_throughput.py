@@ -68,7 +68,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from emulator.testing import emulator_subprocess  # noqa: E402
+from dagster_eventhub_ingest.emulator.testing import emulator_subprocess  # noqa: E402
 
 HUB = "bench"
 
@@ -233,7 +233,7 @@ def emulator_process(partitions: int) -> Iterator[str]:
 
 
 def _settings(conn: str) -> Any:
-    from resources.settings import EventHubSettings
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings
 
     return EventHubSettings(eventhub_name=HUB, connection_string=conn)
 
@@ -287,8 +287,8 @@ def _receive(
     from azure.eventhub._transport._pyamqp_transport import PyamqpTransport
 
     pids = [partition] if partition is not None else [str(p) for p in range(partitions)]
-    # The stock SDK: the project's own transport (resources.eventhubs_transport) is not the
-    # raw loop's to have.
+    # The stock SDK: the project's own transport
+    # (dagster_eventhub_ingest.resources.eventhubs_transport) is not the raw loop's to have.
     client = _settings(conn).consumer_client(amqp_transport=PyamqpTransport)
     got = dict.fromkeys(pids, 0)
     nbytes = dict.fromkeys(pids, 0)
@@ -449,7 +449,7 @@ class _JvmSampler(threading.Thread):
 
 
 def _spark(parallelism: int) -> Any:
-    from resources.spark_session import local_spark_session
+    from dagster_eventhub_ingest.resources.spark_session import local_spark_session
 
     return local_spark_session(
         "bench-ingest", master=f"local[{parallelism}]", shuffle_partitions=parallelism
@@ -460,13 +460,15 @@ def mode_driver_loop(
     conn: str, partitions: int, events: int, parallelism: int, workdir: str, **_: Any
 ) -> dict:
     """(b) receive everything on the driver into a list, createDataFrame, write Parquet."""
-    from resources.spark_source import eventhubs_schema
+    from dagster_eventhub_ingest.resources.spark_source import eventhubs_schema
 
     spark = _spark(parallelism)
     spark.range(1).count()  # JVM warm, as for (c)
     # createDataFrame imports pandas (0.3-0.4 s of CPU). A hand-written loop's session
     # (SparkSession.builder) has imported it at its start, in pyspark's py4j converters; this
-    # session's do not (resources.spark_session.numpy_checks_without_pandas): before the clock.
+    # session's do not
+    # (dagster_eventhub_ingest.resources.spark_session.numpy_checks_without_pandas): before the
+    # clock.
     import pandas  # noqa: F401
 
     schema = eventhubs_schema()
@@ -523,8 +525,8 @@ def mode_pipeline(
     have done: Spark's Python workers are started and have imported the source, the JVM has
     compiled the write. The cold run pays that in its timed Spark job.
     """
-    from ops.run import IngestConfig, run_ingestion
-    from resources.settings import SinkSettings, StoreSettings
+    from dagster_eventhub_ingest.ops.run import IngestConfig, run_ingestion
+    from dagster_eventhub_ingest.resources.settings import SinkSettings, StoreSettings
 
     spark = _spark(parallelism)
     spark.range(1).count()  # JVM warm, as for (b)
@@ -662,7 +664,7 @@ def prepare_jvm_archive(mode: str) -> dict[str, Any]:
     after the second, or in an image that has it baked in), per ``--jvm-archive``: with
     ``write``, ``ehingest spark-archive --rebuild`` first, its time printed (what writing it
     costs once: an image build step, or the second run on a machine)."""
-    from resources.jvm_archive import ARCHIVE_ENV
+    from dagster_eventhub_ingest.resources.jvm_archive import ARCHIVE_ENV
 
     if mode == "off":
         os.environ[ARCHIVE_ENV] = "off"
@@ -982,7 +984,7 @@ def main() -> None:
     if args.json:
         _OUT = sys.stderr
 
-    from emulator.azurite import azurite
+    from dagster_eventhub_ingest.emulator.azurite import azurite
 
     started = load_average()
     _say(

@@ -5,10 +5,10 @@ buffer; ``dec``, the faster AMQP payload decoder; ``frame``, the faster performa
 ``xfer`` (mode ``all``, with the three), transfer frames taken inline, past pyamqp's dispatch;
 ``native`` (with all four), runs of plain transfers laid out as Arrow columns by the compiled
 step (``resources/spark_source/_native.py``; built first if this host has no copy).
-The emulator runs in its own process (``python -m emulator serve``); this process reads the
-same range once per mode, round after round, each round starting one mode later (the machine is
-shared: alternating spreads its noise over every mode), and prints the ``time.process_time()``
-per event of each read and each mode's median. Run:
+The emulator runs in its own process (``python -m dagster_eventhub_ingest.emulator serve``); this
+process reads the same range once per mode, round after round, each round starting one mode later
+(the machine is shared: alternating spreads its noise over every mode), and prints the
+``time.process_time()`` per event of each read and each mode's median. Run:
 
     source scripts/_bootstrap.sh && uv run --frozen python bench/read_range_cpu.py
     uv run --frozen python bench/read_range_cpu.py --events 20000 --rounds 2  # quicker
@@ -53,7 +53,7 @@ def set_cuts(cuts: tuple[str, ...]) -> None:
     """Turn the cuts on or off for the next read_range (the pull installs them as it runs)."""
     from azure.eventhub._pyamqp import _decode, _transport, receiver
 
-    from resources.spark_source import _amqp, _receiver
+    from dagster_eventhub_ingest.resources.spark_source import _amqp, _receiver
 
     wanted = _amqp.buffer_reads if "sock" in cuts else _no_buffering
     vars(_receiver)["buffer_reads"] = wanted  # the names the pull calls
@@ -62,7 +62,7 @@ def set_cuts(cuts: tuple[str, ...]) -> None:
     _amqp._decoder_installed = True  # the pull's install_decoder() leaves this choice alone
     receiver.decode_payload = _amqp.decode_payload if "dec" in cuts else _decode.decode_payload
     _transport.decode_frame = _amqp.decode_frame if "frame" in cuts else _decode.decode_frame
-    from resources.spark_source import _native
+    from dagster_eventhub_ingest.resources.spark_source import _native
 
     os.environ[_native.NATIVE_ENV] = "1" if "native" in cuts else "0"
     _native.reset_for_tests()
@@ -111,9 +111,9 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from resources.settings import EventHubSettings
-    from resources.spark_source import PartitionRange, read_range
-    from resources.spark_source._receiver import partition_pull_available
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings
+    from dagster_eventhub_ingest.resources.spark_source import PartitionRange, read_range
+    from dagster_eventhub_ingest.resources.spark_source._receiver import partition_pull_available
 
     assert partition_pull_available(), "the fast pull is off (EHINGEST_SDK_RECEIVE=1?)"
     modes = args.modes.split(",")

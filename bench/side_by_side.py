@@ -1,7 +1,8 @@
 """Side by side: K real ``EventProcessorClient`` s vs K of our claim cycles, same hub and store.
 
-Starts Azurite (``emulator.azurite``) and the project's Event Hubs emulator, creates one hub of P
-partitions, then for each contender starts K owners together and measures, on loopback:
+Starts Azurite (``dagster_eventhub_ingest.emulator.azurite``) and the project's Event Hubs emulator,
+creates one hub of P partitions, then for each contender starts K owners together and measures, on
+loopback:
 
 - time until every partition is owned and max - min <= 1 across the K owners (polled every
   20 ms by an uncounted client);
@@ -32,12 +33,12 @@ from typing import Any
 from azure.core.pipeline.policies import SansIOHTTPPolicy
 from azure.storage.blob import ContainerClient
 
-from emulator.azurite import azurite
-from emulator.testing import running_emulator
-from ops.balancing import claim_cycle, leave
-from resources.blob_store import AzureBlobBackend
-from resources.settings import StoreSettings
-from resources.store import HubRef, PartitionStore
+from dagster_eventhub_ingest.emulator.azurite import azurite
+from dagster_eventhub_ingest.emulator.testing import running_emulator
+from dagster_eventhub_ingest.ops.balancing import claim_cycle, leave
+from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend
+from dagster_eventhub_ingest.resources.settings import StoreSettings
+from dagster_eventhub_ingest.resources.store import HubRef, PartitionStore
 
 
 class CountingPolicy(SansIOHTTPPolicy):

@@ -8,8 +8,8 @@ Compares, for N events of S bytes (default 100k x 1 KB):
   partitions and ``max_readers_per_partition`` 1 vs 2,
 * ``write_batch`` statistics: observed during the write vs aggregated over the written batch.
 
-The emulator runs in its own process (``python -m emulator serve``) so it does not share the
-GIL with the reader; it is always stopped. Run:
+The emulator runs in its own process (``python -m dagster_eventhub_ingest.emulator serve``) so it
+does not share the GIL with the reader; it is always stopped. Run:
 
     source scripts/_bootstrap.sh && uv run --frozen python bench/source_throughput.py
     uv run --frozen python bench/source_throughput.py --events 20000   # quicker
@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from emulator.testing import emulator_subprocess  # noqa: E402
+from dagster_eventhub_ingest.emulator.testing import emulator_subprocess  # noqa: E402
 
 
 @contextmanager
@@ -105,10 +105,10 @@ def main() -> None:
     parser.add_argument("--prefetch", type=int, default=300)
     args = parser.parse_args()
 
-    from ops.write import write_batch
-    from resources.settings import EventHubSettings, SinkSettings
-    from resources.spark_session import local_spark_session
-    from resources.spark_source import (
+    from dagster_eventhub_ingest.ops.write import write_batch
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings, SinkSettings
+    from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+    from dagster_eventhub_ingest.resources.spark_source import (
         PartitionRange,
         ReadOptions,
         plan_read,

@@ -1,8 +1,9 @@
 """Benchmark: latency of the partition store's lease operations on Azurite, and storage calls.
 
-Starts its own Azurite (``emulator.azurite.azurite``), then prints, per operation, the median and
-p95 latency over N samples and the storage calls each takes; then the storage calls one owner
-needs to claim 32 partitions, compared with the official ``BlobCheckpointStore`` doing the same.
+Starts its own Azurite (``dagster_eventhub_ingest.emulator.azurite.azurite``), then prints, per
+operation, the median and p95 latency over N samples and the storage calls each takes; then the
+storage calls one owner needs to claim 32 partitions, compared with the official
+``BlobCheckpointStore`` doing the same.
 
 Usage::
 
@@ -26,10 +27,10 @@ if str(ROOT) not in sys.path:
 
 from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore  # noqa: E402
 
-from emulator import azurite as services  # noqa: E402
-from resources.blob_store import AzureBlobBackend  # noqa: E402
-from resources.settings import StoreSettings  # noqa: E402
-from resources.store import HubRef, PartitionStore  # noqa: E402
+from dagster_eventhub_ingest.emulator import azurite as services  # noqa: E402
+from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend  # noqa: E402
+from dagster_eventhub_ingest.resources.settings import StoreSettings  # noqa: E402
+from dagster_eventhub_ingest.resources.store import HubRef, PartitionStore  # noqa: E402
 
 
 def _measure(

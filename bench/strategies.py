@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from ops.balancing import STRATEGIES
-from ops.simulation import SCENARIOS, SimConfig, simulate
+from dagster_eventhub_ingest.ops.balancing import STRATEGIES
+from dagster_eventhub_ingest.ops.simulation import SCENARIOS, SimConfig, simulate
 
 
 def _fmt(value: float | None) -> str:

@@ -39,8 +39,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=4)
     args = parser.parse_args()
 
-    from resources.settings import EventHubSettings
-    from resources.spark_session import local_spark_session
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings
+    from dagster_eventhub_ingest.resources.spark_session import local_spark_session
 
     parts = [str(p) for p in range(args.partitions)]
     with emulator_process({"bench": args.partitions, "warm": 1}) as conn:

@@ -1,4 +1,5 @@
-"""JVM CPU per event of ``ops.write.write_batch`` by the number of partitions in a batch.
+"""JVM CPU per event of ``dagster_eventhub_ingest.ops.write.write_batch`` by the number of
+partitions in a batch.
 
 With ``stats_method="observe"``, ``write_batch`` observes, while the write consumes the
 DataFrame, a row count inside and outside the ranges and seven statistics per partition (events,
@@ -54,11 +55,11 @@ def main() -> None:
     import psutil
     from pyspark.sql import functions as F
 
-    from ops.write import write_batch
-    from resources.ranges import SeqRange
-    from resources.settings import SinkSettings
-    from resources.spark_session import local_spark_session
-    from resources.spark_source import eventhubs_schema
+    from dagster_eventhub_ingest.ops.write import write_batch
+    from dagster_eventhub_ingest.resources.ranges import SeqRange
+    from dagster_eventhub_ingest.resources.settings import SinkSettings
+    from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+    from dagster_eventhub_ingest.resources.spark_source import eventhubs_schema
 
     spark = local_spark_session("bench-write-partitions", master="local[2]")
     (java,) = [p for p in psutil.Process().children(recursive=True) if p.name() == "java"]

@@ -1,9 +1,9 @@
 """``ehingest build-reader``: compile the reader's native step for this host now.
 
 The reader takes plain transfer frames straight to Arrow columns in C
-(:mod:`resources.spark_source._native`); the first process on a host that reads events
-compiles it (~1-2 s, once) unless a copy for this source and this Python is already in the
-cache. This command does it ahead of time: in an image build, a cluster's init script, or a CI
+(:mod:`dagster_eventhub_ingest.resources.spark_source._native`); the first process on a host that
+reads events compiles it (~1-2 s, once) unless a copy for this source and this Python is already in
+the cache. This command does it ahead of time: in an image build, a cluster's init script, or a CI
 set-up step, so that no read task pays for it and a host that cannot build it says so at once.
 """
 
@@ -20,7 +20,7 @@ __all__ = ["build_reader"]
 @click.option("--rebuild", is_flag=True, help="Compile it again even if a copy exists.")
 def build_reader(rebuild: bool) -> None:
     """Compile the reader's native step (AMQP frames to Arrow columns) for this host."""
-    from resources.spark_source import _native
+    from dagster_eventhub_ingest.resources.spark_source import _native
 
     try:
         target, _module = _native.prepare(rebuild=rebuild, retry_failed=True)

@@ -1,11 +1,12 @@
 """The ``--config`` YAML file of ``ehingest run`` / ``ehingest status``.
 
-The file is :class:`resources.config.IngestSpec` (the same keys as a Component's defs.yaml)
-plus a ``spark`` section; it is validated completely before any Azure call. Secrets come only
-from the environment: credentials name their environment variable (``connection_string_env``),
-and any other value may contain ``${ENV_VAR}``. A literal secret (``AccountKey=``,
-``SharedAccessKey=``, ``SharedAccessSignature=``, ``sig=``) written in the file is rejected, so
-config files can be committed. Every error names the key, the (redacted) value and what is valid.
+The file is :class:`dagster_eventhub_ingest.resources.config.IngestSpec` (the same keys as a
+Component's defs.yaml) plus a ``spark`` section; it is validated completely before any Azure call.
+Secrets come only from the environment: credentials name their environment variable
+(``connection_string_env``), and any other value may contain ``${ENV_VAR}``. A literal secret
+(``AccountKey=``, ``SharedAccessKey=``, ``SharedAccessSignature=``, ``sig=``) written in the file is
+rejected, so config files can be committed. Every error names the key, the (redacted) value and what
+is valid.
 
 Example (docs/example-config.yaml has every key)::
 
@@ -42,14 +43,19 @@ from typing import Any
 import yaml
 from pydantic import Field
 
-from ops.run import IngestConfig
-from resources.config import ConfigDeprecationWarning, IngestSpec, SparkConfig
-from resources.errors import ConfigurationError, redact
+from dagster_eventhub_ingest.ops.run import IngestConfig
+from dagster_eventhub_ingest.resources.config import (
+    ConfigDeprecationWarning,
+    IngestSpec,
+    SparkConfig,
+)
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, redact
 
 __all__ = ["CliConfig", "CliSpec", "load_config", "parse_config"]
 
 _ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-# Secret-bearing keys of Azure connection strings and SAS query strings (as resources.errors).
+# Secret-bearing keys of Azure connection strings and SAS query strings (as
+# dagster_eventhub_ingest.resources.errors).
 _SECRET_RE = re.compile(
     r"(?i)\b(SharedAccessKey|AccountKey|SharedAccessSignature|sig)=([^;&\s'\"]*)"
 )
@@ -100,7 +106,7 @@ def _check_no_literal_secret(node: Any, key: str) -> None:
 
 
 def _check_storage_options_from_env(raw: Mapping[str, Any]) -> None:
-    from resources.sink_storage import SECRET_OPTION_KEYS
+    from dagster_eventhub_ingest.resources.sink_storage import SECRET_OPTION_KEYS
 
     sink = raw.get("sink")
     options = sink.get("storage_options") if isinstance(sink, Mapping) else None
@@ -187,7 +193,7 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> CliConfig:
     spec = CliSpec.from_dict(doc)
     ingest = IngestConfig.from_spec(spec, env_map, connection_strings=conns)
     spark = spec.spark
-    from ops.sink_checks import check_sink_reachable
+    from dagster_eventhub_ingest.ops.sink_checks import check_sink_reachable
 
     # Before anything is claimed or a JVM starts: a local sink path a cluster cannot share.
     try:

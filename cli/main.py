@@ -15,12 +15,12 @@ import click
 __all__ = ["main"]
 
 SUBCOMMANDS: dict[str, str] = {
-    "build-reader": "cli.build_reader:build_reader",
-    "emulator": "emulator.cli:emulator",
-    "simulate": "cli.simulate:simulate",
-    "run": "cli.run:run",
-    "spark-archive": "cli.spark_archive:spark_archive",
-    "status": "cli.status:status",
+    "build-reader": "dagster_eventhub_ingest.cli.build_reader:build_reader",
+    "emulator": "dagster_eventhub_ingest.emulator.cli:emulator",
+    "simulate": "dagster_eventhub_ingest.cli.simulate:simulate",
+    "run": "dagster_eventhub_ingest.cli.run:run",
+    "spark-archive": "dagster_eventhub_ingest.cli.spark_archive:spark_archive",
+    "status": "dagster_eventhub_ingest.cli.status:status",
 }
 
 

@@ -27,9 +27,14 @@ from typing import Any, TextIO
 
 import click
 
-from cli.options import config_option, partition_option
-from resources.config import ON_CHECKPOINT_AHEAD
-from resources.errors import ConfigurationError, EventHubIngestError, RangeError, redact
+from dagster_eventhub_ingest.cli.options import config_option, partition_option
+from dagster_eventhub_ingest.resources.config import ON_CHECKPOINT_AHEAD
+from dagster_eventhub_ingest.resources.errors import (
+    ConfigurationError,
+    EventHubIngestError,
+    RangeError,
+    redact,
+)
 
 __all__ = ["ProgressPrinter", "exit_code_for", "format_report", "report_json", "run"]
 
@@ -52,7 +57,7 @@ def report_json(report: object) -> dict[str, Any]:
     """The run report as JSON-ready data (``ehingest run --json``)."""
     from dataclasses import asdict
 
-    from ops.run import RunReport
+    from dagster_eventhub_ingest.ops.run import RunReport
 
     assert isinstance(report, RunReport)
 
@@ -120,8 +125,8 @@ class ProgressPrinter:
 
 def format_report(report: object) -> str:
     """The run summary as a plain-text table (one row per target partition)."""
-    from ops.run import RunReport
-    from ops.text import format_cell, format_table
+    from dagster_eventhub_ingest.ops.run import RunReport
+    from dagster_eventhub_ingest.ops.text import format_cell, format_table
 
     assert isinstance(report, RunReport)
     header = (
@@ -238,8 +243,8 @@ def run(
     """
     import dataclasses
 
-    from cli.config import load_config
-    from ops.progress import PhaseClock
+    from dagster_eventhub_ingest.cli.config import load_config
+    from dagster_eventhub_ingest.ops.progress import PhaseClock
 
     try:
         cfg = load_config(config_path)
@@ -251,7 +256,7 @@ def run(
     except ConfigurationError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_CONFIG)
-    from ops.run import run_ingestion
+    from dagster_eventhub_ingest.ops.run import run_ingestion
 
     clock = PhaseClock()
     # Interpreter start, imports and the config file: part of every scheduled run's cost.

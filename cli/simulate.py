@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from ops.balancing import STRATEGIES
-from ops.simulation import SCENARIOS, SimConfig, SimResult
-from ops.simulation import simulate as run_simulation
+from dagster_eventhub_ingest.ops.balancing import STRATEGIES
+from dagster_eventhub_ingest.ops.simulation import SCENARIOS, SimConfig, SimResult
+from dagster_eventhub_ingest.ops.simulation import simulate as run_simulation
 
 __all__ = ["simulate", "simulate_command"]
 

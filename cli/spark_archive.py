@@ -1,9 +1,9 @@
 """``ehingest spark-archive``: write the local Spark driver's class-data archive now.
 
-A local run's JVM starts from a class-data archive (:mod:`resources.jvm_archive`); the first
-run on a machine writes it when it exits, which makes that run ~15-20 s longer. This command
-does it ahead of time, e.g. while building an image or in a CI set-up step, with the same
-``spark:`` settings as the runs (``--config``).
+A local run's JVM starts from a class-data archive
+(:mod:`dagster_eventhub_ingest.resources.jvm_archive`); the first run on a machine writes it when it
+exits, which makes that run ~15-20 s longer. This command does it ahead of time, e.g. while building
+an image or in a CI set-up step, with the same ``spark:`` settings as the runs (``--config``).
 """
 
 from __future__ import annotations
@@ -30,16 +30,22 @@ __all__ = ["spark_archive"]
 @click.option("--rebuild", is_flag=True, help="Write it again even if it exists.")
 def spark_archive(config_path: str | None, rebuild: bool) -> None:
     """Write the local Spark JVM's class-data archive, so runs start without loading jars."""
-    from cli.run import EXIT_CONFIG, EXIT_FAILED
-    from ops.warm_up import warm_up
-    from resources.errors import ConfigurationError
-    from resources.jvm_archive import ARCHIVE_ENV, REBUILD, WRITE, current_plan, finish_dumps
-    from resources.spark_session import local_spark_session
+    from dagster_eventhub_ingest.cli.run import EXIT_CONFIG, EXIT_FAILED
+    from dagster_eventhub_ingest.ops.warm_up import warm_up
+    from dagster_eventhub_ingest.resources.errors import ConfigurationError
+    from dagster_eventhub_ingest.resources.jvm_archive import (
+        ARCHIVE_ENV,
+        REBUILD,
+        WRITE,
+        current_plan,
+        finish_dumps,
+    )
+    from dagster_eventhub_ingest.resources.spark_session import local_spark_session
 
     started = time.monotonic()
     try:
         if config_path is not None:
-            from cli.config import load_config
+            from dagster_eventhub_ingest.cli.config import load_config
 
             spark_config = load_config(config_path).spark
             if not spark_config.is_local:

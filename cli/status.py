@@ -7,9 +7,13 @@ import sys
 
 import click
 
-from cli.options import config_option, partition_option
-from ops.text import format_cell, format_table
-from resources.errors import ConfigurationError, EventHubIngestError, RangeError
+from dagster_eventhub_ingest.cli.options import config_option, partition_option
+from dagster_eventhub_ingest.ops.text import format_cell, format_table
+from dagster_eventhub_ingest.resources.errors import (
+    ConfigurationError,
+    EventHubIngestError,
+    RangeError,
+)
 
 __all__ = ["status"]
 
@@ -20,11 +24,11 @@ __all__ = ["status"]
 @partition_option("Only these partition ids.")
 def status(config_path: str, as_json: bool, partitions: tuple[str, ...]) -> None:
     """Show each partition's owner, checkpoint, last enqueued event, lag and pending intent."""
-    from cli.config import load_config
-    from cli.run import EXIT_CONFIG, EXIT_FAILED
-    from ops.status import partition_status
-    from resources.hub_client import EventHubClient
-    from resources.store import PartitionStore
+    from dagster_eventhub_ingest.cli.config import load_config
+    from dagster_eventhub_ingest.cli.run import EXIT_CONFIG, EXIT_FAILED
+    from dagster_eventhub_ingest.ops.status import partition_status
+    from dagster_eventhub_ingest.resources.hub_client import EventHubClient
+    from dagster_eventhub_ingest.resources.store import PartitionStore
 
     try:
         cfg = load_config(config_path)

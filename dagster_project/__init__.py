@@ -4,16 +4,19 @@ Import the pieces from here to build your own Definitions, or declare the
 :class:`EventHubIngestComponent` in a ``defs.yaml``; see docs/dagster.md.
 """
 
-from dagster_project.assets import (
+from dagster_eventhub_ingest.dagster_project.assets import (
     IngestOptions,
     IngestRunConfig,
     ResourceKeys,
     build_eventhub_ingest_asset,
     dagster_run_is_dead,
 )
-from dagster_project.checks import LAG_CHECK_NAME, lag_check_result
-from dagster_project.component import EventHubIngestComponent, build_eventhub_ingest_defs
-from dagster_project.resources import (
+from dagster_eventhub_ingest.dagster_project.checks import LAG_CHECK_NAME, lag_check_result
+from dagster_eventhub_ingest.dagster_project.component import (
+    EventHubIngestComponent,
+    build_eventhub_ingest_defs,
+)
+from dagster_eventhub_ingest.dagster_project.resources import (
     EventHubConnectionString,
     EventHubIdentity,
     EventHubResource,
@@ -24,8 +27,11 @@ from dagster_project.resources import (
     StoreIdentity,
     local_pyspark_resource,
 )
-from dagster_project.schedules import build_ingest_job, build_ingest_schedule
-from dagster_project.sensors import build_partition_sync_sensor
+from dagster_eventhub_ingest.dagster_project.schedules import (
+    build_ingest_job,
+    build_ingest_schedule,
+)
+from dagster_eventhub_ingest.dagster_project.sensors import build_partition_sync_sensor
 
 __all__ = [
     "LAG_CHECK_NAME",

@@ -1,13 +1,14 @@
 """The Event Hub ingestion asset: one Dagster partition per Event Hub partition.
 
-A run for partition keys S calls :func:`ops.run.run_ingestion` with owner id = run id and
-``partition_ids=S``. The run joins the other live runs (peers) in the partition store, claims a
-balanced share, and loops until every key in S is up to date, whoever did the reading. Only then
-does it log ``AssetMaterialization`` events (:mod:`dagster_project.metadata`): one per batch it
-landed, with Dagster's standard keys, events, bytes, sequence and enqueued-time ranges and lag;
-and, when a user asked for S (a backfill, the launchpad, the CLI), one for every other key of S
-too, so a successful run has materialized every requested partition. Scheduled runs report only
-their batches. A failed run materializes only the keys that really are up to date.
+A run for partition keys S calls :func:`dagster_eventhub_ingest.ops.run.run_ingestion` with owner id
+= run id and ``partition_ids=S``. The run joins the other live runs (peers) in the partition store,
+claims a balanced share, and loops until every key in S is up to date, whoever did the reading. Only
+then does it log ``AssetMaterialization`` events
+(:mod:`dagster_eventhub_ingest.dagster_project.metadata`): one per batch it landed, with Dagster's
+standard keys, events, bytes, sequence and enqueued-time ranges and lag; and, when a user asked for
+S (a backfill, the launchpad, the CLI), one for every other key of S too, so a successful run has
+materialized every requested partition. Scheduled runs report only their batches. A failed run
+materializes only the keys that really are up to date.
 
 Transient errors (``retryable``) are retried by the asset's ``RetryPolicy``; the others fail
 the run at once with ``dg.Failure(allow_retries=False)`` and the message on top.
@@ -26,23 +27,23 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from dagster_project.checks import LastBatch, lag_check_spec, measure
-from dagster_project.metadata import (
+from dagster_eventhub_ingest.dagster_project.checks import LastBatch, lag_check_spec, measure
+from dagster_eventhub_ingest.dagster_project.metadata import (
     definition_metadata,
     materialization_plan,
     partition_metadata,
 )
-from dagster_project.resources import session_or_factory
-from ops.run import IngestConfig, ReplaySpec, RunReport, run_ingestion
-from resources.config import (
+from dagster_eventhub_ingest.dagster_project.resources import session_or_factory
+from dagster_eventhub_ingest.ops.run import IngestConfig, ReplaySpec, RunReport, run_ingestion
+from dagster_eventhub_ingest.resources.config import (
     AssetPolicies,
     ConfigDeprecationWarning,
     LagCheckOptions,
     OneLineErrors,
     RunOptions,
 )
-from resources.errors import ConfigurationError, EventHubIngestError
-from resources.ranges import SeqRange
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, EventHubIngestError
+from dagster_eventhub_ingest.resources.ranges import SeqRange
 
 __all__ = [
     "IngestOptions",
@@ -94,9 +95,10 @@ class ResourceKeys:
 
 
 class IngestOptions(OneLineErrors, RunOptions, AssetPolicies):
-    """How runs ingest (:class:`resources.config.RunOptions`), the asset's pool and freshness
-    (:class:`resources.config.AssetPolicies`) and its lag check
-    (:class:`resources.config.LagCheckOptions`; a check exists only when a threshold is set).
+    """How runs ingest (:class:`dagster_eventhub_ingest.resources.config.RunOptions`), the asset's
+    pool and freshness (:class:`dagster_eventhub_ingest.resources.config.AssetPolicies`) and its lag
+    check (:class:`dagster_eventhub_ingest.resources.config.LagCheckOptions`; a check exists only
+    when a threshold is set).
 
     Bad values raise ConfigurationError naming the key. Example::
 
@@ -318,7 +320,8 @@ def build_eventhub_ingest_asset(
         key: asset key.
         partition_ids: static partition ids; None makes the partitions dynamic (named
             ``dynamic_partitions_name``, default ``{key}_partitions``), kept in sync with the hub
-            by the sensor from :func:`dagster_project.sensors.build_partition_sync_sensor`.
+            by the sensor from
+            :func:`dagster_eventhub_ingest.dagster_project.sensors.build_partition_sync_sensor`.
         options: ingestion knobs and lag thresholds.
         resource_keys: which resources to use (defaults: eventhub, partition_store, sink,
             pyspark).
@@ -332,8 +335,8 @@ def build_eventhub_ingest_asset(
             sink's ``dagster/uri`` or ``dagster/table_name``).
 
     With a lag threshold the asset declares the lag check and evaluates it after every run
-    (:mod:`dagster_project.checks`); the check's own sensor comes from
-    :func:`dagster_project.component.build_eventhub_ingest_defs`.
+    (:mod:`dagster_eventhub_ingest.dagster_project.checks`); the check's own sensor comes from
+    :func:`dagster_eventhub_ingest.dagster_project.component.build_eventhub_ingest_defs`.
 
     Example::
 

@@ -2,8 +2,9 @@
 
 The check asks the hub for each partition's last enqueued event (one properties call per
 partition, concurrently) and the store for the checkpoints (one list call), the same cheap read
-as ``ehingest status`` (:func:`ops.status.partition_status`); a lagging partition costs one
-single-event receive for its age. It is declared on the ingestion asset (``check_specs``), and:
+as ``ehingest status`` (:func:`dagster_eventhub_ingest.ops.status.partition_status`); a lagging
+partition costs one single-event receive for its age. It is declared on the ingestion asset
+(``check_specs``), and:
 
 * every ingestion run evaluates it when it finishes;
 * a sensor (:func:`build_lag_sensor`) evaluates it on its own interval without launching a run,
@@ -27,10 +28,10 @@ from typing import Any, Literal, Protocol
 
 import dagster as dg
 
-from dagster_project.metadata import label_ids, round_seconds
-from resources.errors import EventHubIngestError
-from resources.settings import EventHubSettings
-from resources.store import PartitionStore
+from dagster_eventhub_ingest.dagster_project.metadata import label_ids, round_seconds
+from dagster_eventhub_ingest.resources.errors import EventHubIngestError
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
+from dagster_eventhub_ingest.resources.store import PartitionStore
 
 __all__ = [
     "LAG_CHECK_NAME",
@@ -51,7 +52,8 @@ LAG_CHECK_NAME = "lag_within_threshold"
 
 
 class LagThresholds(Protocol):
-    """What the check needs to know (:class:`resources.config.LagCheckOptions` provides it)."""
+    """What the check needs to know
+    (:class:`dagster_eventhub_ingest.resources.config.LagCheckOptions` provides it)."""
 
     @property
     def max_lag_events(self) -> int | None: ...
@@ -82,8 +84,9 @@ def lag_check_result(
     """Pass iff every partition's lag is within the thresholds.
 
     ``reports`` maps partition id to anything with ``lag_events`` / ``lag_seconds`` (a
-    :class:`ops.status.PartitionStatus` or :class:`ops.run.PartitionReport`); a partition
-    without one (not measured) counts as over the threshold.
+    :class:`dagster_eventhub_ingest.ops.status.PartitionStatus` or
+    :class:`dagster_eventhub_ingest.ops.run.PartitionReport`); a partition without one (not
+    measured) counts as over the threshold.
     """
     over: list[str] = []
     for pid, rep in reports.items():
@@ -282,8 +285,8 @@ def measure(
     gives the summary each partition's last batch (``batches`` adds or overrides some, e.g.
     the batches the calling run landed); without ``measured_by`` no summary is made.
     """
-    from ops.status import partition_status
-    from resources.hub_client import EventHubClient
+    from dagster_eventhub_ingest.ops.status import partition_status
+    from dagster_eventhub_ingest.resources.hub_client import EventHubClient
 
     try:
         rows = partition_status(

@@ -3,7 +3,7 @@
 Registered for ``dg`` under the ``dagster_dg_cli.registry_modules`` entry point (see
 pyproject.toml), so ``dg list components`` shows it and ``dg scaffold defs`` can create one::
 
-    type: dagster_project.component.EventHubIngestComponent
+    type: dagster_eventhub_ingest.dagster_project.component.EventHubIngestComponent
     attributes:
       asset_key: telemetry
       eventhub:
@@ -42,10 +42,14 @@ from pydantic import (
     model_validator,
 )
 
-from dagster_project.assets import IngestOptions, ResourceKeys, build_eventhub_ingest_asset
-from dagster_project.checks import build_lag_sensor
-from dagster_project.metadata import definition_metadata
-from dagster_project.resources import (
+from dagster_eventhub_ingest.dagster_project.assets import (
+    IngestOptions,
+    ResourceKeys,
+    build_eventhub_ingest_asset,
+)
+from dagster_eventhub_ingest.dagster_project.checks import build_lag_sensor
+from dagster_eventhub_ingest.dagster_project.metadata import definition_metadata
+from dagster_eventhub_ingest.dagster_project.resources import (
     EventHubResource,
     LocalPySparkResource,
     PartitionStoreResource,
@@ -53,9 +57,12 @@ from dagster_project.resources import (
     local_pyspark_resource,
     spark_resource,
 )
-from dagster_project.schedules import build_ingest_job, build_ingest_schedule
-from dagster_project.sensors import build_partition_sync_sensor
-from resources.config import (
+from dagster_eventhub_ingest.dagster_project.schedules import (
+    build_ingest_job,
+    build_ingest_schedule,
+)
+from dagster_eventhub_ingest.dagster_project.sensors import build_partition_sync_sensor
+from dagster_eventhub_ingest.resources.config import (
     AssetOptions,
     ConfigDeprecationWarning,
     EventHubConfig,
@@ -69,7 +76,7 @@ from resources.config import (
     spark_conf_strings,
     unknown_key_message,
 )
-from resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
 
 __all__ = [
     "EventHubIngestComponent",
@@ -189,7 +196,8 @@ def _shown_keys(model: type[BaseModel]) -> list[str]:
 
 
 class EventHubModel(_KeyChecked, dg.Resolvable, dg.Model, EventHubConfig):
-    """The Event Hub to read (:class:`resources.config.EventHubConfig`, templates resolved)."""
+    """The Event Hub to read (:class:`dagster_eventhub_ingest.resources.config.EventHubConfig`,
+    templates resolved)."""
 
     # Old spellings (one release): moved into ``credential`` with a deprecation warning.
     credential_type: Literal["connection_string", "default_azure_credential"] | None = Field(
@@ -208,7 +216,8 @@ class EventHubModel(_KeyChecked, dg.Resolvable, dg.Model, EventHubConfig):
 
 
 class StoreModel(_KeyChecked, dg.Resolvable, dg.Model, StoreConfig):
-    """The Blob container for leases and checkpoints (:class:`resources.config.StoreConfig`)."""
+    """The Blob container for leases and checkpoints
+    (:class:`dagster_eventhub_ingest.resources.config.StoreConfig`)."""
 
     credential_type: Literal["connection_string", "default_azure_credential"] | None = Field(
         default=None, description="Deprecated: write credential.credential_type."
@@ -226,7 +235,7 @@ class StoreModel(_KeyChecked, dg.Resolvable, dg.Model, StoreConfig):
 
 
 class SinkModel(_KeyChecked, dg.Resolvable, dg.Model, SinkConfig):
-    """Where events land (:class:`resources.config.SinkConfig`)."""
+    """Where events land (:class:`dagster_eventhub_ingest.resources.config.SinkConfig`)."""
 
     def resource(self) -> SinkResource:
         """The :class:`SinkResource` this describes."""
@@ -234,11 +243,13 @@ class SinkModel(_KeyChecked, dg.Resolvable, dg.Model, SinkConfig):
 
 
 class ScheduleModel(_KeyChecked, dg.Resolvable, dg.Model, ScheduleOptions):
-    """Every N minutes, K runs over every partition (:class:`resources.config.ScheduleOptions`)."""
+    """Every N minutes, K runs over every partition
+    (:class:`dagster_eventhub_ingest.resources.config.ScheduleOptions`)."""
 
 
 class LagCheckModel(_KeyChecked, dg.Resolvable, dg.Model, LagCheckOptions):
-    """The lag check and its sensor (:class:`resources.config.LagCheckOptions`)."""
+    """The lag check and its sensor
+    (:class:`dagster_eventhub_ingest.resources.config.LagCheckOptions`)."""
 
 
 def _resolve_spark_conf(context: dg.ResolutionContext, value: Any) -> dict[str, str]:
@@ -246,7 +257,8 @@ def _resolve_spark_conf(context: dg.ResolutionContext, value: Any) -> dict[str, 
 
 
 class SparkModel(_KeyChecked, dg.Resolvable, dg.Model, SparkConfig):
-    """How Spark starts (:class:`resources.config.SparkConfig`, the CLI file's ``spark:``)."""
+    """How Spark starts (:class:`dagster_eventhub_ingest.resources.config.SparkConfig`, the CLI
+    file's ``spark:``)."""
 
     # YAML writes numbers and booleans bare (shuffle partitions: 4); Spark gets strings.
     conf: Annotated[
@@ -285,8 +297,9 @@ class EventHubIngestComponent(
     Builds a partitioned asset (one partition per hub partition, with a lag check), its job, a
     schedule launching K parallel runs, a sensor syncing dynamic partitions with the hub, and the
     resources (Event Hub, partition store, sink, local PySpark). The run options (strategy,
-    max_events_per_partition, ...) are :class:`resources.config.RunOptions`, the same keys as
-    the ``ehingest`` config file; everything is validated when the definitions load.
+    max_events_per_partition, ...) are :class:`dagster_eventhub_ingest.resources.config.RunOptions`,
+    the same keys as the ``ehingest`` config file; everything is validated when the definitions
+    load.
     """
 
     eventhub: EventHubModel = Field(description="The Event Hub to read.")
@@ -385,8 +398,9 @@ def build_eventhub_ingest_defs(
 ) -> dg.Definitions:
     """Everything for one hub in Python: asset (+ lag check), job, schedule, sensor, resources.
 
-    ``retry_policy`` replaces :func:`dagster_project.assets.default_retry_policy` (transient
-    errors only; configuration and data-loss errors are never retried).
+    ``retry_policy`` replaces
+    :func:`dagster_eventhub_ingest.dagster_project.assets.default_retry_policy` (transient errors
+    only; configuration and data-loss errors are never retried).
 
     Resource keys are prefixed by the asset name so several hubs can live in one project.
 

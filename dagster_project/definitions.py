@@ -1,7 +1,7 @@
 """The project's Definitions: every component declared under ``dagster_project/defs/``.
 
 ``dagster dev`` (via ``workspace.yaml``), ``dagster asset materialize -m
-dagster_project.definitions`` and ``dg check defs`` all load this module.
+dagster_eventhub_ingest.dagster_project.definitions`` and ``dg check defs`` all load this module.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Used by ``scripts/demo.sh``; works for any Parquet sink path of the ingestion asset::
 
-    python -m dagster_project.demo_report --asset eventhub_events --sink /data/out \\
+    python -m dagster_eventhub_ingest.dagster_project.demo_report --asset eventhub_events --sink
+    /data/out \\
         --hub demo --container eventhub-state
 
 Connection strings come from ``EVENTHUB_CONNECTION_STRING`` and
@@ -18,10 +19,10 @@ from pathlib import Path
 
 import dagster as dg
 
-from ops.text import format_table
-from resources.hub_client import sort_partition_ids
-from resources.settings import EventHubSettings, StoreSettings
-from resources.store import PartitionStore
+from dagster_eventhub_ingest.ops.text import format_table
+from dagster_eventhub_ingest.resources.hub_client import sort_partition_ids
+from dagster_eventhub_ingest.resources.settings import EventHubSettings, StoreSettings
+from dagster_eventhub_ingest.resources.store import PartitionStore
 
 __all__ = ["main", "sink_rows_per_partition"]
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import dagster as dg
 
-from ops.run import PartitionReport
-from resources.errors import redact
+from dagster_eventhub_ingest.ops.run import PartitionReport
+from dagster_eventhub_ingest.resources.errors import redact
 
 __all__ = [
     "BACKFILL_TAG",
@@ -48,8 +48,8 @@ _SPARK_TO_TYPE = {
 @cache
 def column_schema() -> dg.TableSchema:
     """The sink's columns: the ``eventhubs`` source schema plus the ``eh_batch`` key column."""
-    from ops.write import BATCH_COLUMN
-    from resources.spark_source import eventhubs_schema
+    from dagster_eventhub_ingest.ops.write import BATCH_COLUMN
+    from dagster_eventhub_ingest.resources.spark_source import eventhubs_schema
 
     columns = []
     for f in eventhubs_schema().fields:

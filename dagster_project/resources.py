@@ -6,7 +6,7 @@ name, never its value, in the launchpad and run config. Credentials are a union 
 literal ``credential_type``, as dagster-azure does::
 
     import dagster as dg
-    from dagster_project.resources import (
+    from dagster_eventhub_ingest.dagster_project.resources import (
         EventHubConnectionString, EventHubResource, PartitionStoreResource, SinkResource,
         StoreConnectionString, local_pyspark_resource,
     )
@@ -43,7 +43,7 @@ import dagster as dg
 from dagster_pyspark import PySparkResource
 from pydantic import BaseModel, Field, ValidatorFunctionWrapHandler, field_validator
 
-from resources.config import (
+from dagster_eventhub_ingest.resources.config import (
     EventHubConfig,
     EventHubConnectionStringCredential,
     EventHubIdentityCredential,
@@ -54,11 +54,15 @@ from resources.config import (
     StoreConnectionStringCredential,
     StoreIdentityCredential,
 )
-from resources.hub_client import EventHubClient
-from resources.settings import EventHubSettings, SinkSettings, StoreSettings
-from resources.spark_kind import DEFAULT_SPARK_MASTER
-from resources.spark_session import LOCAL_PINS, SPARK_CONF_DIR, session_defaults
-from resources.store import HubRef, PartitionStore
+from dagster_eventhub_ingest.resources.hub_client import EventHubClient
+from dagster_eventhub_ingest.resources.settings import EventHubSettings, SinkSettings, StoreSettings
+from dagster_eventhub_ingest.resources.spark_kind import DEFAULT_SPARK_MASTER
+from dagster_eventhub_ingest.resources.spark_session import (
+    LOCAL_PINS,
+    SPARK_CONF_DIR,
+    session_defaults,
+)
+from dagster_eventhub_ingest.resources.store import HubRef, PartitionStore
 
 __all__ = [
     "LOCAL_SPARK_CONFIG",
@@ -93,10 +97,11 @@ class _EnvVarsCheckedWhenSet(BaseModel):
 class EventHubConnectionString(dg.Config, EventHubConnectionStringCredential):
     """Authenticate to Event Hubs with a connection string (SAS key or the local emulator).
 
-    The fields of :class:`resources.config.EventHubConnectionStringCredential` (the YAML shape:
-    ``connection_string_env`` names the variable, read when the resource is used), plus
-    ``connection_string``, the value itself: pass ``dg.EnvVar("EVENTHUB_CONNECTION_STRING")``
-    so the UI shows the variable's name, never the secret.
+    The fields of
+    :class:`dagster_eventhub_ingest.resources.config.EventHubConnectionStringCredential` (the YAML
+    shape: ``connection_string_env`` names the variable, read when the resource is used), plus
+    ``connection_string``, the value itself: pass ``dg.EnvVar("EVENTHUB_CONNECTION_STRING")`` so the
+    UI shows the variable's name, never the secret.
     """
 
     connection_string: str | None = Field(
@@ -111,15 +116,16 @@ class EventHubIdentity(dg.Config, EventHubIdentityCredential):
     """Authenticate to Event Hubs with azure-identity's DefaultAzureCredential (Entra ID).
 
     Fields (namespace, managed identity client id, tenant, ``exclude_*``) are those of
-    :class:`resources.config.EventHubIdentityCredential`, the same as in YAML.
+    :class:`dagster_eventhub_ingest.resources.config.EventHubIdentityCredential`, the same as in
+    YAML.
     """
 
 
 class StoreConnectionString(dg.Config, StoreConnectionStringCredential):
     """Authenticate to Blob Storage with a connection string (account key, SAS or Azurite).
 
-    The fields of :class:`resources.config.StoreConnectionStringCredential`, plus
-    ``connection_string``, the value: pass ``dg.EnvVar("AZURE_STORAGE_CONNECTION_STRING")``.
+    The fields of :class:`dagster_eventhub_ingest.resources.config.StoreConnectionStringCredential`,
+    plus ``connection_string``, the value: pass ``dg.EnvVar("AZURE_STORAGE_CONNECTION_STRING")``.
     """
 
     connection_string: str | None = Field(
@@ -133,7 +139,8 @@ class StoreConnectionString(dg.Config, StoreConnectionStringCredential):
 class StoreIdentity(dg.Config, StoreIdentityCredential):
     """Authenticate to Blob Storage with azure-identity's DefaultAzureCredential (Entra ID).
 
-    Fields are those of :class:`resources.config.StoreIdentityCredential`, as in YAML.
+    Fields are those of :class:`dagster_eventhub_ingest.resources.config.StoreIdentityCredential`,
+    as in YAML.
     """
 
 
@@ -142,9 +149,10 @@ class EventHubResource(
 ):
     """The Event Hub to read, and the consumer group whose checkpoints this pipeline owns.
 
-    The fields and their checks are :class:`resources.config.EventHubConfig`'s (the
-    ``eventhub:`` block of defs.yaml and of the ``ehingest`` file); the connection-string
-    credential may also carry the value itself, as ``dg.EnvVar``. Example::
+    The fields and their checks are
+    :class:`dagster_eventhub_ingest.resources.config.EventHubConfig`'s (the ``eventhub:`` block of
+    defs.yaml and of the ``ehingest`` file); the connection-string credential may also carry the
+    value itself, as ``dg.EnvVar``. Example::
 
         EventHubResource(
             eventhub_name="telemetry",
@@ -166,7 +174,8 @@ class EventHubResource(
 
     @classmethod
     def from_config(cls, config: EventHubConfig) -> EventHubResource:
-        """The resource for a YAML-shaped :class:`resources.config.EventHubConfig`.
+        """The resource for a YAML-shaped
+        :class:`dagster_eventhub_ingest.resources.config.EventHubConfig`.
 
         A connection string is referenced as ``dg.EnvVar``: the UI shows the variable's name.
         """
@@ -201,7 +210,8 @@ class PartitionStoreResource(
 ):
     """The Blob container holding leases and checkpoints (the Azure SDK's layout).
 
-    The fields and their checks are :class:`resources.config.StoreConfig`'s (``store:``).
+    The fields and their checks are :class:`dagster_eventhub_ingest.resources.config.StoreConfig`'s
+    (``store:``).
     """
 
     credential: StoreConnectionString | StoreIdentity = Field(
@@ -216,7 +226,8 @@ class PartitionStoreResource(
 
     @classmethod
     def from_config(cls, config: StoreConfig) -> PartitionStoreResource:
-        """The resource for a YAML-shaped :class:`resources.config.StoreConfig`."""
+        """The resource for a YAML-shaped
+        :class:`dagster_eventhub_ingest.resources.config.StoreConfig`."""
         cred = config.credential
         credential: StoreConnectionString | StoreIdentity
         if isinstance(cred, StoreIdentityCredential):
@@ -246,16 +257,18 @@ class PartitionStoreResource(
 class SinkResource(dg.ConfigurableResource, _EnvVarsCheckedWhenSet, OneLineErrors, SinkConfig):
     """Where events land: a path or a table, in a Spark format (or ``deltalake``).
 
-    The fields, their checks and :meth:`settings` are :class:`resources.config.SinkConfig`'s
-    (the ``sink:`` block of defs.yaml and of the ``ehingest`` config file), so a bad format or
-    ``partition_by`` column fails here, at construction. Example::
+    The fields, their checks and :meth:`settings` are
+    :class:`dagster_eventhub_ingest.resources.config.SinkConfig`'s (the ``sink:`` block of defs.yaml
+    and of the ``ehingest`` config file), so a bad format or ``partition_by`` column fails here, at
+    construction. Example::
 
         SinkResource(path="/data/telemetry", partition_by=["partition"])
     """
 
     @classmethod
     def from_config(cls, config: SinkConfig) -> SinkResource:
-        """The resource for a YAML-shaped :class:`resources.config.SinkConfig`."""
+        """The resource for a YAML-shaped
+        :class:`dagster_eventhub_ingest.resources.config.SinkConfig`."""
         return cls(**{name: getattr(config, name) for name in SinkConfig.model_fields})
 
 
@@ -292,7 +305,7 @@ class LocalPySparkResource(PySparkResource):
     )
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        from resources.spark_kind import is_local_master
+        from dagster_eventhub_ingest.resources.spark_kind import is_local_master
 
         remote = self.spark_config.get("spark.remote")
         if not remote and is_local_master(self.spark_config.get("spark.master")):
@@ -308,7 +321,7 @@ class LocalPySparkResource(PySparkResource):
     @property
     def spark_session(self) -> Any:
         """The session, started (``getOrCreate``) on first use."""
-        from resources.spark_kind import is_connect_session
+        from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
 
         if self._spark_session is None:
             session = self._start()
@@ -320,11 +333,14 @@ class LocalPySparkResource(PySparkResource):
 
     def _start(self) -> Any:
         """``getOrCreate`` as dagster-pyspark does; a local driver's JVM from the class-data
-        archive (:func:`resources.spark_session.start_local_driver`)."""
+        archive (:func:`dagster_eventhub_ingest.resources.spark_session.start_local_driver`)."""
         from dagster_pyspark.resources import spark_session_from_config
 
-        from resources.spark_kind import is_local_master
-        from resources.spark_session import numpy_checks_without_pandas, start_local_driver
+        from dagster_eventhub_ingest.resources.spark_kind import is_local_master
+        from dagster_eventhub_ingest.resources.spark_session import (
+            numpy_checks_without_pandas,
+            start_local_driver,
+        )
 
         config = self.spark_config
         if config.get("spark.remote") or not is_local_master(config.get("spark.master")):
@@ -355,7 +371,7 @@ def local_pyspark_resource(
     Example: ``local_pyspark_resource({"spark.master": "local[2]"})`` or
     ``local_pyspark_resource(remote="sc://spark.example:15002")``.
     """
-    from resources.spark_kind import is_local_master
+    from dagster_eventhub_ingest.resources.spark_kind import is_local_master
 
     user = dict(spark_config or {})
     if remote is not None:
@@ -384,7 +400,7 @@ def session_or_factory(
     run's resources were set up) gives its session, which the run asks.
     """
     if isinstance(pyspark, LocalPySparkResource):
-        from ops.sink_checks import check_sink_reachable
+        from dagster_eventhub_ingest.ops.sink_checks import check_sink_reachable
 
         engine = pyspark.engine()
         check_sink_reachable(sink, local=engine.is_local, engine=engine.engine)
@@ -393,12 +409,13 @@ def session_or_factory(
 
 
 def spark_resource(config: SparkConfig) -> LocalPySparkResource:
-    """The PySpark resource for a :class:`resources.config.SparkConfig` (the CLI's ``spark:``).
+    """The PySpark resource for a :class:`dagster_eventhub_ingest.resources.config.SparkConfig` (the
+    CLI's ``spark:``).
 
     Unset ``master`` keeps the local default (``local[*]`` with loopback pins); ``app_name``
     is set only when given; ``ship_code: false`` tells the source the cluster has the package.
     """
-    from resources.code_shipping import SHIP_CODE_CONF
+    from dagster_eventhub_ingest.resources.code_shipping import SHIP_CODE_CONF
 
     conf: dict[str, Any] = dict(config.conf)
     if config.master is not None:

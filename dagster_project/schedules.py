@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from dagster_project.assets import RUNNER_TAG
-from resources.config import ScheduleOptions
+from dagster_eventhub_ingest.dagster_project.assets import RUNNER_TAG
+from dagster_eventhub_ingest.resources.config import ScheduleOptions
 
 __all__ = ["RUNNER_TAG", "build_ingest_job", "build_ingest_schedule", "every_minutes_cron"]
 

@@ -1,6 +1,7 @@
-"""``python -m emulator serve ...``: the same commands as ``ehingest emulator``."""
+"""``python -m dagster_eventhub_ingest.emulator serve ...``: the same commands as ``ehingest
+emulator``."""
 
-from emulator.cli import main
+from dagster_eventhub_ingest.emulator.cli import main
 
 if __name__ == "__main__":
     main()

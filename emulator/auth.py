@@ -16,7 +16,7 @@ refused (401), as is an unsigned (``alg: none``) or wrongly signed one.
 
 Example::
 
-    from emulator.auth import Authenticator, TestTokenCredential
+    from dagster_eventhub_ingest.emulator.auth import Authenticator, TestTokenCredential
 
     auth = Authenticator({"RootManageSharedAccessKey": "SAS_KEY_VALUE"}, jwt_secret="s3")
     status, why = auth.check("jwt", TestTokenCredential("s3").get_token().token, "sb://h/hub")

@@ -1,4 +1,5 @@
-"""The emulator's own command line: ``python -m emulator`` and ``ehingest emulator``.
+"""The emulator's own command line: ``python -m dagster_eventhub_ingest.emulator`` and ``ehingest
+emulator``.
 
 The emulator owns its argument parsing; the ``ehingest`` CLI mounts this group as its
 ``emulator`` subcommand.
@@ -112,7 +113,8 @@ def emulator() -> None:
     default=None,
     metavar="SECRET",
     help="Entra ID test mode: accept HS256 JWTs signed with SECRET "
-    "(emulator.auth.TestTokenCredential issues them). Default: every JWT is refused.",
+    "(dagster_eventhub_ingest.emulator.auth.TestTokenCredential issues them). "
+    "Default: every JWT is refused.",
 )
 @click.option(
     "--ws-port",
@@ -157,10 +159,10 @@ def serve(
     idle_timeout: float,
 ) -> None:
     """Serve hubs until interrupted (SIGINT/SIGTERM stop it cleanly)."""
-    from emulator.auth import Authenticator, parse_key
-    from emulator.hub import EmulatorError, Namespace
-    from emulator.server import EmulatorServer, server_ssl_context
-    from emulator.testing import connection_string
+    from dagster_eventhub_ingest.emulator.auth import Authenticator, parse_key
+    from dagster_eventhub_ingest.emulator.hub import EmulatorError, Namespace
+    from dagster_eventhub_ingest.emulator.server import EmulatorServer, server_ssl_context
+    from dagster_eventhub_ingest.emulator.testing import connection_string
 
     if retention is not None and retention <= 0:
         raise click.BadParameter(f"{retention} must be > 0 seconds", param_hint="--retention")
@@ -280,7 +282,7 @@ def send(
     """Send COUNT events of SIZE bytes with the real SDK producer; print the rate achieved."""
     from azure.eventhub import EventData, EventHubProducerClient
 
-    from resources.errors import redact
+    from dagster_eventhub_ingest.resources.errors import redact
 
     if partition_id is not None and partition_key is not None:
         raise click.UsageError("give --partition or --partition-key, not both")
@@ -327,7 +329,7 @@ def send(
     )
 
 
-def main() -> None:  # pragma: no cover - ``python -m emulator``
-    """Entry point for ``python -m emulator``."""
+def main() -> None:  # pragma: no cover - ``python -m dagster_eventhub_ingest.emulator``
+    """Entry point for ``python -m dagster_eventhub_ingest.emulator``."""
     with contextlib.suppress(KeyboardInterrupt):
         emulator()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from emulator.codec import (
+from dagster_eventhub_ingest.emulator.codec import (
     Array,
     Described,
     Symbol,

@@ -23,7 +23,15 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from emulator.codec import Symbol, Timestamp, decode, encode, encode_into, skip, split_list
+from dagster_eventhub_ingest.emulator.codec import (
+    Symbol,
+    Timestamp,
+    decode,
+    encode,
+    encode_into,
+    skip,
+    split_list,
+)
 
 __all__ = [
     "DEFAULT_CONSUMER_GROUP",
@@ -506,7 +514,7 @@ class Hub:
 
     def properties(self) -> dict[str, Any]:
         """Management READ of this hub, with the AMQP types the SDK expects."""
-        from emulator.codec import Array
+        from dagster_eventhub_ingest.emulator.codec import Array
 
         return {
             "name": self.name,

@@ -1,10 +1,10 @@
 """The emulator's AMQP 1.0 peer on asyncio: connections, sessions, links, CBS and management.
 
-One :class:`EmulatorServer` serves a :class:`~emulator.hub.Namespace` on 127.0.0.1. Everything
-runs on one event loop thread, so hub state needs no locks (``Namespace.create_hub`` has its own
-for callers on other threads). Outgoing frames are collected per connection and written once per
-loop iteration; stored events are already encoded, so delivering one is a header pack and a
-slice.
+One :class:`EmulatorServer` serves a :class:`~dagster_eventhub_ingest.emulator.hub.Namespace` on
+127.0.0.1. Everything runs on one event loop thread, so hub state needs no locks
+(``Namespace.create_hub`` has its own for callers on other threads). Outgoing frames are collected
+per connection and written once per loop iteration; stored events are already encoded, so delivering
+one is a header pack and a slice.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import time
 import uuid
 from typing import Any
 
-from emulator import framing
-from emulator.auth import Authenticator
-from emulator.codec import (
+from dagster_eventhub_ingest.emulator import framing
+from dagster_eventhub_ingest.emulator.auth import Authenticator
+from dagster_eventhub_ingest.emulator.codec import (
     AMQPDecodeError,
     Described,
     Int,
@@ -32,9 +32,9 @@ from emulator.codec import (
     encode,
     split_list,
 )
-from emulator.framing import Performative, section_spans
-from emulator.hub import Hub, Namespace, Partition, StoredEvent
-from emulator.ws import WEBSOCKET_PATH, WebSocketProtocol
+from dagster_eventhub_ingest.emulator.framing import Performative, section_spans
+from dagster_eventhub_ingest.emulator.hub import Hub, Namespace, Partition, StoredEvent
+from dagster_eventhub_ingest.emulator.ws import WEBSOCKET_PATH, WebSocketProtocol
 
 __all__ = [
     "BATCH_MESSAGE_FORMAT",
@@ -392,7 +392,7 @@ class _ConsumerLink(_Link):
 
 
 def _ulong(code: int) -> Any:
-    from emulator.codec import ULong
+    from dagster_eventhub_ingest.emulator.codec import ULong
 
     return ULong(code)
 

@@ -1,7 +1,8 @@
 """A real Spark standalone cluster and a Spark Connect server, from the pip pyspark, on loopback.
 
-The third local stand-in beside Azurite (:mod:`emulator.azurite`) and the Event Hubs emulator:
-used by the ``cluster`` test tier (tests/cluster/) and by bench/cluster_throughput.py.
+The third local stand-in beside Azurite (:mod:`dagster_eventhub_ingest.emulator.azurite`) and the
+Event Hubs emulator: used by the ``cluster`` test tier (tests/cluster/) and by
+bench/cluster_throughput.py.
 
 The executors' Python is a separate venv built from the lock WITHOUT this project (and without
 pyspark, which Spark puts on its workers' path itself, nor Dagster, which no executor imports):
@@ -26,8 +27,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from emulator.azurite import ROOT, free_port, stop_process, wait_for_port
-from resources.spark_session import SPARK_CONF_DIR
+from dagster_eventhub_ingest.emulator.azurite import ROOT, free_port, stop_process, wait_for_port
+from dagster_eventhub_ingest.resources.spark_session import SPARK_CONF_DIR
 
 #: Every application on the 2-core worker takes one core, so the Spark Connect server (a
 #: long-running application) and a classic driver run side by side.

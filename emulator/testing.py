@@ -2,7 +2,7 @@
 
 Example::
 
-    from emulator.testing import running_emulator
+    from dagster_eventhub_ingest.emulator.testing import running_emulator
 
     with running_emulator(hubs={"telemetry": 4}) as emu:
         hub = emu.create_hub(partitions=2)            # uuid-named, created at runtime
@@ -26,12 +26,16 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from emulator.auth import DEFAULT_KEY_NAME, DEFAULT_KEY_VALUE, Authenticator
-from emulator.hub import Namespace
-from emulator.server import DEFAULT_IDLE_TIMEOUT, EmulatorServer, server_ssl_context
+from dagster_eventhub_ingest.emulator.auth import DEFAULT_KEY_NAME, DEFAULT_KEY_VALUE, Authenticator
+from dagster_eventhub_ingest.emulator.hub import Namespace
+from dagster_eventhub_ingest.emulator.server import (
+    DEFAULT_IDLE_TIMEOUT,
+    EmulatorServer,
+    server_ssl_context,
+)
 
 if TYPE_CHECKING:
-    from resources.settings import EventHubSettings
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings
 
 __all__ = [
     "EmulatedHub",
@@ -73,7 +77,7 @@ class EmulatedHub:
 
     def settings(self, consumer_group: str = "$Default") -> EventHubSettings:
         """``EventHubSettings`` for this hub and ``consumer_group``."""
-        from resources.settings import EventHubSettings
+        from dagster_eventhub_ingest.resources.settings import EventHubSettings
 
         return EventHubSettings(
             eventhub_name=self.name,
@@ -354,9 +358,10 @@ def running_emulator(
     gets the ``consumer_groups`` besides ``$Default``. ``data_dir`` persists events across
     restarts; ``retention`` (seconds) makes older events unreadable. ``port=0`` picks a free port.
     ``keys`` (name -> value; default the well-known pair), ``jwt_secret`` (Entra ID test mode)
-    and ``namespaces`` (host names served; default any) are :class:`emulator.auth.Authenticator`'s.
-    ``ws_port`` (0 = free) turns on AMQP over WebSockets; ``tls_cert``/``tls_key`` (PEM files)
-    serve TLS on both ports; ``idle_timeout`` (seconds, None = off) is advertised and enforced.
+    and ``namespaces`` (host names served; default any) are
+    :class:`dagster_eventhub_ingest.emulator.auth.Authenticator`'s. ``ws_port`` (0 = free) turns on
+    AMQP over WebSockets; ``tls_cert``/``tls_key`` (PEM files) serve TLS on both ports;
+    ``idle_timeout`` (seconds, None = off) is advertised and enforced.
     """
     namespace = Namespace(data_dir, retention_seconds=retention)
     groups = tuple(consumer_groups)
@@ -419,12 +424,13 @@ def running_emulator(
 
 @contextlib.contextmanager
 def emulator_subprocess(hubs: Mapping[str, int]) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """Run ``python -m emulator serve`` on a free loopback port in its own process.
+    """Run ``python -m dagster_eventhub_ingest.emulator serve`` on a free loopback port in its own
+    process.
 
     For benchmarks that must not share the GIL with the emulator. Yields (connection string,
     process); the process is always stopped (SIGINT, then kill).
     """
-    cmd = [sys.executable, "-m", "emulator", "serve", "--port", "0"]
+    cmd = [sys.executable, "-m", "dagster_eventhub_ingest.emulator", "serve", "--port", "0"]
     for name, parts in hubs.items():
         cmd += ["--hub", f"{name}:{parts}"]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,8 +1,9 @@
 """ops: the run's steps (plan, claim, read, write, checkpoint) over resources/.
 
-The public names load lazily: Spark executors import ``ops.write`` (the Delta writer) from the
-shipped code, and an eager import of ``ops.run`` here would pull the driver-only configuration
-model (pydantic) into every executor's Python, which need not have it.
+The public names load lazily: Spark executors import ``dagster_eventhub_ingest.ops.write`` (the
+Delta writer) from the shipped code, and an eager import of ``dagster_eventhub_ingest.ops.run`` here
+would pull the driver-only configuration model (pydantic) into every executor's Python, which need
+not have it.
 """
 
 from __future__ import annotations
@@ -11,23 +12,29 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ops.run import IngestConfig, PartitionReport, ReplaySpec, RunReport, run_ingestion
-    from ops.stats import PartitionWriteStats
-    from ops.status import PartitionStatus, partition_status
-    from ops.write import WriteResult, read_sink, write_batch
+    from dagster_eventhub_ingest.ops.run import (
+        IngestConfig,
+        PartitionReport,
+        ReplaySpec,
+        RunReport,
+        run_ingestion,
+    )
+    from dagster_eventhub_ingest.ops.stats import PartitionWriteStats
+    from dagster_eventhub_ingest.ops.status import PartitionStatus, partition_status
+    from dagster_eventhub_ingest.ops.write import WriteResult, read_sink, write_batch
 
 _HOMES = {
-    "IngestConfig": "ops.run",
-    "PartitionReport": "ops.run",
-    "ReplaySpec": "ops.run",
-    "RunReport": "ops.run",
-    "run_ingestion": "ops.run",
-    "PartitionStatus": "ops.status",
-    "partition_status": "ops.status",
-    "PartitionWriteStats": "ops.stats",
-    "WriteResult": "ops.write",
-    "read_sink": "ops.write",
-    "write_batch": "ops.write",
+    "IngestConfig": "dagster_eventhub_ingest.ops.run",
+    "PartitionReport": "dagster_eventhub_ingest.ops.run",
+    "ReplaySpec": "dagster_eventhub_ingest.ops.run",
+    "RunReport": "dagster_eventhub_ingest.ops.run",
+    "run_ingestion": "dagster_eventhub_ingest.ops.run",
+    "PartitionStatus": "dagster_eventhub_ingest.ops.status",
+    "partition_status": "dagster_eventhub_ingest.ops.status",
+    "PartitionWriteStats": "dagster_eventhub_ingest.ops.stats",
+    "WriteResult": "dagster_eventhub_ingest.ops.write",
+    "read_sink": "dagster_eventhub_ingest.ops.write",
+    "write_batch": "dagster_eventhub_ingest.ops.write",
 }
 
 __all__ = [

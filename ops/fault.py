@@ -22,7 +22,7 @@ sleeps at a step (the steps above, plus ``before_join``: before the run writes i
 heartbeat, and ``spark_start``: before the run starts its Spark session), e.g. a slow Spark
 start that a concurrent run's claims overlap.
 ``EHINGEST_SLOW_READ_SECONDS`` slows every reader on the executors
-(:mod:`resources.read_progress`).
+(:mod:`dagster_eventhub_ingest.resources.read_progress`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import signal
 import threading
 import time
 
-from resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
 
 __all__ = ["PAUSE_STEPS", "STEPS", "FaultPlan", "fault_point", "fault_timer", "pause_point"]
 

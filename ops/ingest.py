@@ -15,23 +15,23 @@ from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ops.stats import PartitionWriteStats
-from resources.limits import (
+from dagster_eventhub_ingest.ops.stats import PartitionWriteStats
+from dagster_eventhub_ingest.resources.limits import (
     DEFAULT_PREFETCH,
     DEFAULT_READERS_PER_PARTITION,
     DEFAULT_RECEIVE_TIMEOUT_SECONDS,
 )
-from resources.ranges import SeqRange
+from dagster_eventhub_ingest.resources.ranges import SeqRange
 
 if TYPE_CHECKING:
     from pyspark import Accumulator
     from pyspark.sql import SparkSession
 
-    from ops.progress import ReadCounter
-    from resources.hub_client import PartitionInfo
-    from resources.settings import EventHubSettings, SinkSettings
-    from resources.spark_source import ReadOptions
-    from resources.spark_source._stats import SubRangeKey, SubRangeStats
+    from dagster_eventhub_ingest.ops.progress import ReadCounter
+    from dagster_eventhub_ingest.resources.hub_client import PartitionInfo
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings, SinkSettings
+    from dagster_eventhub_ingest.resources.spark_source import ReadOptions
+    from dagster_eventhub_ingest.resources.spark_source._stats import SubRangeKey, SubRangeStats
 
 __all__ = ["Ingestor", "SparkIngestor"]
 
@@ -39,9 +39,9 @@ __all__ = ["Ingestor", "SparkIngestor"]
 class Ingestor(Protocol):
     """Reads the given inclusive ranges and writes them to the sink, idempotently per range.
 
-    Must raise :class:`~resources.errors.DataLossError` when a range has a gap and
-    :class:`~resources.errors.SinkError` when the sink cannot be written. Writing the same
-    ranges twice must leave them in the sink once.
+    Must raise :class:`~dagster_eventhub_ingest.resources.errors.DataLossError` when a range has a
+    gap and :class:`~dagster_eventhub_ingest.resources.errors.SinkError` when the sink cannot be
+    written. Writing the same ranges twice must leave them in the sink once.
     """
 
     def ingest(
@@ -58,11 +58,11 @@ class Ingestor(Protocol):
         that number expired; read the rest, but key the batch by the whole range (a replay of
         an intent must replace, never add to, what an earlier attempt wrote).
         ``generations`` (partition -> hub generation): part of those batches' keys
-        (``ops.stats.batch_key``), for a hub re-created and reset; the run passes it only
-        when there is one.
-        ``partition_infos``: the run's last look at these partitions (first retained and last
-        enqueued sequence numbers), to check the ranges against instead of asking the service
-        again; events that expired since must still raise DataLossError.
+        (``dagster_eventhub_ingest.ops.stats.batch_key``), for a hub re-created and reset; the run
+        passes it only when there is one. ``partition_infos``: the run's last look at these
+        partitions (first retained and last enqueued sequence numbers), to check the ranges against
+        instead of asking the service again; events that expired since must still raise
+        DataLossError.
         """
         ...
 
@@ -79,7 +79,8 @@ class Ingestor(Protocol):
 
 
 class SparkIngestor:
-    """:class:`Ingestor` over a SparkSession, the ``eventhubs`` source and ``ops.write``.
+    """:class:`Ingestor` over a SparkSession, the ``eventhubs`` source and
+    ``dagster_eventhub_ingest.ops.write``.
 
     Args:
         spark: the session (local or cluster); None starts a local one at the first read, so a
@@ -87,7 +88,8 @@ class SparkIngestor:
         eventhub: the hub to read.
         sink: where to write.
         receive_timeout_seconds / prefetch / max_readers_per_partition: the reader settings
-            (:class:`resources.config.RunOptions`; their defaults are ``resources.limits``').
+            (:class:`dagster_eventhub_ingest.resources.config.RunOptions`; their defaults are
+            ``dagster_eventhub_ingest.resources.limits``').
         spark_factory: starts the session when ``spark`` is None (default: a local one).
         read_counter: live read progress (the readers' running counts in the store); None
             for none.
@@ -125,7 +127,7 @@ class SparkIngestor:
         """The session, started locally on first use when none was given (or the one
         :meth:`start_early` is starting, waited for: timed as ``spark_start``)."""
         if self._spark is None:
-            from ops.progress import phase
+            from dagster_eventhub_ingest.ops.progress import phase
 
             with phase("spark_start"):
                 if self._early is None:
@@ -139,7 +141,7 @@ class SparkIngestor:
                     assert self._started is not None
                     # Started on another thread, where it became the active session; Spark
                     # looks up Python data sources (the Delta writer) in the caller's.
-                    from resources.spark_session import make_active
+                    from dagster_eventhub_ingest.resources.spark_session import make_active
 
                     make_active(self._started)
                     self._spark = self._started
@@ -147,12 +149,12 @@ class SparkIngestor:
         return self._spark
 
     def _start_session(self) -> SparkSession:
-        from ops.fault import pause_point
+        from dagster_eventhub_ingest.ops.fault import pause_point
 
         pause_point("spark_start")
         if self._factory is not None:
             return self._factory()
-        from resources.spark_session import local_spark_session
+        from dagster_eventhub_ingest.resources.spark_session import local_spark_session
 
         return local_spark_session("ehingest")
 
@@ -163,18 +165,18 @@ class SparkIngestor:
         The run calls it once its snapshot shows something to read, so the JVM starts while
         the run waits out its join grace and claims (a second or more of store calls and
         waiting) instead of after; then the executors' Python workers start and import the
-        reader (:func:`ops.warm_up.warm_session`) while the run records intents and Spark
-        plans the read, instead of inside the first read's tasks. Measured on 2 cores, 100k
-        events (bench/ingest_throughput.py): a cold ``ehingest run`` 12.2-12.6 -> 11.5-12.2 s,
-        an in-process run with the JVM up 9.5-9.6 -> 7.9-8.9 s. A failed start is raised where
-        the session is first used; a failed warm-up only logged.
+        reader (:func:`dagster_eventhub_ingest.ops.warm_up.warm_session`) while the run records
+        intents and Spark plans the read, instead of inside the first read's tasks. Measured on 2
+        cores, 100k events (bench/ingest_throughput.py): a cold ``ehingest run`` 12.2-12.6 ->
+        11.5-12.2 s, an in-process run with the JVM up 9.5-9.6 -> 7.9-8.9 s. A failed start is
+        raised where the session is first used; a failed warm-up only logged.
         """
         if self._early is not None:
             return
         given = self._spark
 
         def work() -> None:
-            from ops.warm_up import warm_session
+            from dagster_eventhub_ingest.ops.warm_up import warm_session
 
             try:
                 session = given if given is not None else self._start_session()
@@ -200,14 +202,15 @@ class SparkIngestor:
 
     def prepare(self) -> None:
         """Have the session running (start it, or wait for :meth:`start_early`'s start): the run
-        calls it after claiming and before recording intents, see ``ops.run``."""
+        calls it after claiming and before recording intents, see
+        ``dagster_eventhub_ingest.ops.run``."""
         _ = self.spark
 
     def task_counts(self) -> tuple[int, int] | None:
         """(completed, total) Spark tasks of the read in flight; None under Spark Connect."""
         if self._spark is None:
             return None
-        from ops.progress import spark_task_counts
+        from dagster_eventhub_ingest.ops.progress import spark_task_counts
 
         return spark_task_counts(self._spark)
 
@@ -220,7 +223,7 @@ class SparkIngestor:
         self, partition_id: str, start: int, end: int, generation: int | None = None
     ) -> bool | None:
         """Whether the batch of ``[start, end]`` is in the sink (None: cannot tell)."""
-        from ops.write import batch_in_sink, batch_key
+        from dagster_eventhub_ingest.ops.write import batch_in_sink, batch_key
 
         return batch_in_sink(self.sink, batch_key(partition_id, start, end, generation))
 
@@ -236,21 +239,23 @@ class SparkIngestor:
 
         The source checks retention and bounds when the DataFrame is created (its errors are
         unwrapped from Spark's into this package's types); executors read, and
-        ``ops.write.write_batch`` writes in the same job. On a classic session the readers
-        tell the driver what they read (an accumulator, ``resources.spark_source._stats``);
-        elsewhere the writer aggregates the statistics during the write or reads them back. With
-        ``expired_before`` the source reads what is left of those ranges (the run checks that
-        only the expired head is missing); the batches keep the keys of the whole ranges.
-        ``generations`` go into the batch keys (``ops.stats.batch_key``). With
-        ``partition_infos`` covering every range, the source checks the ranges against them
-        rather than opening a connection of its own from Spark's planner process (~2 s of a
-        cold run); the readers still find events that expired since (DataLossError).
+        ``dagster_eventhub_ingest.ops.write.write_batch`` writes in the same job. On a classic
+        session the readers tell the driver what they read (an accumulator,
+        ``dagster_eventhub_ingest.resources.spark_source._stats``); elsewhere the writer aggregates
+        the statistics during the write or reads them back. With ``expired_before`` the source reads
+        what is left of those ranges (the run checks that only the expired head is missing); the
+        batches keep the keys of the whole ranges. ``generations`` go into the batch keys
+        (``dagster_eventhub_ingest.ops.stats.batch_key``). With ``partition_infos`` covering every
+        range, the source checks the ranges against them rather than opening a connection of its own
+        from Spark's planner process (~2 s of a cold run); the readers still find events that
+        expired since (DataLossError).
         """
-        from resources.spark_source._stats import read_stats_accumulator
+        from dagster_eventhub_ingest.resources.spark_source._stats import read_stats_accumulator
 
         # What each reader read, through an accumulator where the session has them (classic):
-        # the write then observes no statistics and verifies by a row count (ops.write). A
-        # read that may skip expired events keeps the statistics of what the sink holds.
+        # the write then observes no statistics and verifies by a row count
+        # (dagster_eventhub_ingest.ops.write). A read that may skip expired events keeps the
+        # statistics of what the sink holds.
         with nullcontext() if expired_before else read_stats_accumulator(self.spark) as stats:
             return self._ingest(ranges, expired_before, generations, partition_infos, stats)
 
@@ -263,7 +268,7 @@ class SparkIngestor:
         stats: Accumulator[Any] | None,
     ) -> dict[str, PartitionWriteStats]:
         """:meth:`ingest` with the read's statistics accumulator (None: the write's own)."""
-        from resources.spark_source import PartitionRange, ReadOptions
+        from dagster_eventhub_ingest.resources.spark_source import PartitionRange, ReadOptions
 
         options = ReadOptions(
             settings=self.eventhub,
@@ -296,9 +301,9 @@ class SparkIngestor:
         generations: Mapping[str, int] | None,
         read_stats: Callable[[], Mapping[SubRangeKey, SubRangeStats]] | None = None,
     ) -> dict[str, PartitionWriteStats]:
-        from ops.write import write_batch
-        from resources.errors import SinkError
-        from resources.spark_source import read_eventhubs
+        from dagster_eventhub_ingest.ops.write import write_batch
+        from dagster_eventhub_ingest.resources.errors import SinkError
+        from dagster_eventhub_ingest.resources.spark_source import read_eventhubs
 
         try:
             # The source checks the ranges against the service when the DataFrame is created.
@@ -327,8 +332,8 @@ class SparkIngestor:
 
 def _unwrap(exc: Exception) -> Exception:
     """The package error a Spark planner error carries, rebuilt with its message, or ``exc``."""
-    from resources.code_shipping import missing_module_error
-    from resources.errors import (
+    from dagster_eventhub_ingest.resources.code_shipping import missing_module_error
+    from dagster_eventhub_ingest.resources.errors import (
         ConfigurationError,
         DataLossError,
         EventHubIngestError,

@@ -13,8 +13,13 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
-from resources.errors import EventHubIngestError, OwnershipLostError, StoreUnavailableError, redact
-from resources.store import Ownership, PartitionStore
+from dagster_eventhub_ingest.resources.errors import (
+    EventHubIngestError,
+    OwnershipLostError,
+    StoreUnavailableError,
+    redact,
+)
+from dagster_eventhub_ingest.resources.store import Ownership, PartitionStore
 
 __all__ = ["LeaseKeeper"]
 

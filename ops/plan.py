@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ops.hub import PartitionInfo
-from resources.config import OnDataLoss
-from resources.errors import DataLossError, RangeError
-from resources.ranges import SeqRange
-from resources.store import Checkpoint, Intent
+from dagster_eventhub_ingest.ops.hub import PartitionInfo
+from dagster_eventhub_ingest.resources.config import OnDataLoss
+from dagster_eventhub_ingest.resources.errors import DataLossError, RangeError
+from dagster_eventhub_ingest.resources.ranges import SeqRange
+from dagster_eventhub_ingest.resources.store import Checkpoint, Intent
 
 __all__ = [
     "Bound",

@@ -5,10 +5,10 @@ The run calls a ``ProgressFn`` (the CLI draws a bar, Dagster writes the event lo
 each checkpoint. Spark's executors cannot report events mid-task to the driver in a way that
 works on every deployment (accumulators do not exist under Spark Connect), so each reader
 writes its running count to a small blob in the partition store
-(:mod:`resources.read_progress`) and the driver lists them (:class:`ReadCounter`): during a
-read every range in flight shows the events read of it so far, on every engine, plus Spark's
-task counts on a classic session (:func:`spark_task_counts`). Events count as *landed* (the
-bar's percentage) once their range is checkpointed.
+(:mod:`dagster_eventhub_ingest.resources.read_progress`) and the driver lists them
+(:class:`ReadCounter`): during a read every range in flight shows the events read of it so far, on
+every engine, plus Spark's task counts on a classic session (:func:`spark_task_counts`). Events
+count as *landed* (the bar's percentage) once their range is checkpointed.
 """
 
 from __future__ import annotations
@@ -22,12 +22,17 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from resources.ranges import SeqRange
-from resources.read_progress import ProgressTarget, delete_progress, read_counts, totals
+from dagster_eventhub_ingest.resources.ranges import SeqRange
+from dagster_eventhub_ingest.resources.read_progress import (
+    ProgressTarget,
+    delete_progress,
+    read_counts,
+    totals,
+)
 
 if TYPE_CHECKING:
-    from resources.settings import StoreSettings
-    from resources.store import BlobBackend, HubRef
+    from dagster_eventhub_ingest.resources.settings import StoreSettings
+    from dagster_eventhub_ingest.resources.store import BlobBackend, HubRef
 
 __all__ = [
     "PHASES",
@@ -269,7 +274,8 @@ def progress_targets(
 
 
 class ReadCounter:
-    """The driver's side of live read progress (:mod:`resources.read_progress`).
+    """The driver's side of live read progress
+    (:mod:`dagster_eventhub_ingest.resources.read_progress`).
 
     One instance per run: :meth:`start` names a new folder for each read (the target goes to
     the readers in the data-source options), :meth:`counts` lists it (one store call), and

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict, InstanceOf
 
-from ops.fault import fault_point, fault_timer, pause_point
-from ops.hub import HubClient, PartitionInfo
-from ops.ingest import Ingestor
-from ops.lag import age_seconds, partition_lag
-from ops.lease import LeaseKeeper
-from ops.plan import (
+from dagster_eventhub_ingest.ops.fault import fault_point, fault_timer, pause_point
+from dagster_eventhub_ingest.ops.hub import HubClient, PartitionInfo
+from dagster_eventhub_ingest.ops.ingest import Ingestor
+from dagster_eventhub_ingest.ops.lag import age_seconds, partition_lag
+from dagster_eventhub_ingest.ops.lease import LeaseKeeper
+from dagster_eventhub_ingest.ops.plan import (
     Bound,
     Step,
     checkpoint_problem,
@@ -41,7 +41,7 @@ from ops.plan import (
     sink_layout,
     snapshot_bound,
 )
-from ops.progress import (
+from dagster_eventhub_ingest.ops.progress import (
     PhaseClock,
     ProgressFn,
     ReadCounter,
@@ -49,25 +49,30 @@ from ops.progress import (
     RunProgress,
     progress_targets,
 )
-from ops.stats import PartitionWriteStats
-from resources.config import IngestSpec, OneLineErrors, RunOptions
-from resources.errors import (
+from dagster_eventhub_ingest.ops.stats import PartitionWriteStats
+from dagster_eventhub_ingest.resources.config import IngestSpec, OneLineErrors, RunOptions
+from dagster_eventhub_ingest.resources.errors import (
     CheckpointAheadError,
     CheckpointRegressionError,
     ConfigurationError,
     DataLossError,
     OwnershipLostError,
 )
-from resources.ranges import SeqRange
-from resources.settings import EventHubSettings, SinkSettings, StoreSettings
-from resources.store import Checkpoint, Ownership, PartitionStore, generation_of
+from dagster_eventhub_ingest.resources.ranges import SeqRange
+from dagster_eventhub_ingest.resources.settings import EventHubSettings, SinkSettings, StoreSettings
+from dagster_eventhub_ingest.resources.store import (
+    Checkpoint,
+    Ownership,
+    PartitionStore,
+    generation_of,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from ops.balancing.base import RunLog
-    from ops.balancing.liveness import OwnerInstance
-    from ops.ingest import SparkIngestor
+    from dagster_eventhub_ingest.ops.balancing.base import RunLog
+    from dagster_eventhub_ingest.ops.balancing.liveness import OwnerInstance
+    from dagster_eventhub_ingest.ops.ingest import SparkIngestor
 
 __all__ = [
     "IngestConfig",
@@ -85,16 +90,18 @@ ClaimFn = Callable[[Sequence[str]], Mapping[str, Ownership]]
 
 
 class IngestConfig(OneLineErrors, RunOptions):
-    """Everything one run needs: the three places plus :class:`~resources.config.RunOptions`.
+    """Everything one run needs: the three places plus
+    :class:`~dagster_eventhub_ingest.resources.config.RunOptions`.
 
     The run options (strategy, bounds, timeouts, ...) are declared, described and validated
-    once, in ``resources.config.RunOptions``; this adds the resolved settings and two internal
-    knobs. The CLI builds it from YAML (:meth:`from_spec`), Dagster from its resources, tests
-    and benchmarks directly::
+    once, in ``dagster_eventhub_ingest.resources.config.RunOptions``; this adds the resolved
+    settings and two internal knobs. The CLI builds it from YAML (:meth:`from_spec`), Dagster from
+    its resources, tests and benchmarks directly::
 
         IngestConfig(eventhub=hub, store=store, sink=sink, strategy="greedy")
 
-    Bad values raise :class:`~resources.errors.ConfigurationError` naming the key.
+    Bad values raise :class:`~dagster_eventhub_ingest.resources.errors.ConfigurationError` naming
+    the key.
 
     Attributes:
         poll_initial_seconds / poll_max_seconds: backoff while live peers hold partitions.
@@ -117,8 +124,8 @@ class IngestConfig(OneLineErrors, RunOptions):
         connection_strings: Mapping[str, str] | None = None,
         **internals: Any,
     ) -> IngestConfig:
-        """The config for a loaded :class:`~resources.config.IngestSpec` (the CLI's file,
-        Airflow's connections).
+        """The config for a loaded :class:`~dagster_eventhub_ingest.resources.config.IngestSpec`
+        (the CLI's file, Airflow's connections).
 
         Reads the credentials' environment variables now (``env``: default ``os.environ``);
         ``connection_strings`` (``"eventhub"`` / ``"store"``) are given ones instead.
@@ -228,8 +235,9 @@ class RunReport:
     cycles: int = 0
     started_at: datetime | None = None
     finished_at: datetime | None = None
-    #: Wall and driver-CPU seconds per phase (``ops.progress.PHASES``): where the run's time
-    #: went, e.g. ``{"spark_start": {"seconds": 4.1, "cpu_seconds": 0.2}, ...}``.
+    #: Wall and driver-CPU seconds per phase (``dagster_eventhub_ingest.ops.progress.PHASES``):
+    #: where the run's time went, e.g. ``{"spark_start": {"seconds": 4.1, "cpu_seconds": 0.2},
+    #: ...}``.
     phases: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
@@ -282,13 +290,15 @@ class _Log:
             self.extra.warning(msg)
 
     def extra_only(self) -> _ExtraLog | None:
-        """A log for modules that log their lines themselves (``ops.balancing``): only
-        ``context.log`` gets them from it. None without one."""
+        """A log for modules that log their lines themselves
+        (``dagster_eventhub_ingest.ops.balancing``): only ``context.log`` gets them from it. None
+        without one."""
         return None if self.extra is None else _ExtraLog(self.extra)
 
 
 class _ExtraLog:
-    """Dagster's ``context.log`` alone, as a :class:`ops.balancing.base.RunLog`."""
+    """Dagster's ``context.log`` alone, as a
+    :class:`dagster_eventhub_ingest.ops.balancing.base.RunLog`."""
 
     def __init__(self, extra: Any) -> None:
         self.extra = extra
@@ -309,10 +319,10 @@ class Processor:
         hub: partition bounds on the driver.
         ingestor: the read+write step (Spark in production).
         owner_id: this run's owner id.
-        claim: the claim cycle (``ops.balancing``); gets the unsatisfied targets.
-        heartbeat: called with every lease renewal (an owner heartbeat), optional.
-        log: Dagster's ``context.log`` or None.
-        on_progress: receives a :class:`ops.progress.RunProgress` at the snapshot, every
+        claim: the claim cycle (``dagster_eventhub_ingest.ops.balancing``); gets the unsatisfied
+        targets. heartbeat: called with every lease renewal (an owner heartbeat), optional. log:
+        Dagster's ``context.log`` or None. on_progress: receives a
+        :class:`dagster_eventhub_ingest.ops.progress.RunProgress` at the snapshot, every
             ``progress_interval`` seconds while Spark reads (also logged), and after each
             checkpoint.
         progress_interval: seconds between progress updates during a read (0: none).
@@ -359,7 +369,7 @@ class Processor:
         self._resets: dict[str, str] = {}
         self._hub_created: int | None = None
         # Consecutive claim cycles that claimed every pending partition, and the events per
-        # partition the current cycle reads (ops.plan.cycle_size).
+        # partition the current cycle reads (dagster_eventhub_ingest.ops.plan.cycle_size).
         self._cycles_alone = 0
         self._cap = config.max_events_per_cycle
         self._layout = sink_layout(config.sink.format, config.sink.partition_by)
@@ -613,9 +623,9 @@ class Processor:
         if prepare is not None:
             # The session (started early, or now) is up before the intents: while it starts
             # (seconds), a run that joined meanwhile can still take its share of leases not
-            # yet started (ops.balancing: unstarted surplus is stealable), so runs a few
-            # seconds apart split even a small backlog. What is left of the start is timed as
-            # spark_start.
+            # yet started (dagster_eventhub_ingest.ops.balancing: unstarted surplus is stealable),
+            # so runs a few seconds apart split even a small backlog. What is left of the start is
+            # timed as spark_start.
             with self.clock.active():
                 prepare()
         with self.clock.phase("planning"):
@@ -826,7 +836,8 @@ class Processor:
         target = info.begin_sequence_number - 1
         # Sequence numbers restarted, so batch keys would repeat the old hub's and replace its
         # batches in the sink: unless the checkpoint is known to be this very hub's, the new
-        # hub's batches get its creation time as their generation (ops.stats.batch_key).
+        # hub's batches get its creation time as their generation
+        # (dagster_eventhub_ingest.ops.stats.batch_key).
         generation = None
         if self._hub_created is not None and (cp is None or cp.hub_created_ms != self._hub_created):
             generation = self._hub_created
@@ -983,7 +994,7 @@ class Processor:
             known = self.hub.partition_ids()
             unknown = [p for p in targets if p not in known]
             if unknown:
-                from resources.errors import RangeError
+                from dagster_eventhub_ingest.resources.errors import RangeError
 
                 raise RangeError(
                     f"partition(s) {', '.join(unknown)} do not exist in hub {self.hub_desc}; "
@@ -1123,14 +1134,15 @@ def _default_claim(
     expected_peers: Callable[[], Collection[str]] | None = None,
     run_log: RunLog | None = None,
 ) -> ClaimFn:
-    """The claim cycle of ``ops.balancing`` with this run's strategy and expiry.
+    """The claim cycle of ``dagster_eventhub_ingest.ops.balancing`` with this run's strategy and
+    expiry.
 
     ``joined_at``: holds when (``time.monotonic``) the run wrote its heartbeat, once it has;
     the first claim then waits only what is left of ``join_grace_seconds``, so the hub
     snapshot taken meanwhile is not added to the grace. ``run_log``: where takeovers and
     dropped claims also go (the run's event log).
     """
-    from ops.balancing import claim_cycle, get_strategy
+    from dagster_eventhub_ingest.ops.balancing import claim_cycle, get_strategy
 
     # Raises ConfigurationError naming the valid strategies.
     strategy = get_strategy(config.strategy, **dict(config.strategy_options))
@@ -1187,8 +1199,9 @@ def run_ingestion(
             failed), so its partitions are taken over without waiting for lease expiry.
         log: Dagster's ``context.log`` (progress lines also go to this module's logger).
         spark_factory: starts a session when ``spark`` is None and there is something to read
-            (default: ``resources.spark_session.local_spark_session``).
-        on_progress / progress_interval: live progress (:mod:`ops.progress`); during a read
+            (default: ``dagster_eventhub_ingest.resources.spark_session.local_spark_session``).
+        on_progress / progress_interval: live progress
+        (:mod:`dagster_eventhub_ingest.ops.progress`); during a read
             it is also written to ``log`` every ``progress_interval`` seconds.
         attempt: the orchestrator's attempt number when retries keep the owner id and start
             only after the previous attempt ended (Dagster step retries): a lower attempt with
@@ -1197,7 +1210,8 @@ def run_ingestion(
             start-up); the report's ``phases`` has them.
         expected_peers: owner ids an orchestrator knows are starting over the same
             partitions (Dagster: runs launched, not yet heartbeating); they count as peers
-            when this run claims, so it leaves them their share (ops.balancing.cycle).
+            when this run claims, so it leaves them their share
+            (dagster_eventhub_ingest.ops.balancing.cycle).
 
     Returns:
         The run report; ``complete`` is True iff every target reached its bound.
@@ -1216,7 +1230,7 @@ def run_ingestion(
         hub, store, ingestor, me = _run_parts(config, spark, spark_factory, attempt, owner_id)
 
     def preflight() -> None:
-        from ops.sink_checks import check_sink_layout
+        from dagster_eventhub_ingest.ops.sink_checks import check_sink_layout
 
         check_sink_layout(config.sink)  # a changed partition_by would land replays twice
 
@@ -1233,8 +1247,12 @@ def run_ingestion(
         report = processor.replay(replay, partition_ids)
         report.phases = clock.as_dict()
         return report
-    from ops.balancing import delete_heartbeat
-    from ops.balancing.liveness import Heartbeat, take_owner_id, write_heartbeat
+    from dagster_eventhub_ingest.ops.balancing import delete_heartbeat
+    from dagster_eventhub_ingest.ops.balancing.liveness import (
+        Heartbeat,
+        take_owner_id,
+        write_heartbeat,
+    )
 
     joined_at: list[float] = []
     # Takeovers, dropped claims and owner-id takeovers reach the run's event log too.
@@ -1290,9 +1308,11 @@ def run_ingestion(
 
 def _import_store_client() -> None:
     try:
-        import resources.blob_store  # noqa: F401
+        import dagster_eventhub_ingest.resources.blob_store  # noqa: F401
     except Exception:  # imported again (and failing visibly) where it is used
-        logger.debug("pre-import of resources.blob_store failed", exc_info=True)
+        logger.debug(
+            "pre-import of dagster_eventhub_ingest.resources.blob_store failed", exc_info=True
+        )
 
 
 def _run_parts(
@@ -1309,13 +1329,13 @@ def _run_parts(
     hub or consumer group that does not exist (a ConfigurationError within seconds, before this
     owner writes anything to the store), a sink format the session does not have.
     """
-    from ops.balancing.liveness import OwnerInstance
-    from ops.ingest import SparkIngestor
-    from ops.write import check_sink_format
-    from resources.hub_client import EventHubClient
+    from dagster_eventhub_ingest.ops.balancing.liveness import OwnerInstance
+    from dagster_eventhub_ingest.ops.ingest import SparkIngestor
+    from dagster_eventhub_ingest.ops.write import check_sink_format
+    from dagster_eventhub_ingest.resources.hub_client import EventHubClient
 
     if spark is not None:
-        from ops.write import check_sink_for_session
+        from dagster_eventhub_ingest.ops.write import check_sink_for_session
 
         check_sink_for_session(config.sink, spark)
     # The storage SDK's import (~0.3 s of CPU) overlaps the hub's first management call,

@@ -1,10 +1,10 @@
 """Deterministic simulator comparing balancing strategies on the same scenarios.
 
-Owners run the real claim-cycle code (:mod:`ops.balancing.cycle`) against the in-memory store
-(same CAS semantics as Blob Storage) on a simulated clock. A discrete-event loop interleaves
-them between storage calls: each call takes the owner's own latency (seeded), claims wait the
-strategy's delays, pauses freeze an owner, a crash stops it without releasing. Between cycles
-owners "read": every partition held since the previous cycle gets a write-ahead intent, stays
+Owners run the real claim-cycle code (:mod:`dagster_eventhub_ingest.ops.balancing.cycle`) against
+the in-memory store (same CAS semantics as Blob Storage) on a simulated clock. A discrete-event loop
+interleaves them between storage calls: each call takes the owner's own latency (seeded), claims
+wait the strategy's delays, pauses freeze an owner, a crash stops it without releasing. Between
+cycles owners "read": every partition held since the previous cycle gets a write-ahead intent, stays
 started for ``read_time`` seconds, then a fenced checkpoint clears the intent. Same seed, same
 numbers.
 
@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ops.balancing import (
+from dagster_eventhub_ingest.ops.balancing import (
     BalancingStrategy,
     CyclePlan,
     execute_claim,
@@ -46,9 +46,15 @@ from ops.balancing import (
     leave,
     plan_claims,
 )
-from resources.errors import ConfigurationError, OwnershipLostError
-from resources.memory_store import InMemoryBackend
-from resources.store import OWNER_KEY, BlobRecord, HubRef, Ownership, PartitionStore
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, OwnershipLostError
+from dagster_eventhub_ingest.resources.memory_store import InMemoryBackend
+from dagster_eventhub_ingest.resources.store import (
+    OWNER_KEY,
+    BlobRecord,
+    HubRef,
+    Ownership,
+    PartitionStore,
+)
 
 __all__ = ["SCENARIOS", "SimConfig", "SimResult", "Simulation", "simulate"]
 
@@ -177,8 +183,8 @@ class _Owner:
 class Simulation:
     """One deterministic run of a scenario; :meth:`run` returns the :class:`SimResult`.
 
-    ``planner`` defaults to :func:`ops.balancing.plan_claims`; tests replace it to prove the
-    metrics catch a broken batch-run rule.
+    ``planner`` defaults to :func:`dagster_eventhub_ingest.ops.balancing.plan_claims`; tests replace
+    it to prove the metrics catch a broken batch-run rule.
     """
 
     def __init__(self, config: SimConfig, planner: Planner = plan_claims) -> None:

@@ -1,8 +1,9 @@
 """The sink checks a run makes before anything is claimed, without Spark.
 
-Kept apart from :mod:`ops.write` (which defines Spark data sources at import, so it imports
-pyspark): the CLI's config check and a run's preflight use these, and a run with nothing to
-read must not pay for importing pyspark (issue 15). :mod:`ops.write` re-exports them.
+Kept apart from :mod:`dagster_eventhub_ingest.ops.write` (which defines Spark data sources at
+import, so it imports pyspark): the CLI's config check and a run's preflight use these, and a run
+with nothing to read must not pay for importing pyspark (issue 15).
+:mod:`dagster_eventhub_ingest.ops.write` re-exports them.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from resources.errors import ConfigurationError
-from resources.settings import SinkSettings
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.settings import SinkSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -1,8 +1,8 @@
 """What one written range amounts to: the one per-partition statistics type.
 
-The writer (:mod:`ops.write`) aggregates it in the same Spark job that writes; the run
-(:mod:`ops.run`) folds it into its report. Plain values, no Spark import, so the run's pure
-logic and its tests use it without a session.
+The writer (:mod:`dagster_eventhub_ingest.ops.write`) aggregates it in the same Spark job that
+writes; the run (:mod:`dagster_eventhub_ingest.ops.run`) folds it into its report. Plain values, no
+Spark import, so the run's pure logic and its tests use it without a session.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ __all__ = ["PartitionWriteStats", "batch_key"]
 def batch_key(partition_id: str, start: int, end: int, generation: int | None = None) -> str:
     """The batch key of one intent: ``"<partition>-<start>-<end>"`` (inclusive sequence numbers).
 
-    ``generation`` (``resources.store.generation_of``: set once a hub deleted and re-created
-    under its name was reset, its sequence numbers restarting at 0) makes it
-    ``"<partition>-<start>-<end>-g<generation>"``, so the new hub's batches never replace the
-    old hub's batches of the same range. None (a hub never re-created) keeps the plain key.
+    ``generation`` (``dagster_eventhub_ingest.resources.store.generation_of``: set once a hub
+    deleted and re-created under its name was reset, its sequence numbers restarting at 0) makes it
+    ``"<partition>-<start>-<end>-g<generation>"``, so the new hub's batches never replace the old
+    hub's batches of the same range. None (a hub never re-created) keeps the plain key.
     """
     if generation is None:
         return f"{partition_id}-{start}-{end}"

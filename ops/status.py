@@ -11,11 +11,11 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ops.hub import HubClient
-from ops.lag import age_seconds, partition_lag
-from ops.plan import checkpoint_problem
-from resources.ranges import SeqRange
-from resources.store import PartitionStore
+from dagster_eventhub_ingest.ops.hub import HubClient
+from dagster_eventhub_ingest.ops.lag import age_seconds, partition_lag
+from dagster_eventhub_ingest.ops.plan import checkpoint_problem
+from dagster_eventhub_ingest.resources.ranges import SeqRange
+from dagster_eventhub_ingest.resources.store import PartitionStore
 
 __all__ = ["PartitionStatus", "partition_status"]
 

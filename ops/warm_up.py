@@ -1,12 +1,13 @@
 """A run's Spark path in miniature, to warm a session up or record what its JVM loads.
 
 * :func:`warm_up`: ``ehingest spark-archive`` runs it in a JVM that writes a class-data archive
-  at exit (:mod:`resources.jvm_archive`): the archive then holds the classes of a real run's
-  path (a Python data source of the ``eventhubs`` schema read into Arrow,
-  :func:`ops.write.write_batch`'s observed, filtered, batch-keyed and partitioned write and its
-  read-back verification) without a hub to read from.
+  at exit (:mod:`dagster_eventhub_ingest.resources.jvm_archive`): the archive then holds the classes
+  of a real run's path (a Python data source of the ``eventhubs`` schema read into Arrow,
+  :func:`dagster_eventhub_ingest.ops.write.write_batch`'s observed, filtered, batch-keyed and
+  partitioned write and its read-back verification) without a hub to read from.
 * :func:`warm_session`: a running session's executors start their Python workers, with the
-  reader's imports, before the run's first read needs them (``ops.ingest.SparkIngestor``).
+  reader's imports, before the run's first read needs them
+  (``dagster_eventhub_ingest.ops.ingest.SparkIngestor``).
 """
 
 from __future__ import annotations
@@ -28,17 +29,20 @@ _EVENTS = 50
 
 
 def warm_up(spark: SparkSession, workdir: Path) -> int:
-    """Write three batches of made-up events through :func:`ops.write.write_batch` into a
-    Parquet sink under ``workdir``: 2 partitions (statistics observed), 8 (read back) and 4
-    (told by the readers through an accumulator, as a run on a classic session); the events
-    written."""
+    """Write three batches of made-up events through
+    :func:`dagster_eventhub_ingest.ops.write.write_batch` into a Parquet sink under ``workdir``: 2
+    partitions (statistics observed), 8 (read back) and 4 (told by the readers through an
+    accumulator, as a run on a classic session); the events written."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    from ops.write import write_batch
-    from resources.ranges import SeqRange
-    from resources.settings import SinkSettings
-    from resources.spark_source._schema import _arrow_schema, eventhubs_schema
-    from resources.spark_source._stats import read_stats_accumulator
+    from dagster_eventhub_ingest.ops.write import write_batch
+    from dagster_eventhub_ingest.resources.ranges import SeqRange
+    from dagster_eventhub_ingest.resources.settings import SinkSettings
+    from dagster_eventhub_ingest.resources.spark_source._schema import (
+        _arrow_schema,
+        eventhubs_schema,
+    )
+    from dagster_eventhub_ingest.resources.spark_source._stats import read_stats_accumulator
 
     class _Reader(DataSourceReader):
         def __init__(self, partitions: int, read_stats: int | None) -> None:
@@ -52,7 +56,7 @@ def warm_up(spark: SparkSession, workdir: Path) -> int:
             # Through the reader's own builder, as SDK events with the service's annotations.
             from azure.eventhub import EventData
 
-            from resources.spark_source._events import _ArrowBuilder
+            from dagster_eventhub_ingest.resources.spark_source._events import _ArrowBuilder
 
             builder = _ArrowBuilder(str(partition.value), _arrow_schema())
             for i in range(_EVENTS):
@@ -67,7 +71,7 @@ def warm_up(spark: SparkSession, workdir: Path) -> int:
                 builder.add(event, i)
             yield builder.flush()
             if self.read_stats is not None:
-                from resources.spark_source._stats import send_read_stats
+                from dagster_eventhub_ingest.resources.spark_source._stats import send_read_stats
 
                 key = (str(partition.value), 0, _EVENTS - 1)
                 send_read_stats(self.read_stats, key, builder.summary())
@@ -109,10 +113,13 @@ def _import_reader(batches: Any) -> Any:
     import azure.eventhub  # noqa: F401
     import pyarrow as pa
 
-    import resources.spark_source._read  # noqa: F401
-    from resources.eventhubs_transport import prompt_transport
-    from resources.spark_source._amqp import install_decoder, transfer_path_proven
-    from resources.spark_source._arrow import int64_array
+    import dagster_eventhub_ingest.resources.spark_source._read  # noqa: F401
+    from dagster_eventhub_ingest.resources.eventhubs_transport import prompt_transport
+    from dagster_eventhub_ingest.resources.spark_source._amqp import (
+        install_decoder,
+        transfer_path_proven,
+    )
+    from dagster_eventhub_ingest.resources.spark_source._arrow import int64_array
 
     prompt_transport()
     install_decoder()
@@ -174,7 +181,7 @@ def _warm_planners(spark: SparkSession) -> None:
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
     from pyspark.sql.types import IntegerType, StructField, StructType
 
-    from resources.spark_source import register_python_source
+    from dagster_eventhub_ingest.resources.spark_source import register_python_source
 
     class _Reader(DataSourceReader):
         def partitions(self) -> list[InputPartition]:
@@ -212,14 +219,14 @@ def warm_session(spark: SparkSession, *, with_planners: bool = False) -> None:
     ``with_planners`` for a session that was already running when the run began: the run's
     join grace is then idle time (in-process 100k run 7.4-7.8 -> 7.1-7.4 s). Beside a JVM the
     run starts, the planners' daemons only raced the run's own (no gain, more CPU)."""
-    from resources.spark_kind import is_connect_session
+    from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
 
     if is_connect_session(spark) or id(spark) in _WARMED:
         return
     _WARMED.add(id(spark))
     try:
-        from resources.code_shipping import ship_code
-        from resources.spark_session import make_active
+        from dagster_eventhub_ingest.resources.code_shipping import ship_code
+        from dagster_eventhub_ingest.resources.spark_session import make_active
 
         make_active(spark)
         ship_code(spark)  # a cluster's workers import the reader from the project's code

@@ -52,7 +52,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from ops.sink_checks import (
+from dagster_eventhub_ingest.ops.sink_checks import (
     BATCH_COLUMN,
     DELTALAKE_FORMAT,
     _delta_uri,
@@ -61,18 +61,18 @@ from ops.sink_checks import (
     check_sink_reachable,
     sink_location,
 )
-from ops.stats import PartitionWriteStats, batch_key
-from resources.errors import ConfigurationError, SinkError, redact
-from resources.ranges import SeqRange
-from resources.settings import SinkSettings
-from resources.spark_source import register_python_source
+from dagster_eventhub_ingest.ops.stats import PartitionWriteStats, batch_key
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, SinkError, redact
+from dagster_eventhub_ingest.resources.ranges import SeqRange
+from dagster_eventhub_ingest.resources.settings import SinkSettings
+from dagster_eventhub_ingest.resources.spark_source import register_python_source
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    from resources.spark_source._stats import SubRangeKey, SubRangeStats
+    from dagster_eventhub_ingest.resources.spark_source._stats import SubRangeKey, SubRangeStats
 
 __all__ = [
     "BATCH_COLUMN",
@@ -193,7 +193,7 @@ class WriteResult:
 
 def check_sink_for_session(sink: SinkSettings, spark: SparkSession) -> None:
     """:func:`check_sink_reachable` for the executors of ``spark`` (classic or Connect)."""
-    from resources.spark_kind import describe_engine, session_is_local
+    from dagster_eventhub_ingest.resources.spark_kind import describe_engine, session_is_local
 
     if sink.path is None or sink.shared or not _is_local_path(sink.path):
         return  # no need to ask the session anything
@@ -318,7 +318,7 @@ def clean_batch_staging(
 def _wait_for_running_tasks(spark: Any, timeout: float) -> None:
     """Until a classic session has no active stage (the failed job's tasks were stopped), at
     most ``timeout`` seconds; Spark Connect cannot tell, so this returns at once there."""
-    from resources.spark_kind import is_connect_session
+    from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
 
     if is_connect_session(spark):
         return
@@ -336,7 +336,7 @@ def _clean_batch_staging_once(sink: SinkSettings, keys: list[str]) -> list[str]:
         return []
     from pyarrow import fs as pafs
 
-    from resources.sink_storage import arrow_filesystem
+    from dagster_eventhub_ingest.resources.sink_storage import arrow_filesystem
 
     wanted = {f"{BATCH_COLUMN}={k}" for k in keys}
     removed: list[str] = []
@@ -469,11 +469,11 @@ def write_batch(
         generations: partition id -> hub generation for partitions of a re-created hub
             (part of their batch keys, see :func:`batch_key`); others keep the plain key.
         read_stats: after the write, what each reader of ``df`` read, by sub-range
-            (``resources.spark_source._stats``: the ingestion run's accumulator). ``df`` must
-            then read exactly ``ranges``, every event (``on_data_loss='fail'``): the sink must
-            hold as many rows as the ranges have sequence numbers. The readers' statistics are
-            used where their sub-ranges tile ``ranges`` exactly; otherwise they are read back
-            (``readback``).
+            (``dagster_eventhub_ingest.resources.spark_source._stats``: the ingestion run's
+            accumulator). ``df`` must then read exactly ``ranges``, every event
+            (``on_data_loss='fail'``): the sink must hold as many rows as the ranges have sequence
+            numbers. The readers' statistics are used where their sub-ranges tile ``ranges``
+            exactly; otherwise they are read back (``readback``).
 
     Returns:
         Per-partition statistics (events, body bytes, first/last sequence number, the offset of
@@ -486,7 +486,7 @@ def write_batch(
     """
     from pyspark.sql import Observation
 
-    from resources.code_shipping import missing_module_error
+    from dagster_eventhub_ingest.resources.code_shipping import missing_module_error
 
     check_sink_layout(sink)
     rng = _normalise_ranges(ranges)
@@ -564,7 +564,7 @@ def write_batch(
                 "(read_eventhubs(spark, plan)) and pass plan.ranges_dict() as ranges"
             )
         written = int(metrics_row.get("inside") or 0)
-    from ops.progress import phase
+    from dagster_eventhub_ingest.ops.progress import phase
 
     with phase("verify"):
         read_back = _verify_written(
@@ -710,7 +710,7 @@ def _reader_row(
     """The row :func:`_stats_from_row` reads, from what the readers said they read; None (the
     statistics are then read back) unless their sub-ranges tile ``ranges`` exactly, each with
     every event of it."""
-    from resources.spark_source._stats import partition_totals
+    from dagster_eventhub_ingest.resources.spark_source._stats import partition_totals
 
     totals = partition_totals(found, ranges)
     if totals is None:
@@ -1144,7 +1144,7 @@ class _DeltaBatchWriter(DataSourceArrowWriter):
         return f"_DeltaBatchWriter({self.table_uri!r}, keys={self.keys})"
 
     def _filesystem(self) -> tuple[Any, str]:
-        from resources.sink_storage import arrow_filesystem
+        from dagster_eventhub_ingest.resources.sink_storage import arrow_filesystem
 
         return arrow_filesystem(self.table_uri, self.storage_options)
 
@@ -1512,7 +1512,7 @@ def _glob_directories(spark: SparkSession, pattern: str) -> list[str] | None:
     themselves are paths that exist. Hadoop expands the braces into one lookup per key, as
     Spark's own glob would.
     """
-    from resources.spark_kind import is_connect_session
+    from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
 
     if is_connect_session(spark):
         return None

@@ -1,8 +1,8 @@
 """resources: clients, the partition store, settings and errors (imports nothing above it).
 
-The public names load lazily (PEP 562): ``import resources.errors`` (the CLI's first import)
-must not pull in pyspark, pyarrow and the storage SDK, so a run with nothing to read exits in
-well under a second of imports (issue 15).
+The public names load lazily (PEP 562): ``import dagster_eventhub_ingest.resources.errors`` (the
+CLI's first import) must not pull in pyspark, pyarrow and the storage SDK, so a run with nothing to
+read exits in well under a second of imports (issue 15).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from resources.blob_store import AzureBlobBackend
-    from resources.memory_store import InMemoryBackend
-    from resources.spark_session import local_spark_session
-    from resources.spark_source import (
+    from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend
+    from dagster_eventhub_ingest.resources.memory_store import InMemoryBackend
+    from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+    from dagster_eventhub_ingest.resources.spark_source import (
         DataGap,
         EventHubsDataSource,
         EventPosition,
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
         read_eventhubs,
         register_eventhubs_source,
     )
-    from resources.store import (
+    from dagster_eventhub_ingest.resources.store import (
         BlobBackend,
         BlobRecord,
         Checkpoint,
@@ -36,25 +36,25 @@ if TYPE_CHECKING:
     )
 
 _HOMES = {
-    "AzureBlobBackend": "resources.blob_store",
-    "InMemoryBackend": "resources.memory_store",
-    "local_spark_session": "resources.spark_session",
-    "DataGap": "resources.spark_source",
-    "EventHubsDataSource": "resources.spark_source",
-    "EventPosition": "resources.spark_source",
-    "PartitionRange": "resources.spark_source",
-    "ReadOptions": "resources.spark_source",
-    "ReadPlan": "resources.spark_source",
-    "plan_read": "resources.spark_source",
-    "read_eventhubs": "resources.spark_source",
-    "register_eventhubs_source": "resources.spark_source",
-    "BlobBackend": "resources.store",
-    "BlobRecord": "resources.store",
-    "Checkpoint": "resources.store",
-    "HubRef": "resources.store",
-    "Intent": "resources.store",
-    "Ownership": "resources.store",
-    "PartitionStore": "resources.store",
+    "AzureBlobBackend": "dagster_eventhub_ingest.resources.blob_store",
+    "InMemoryBackend": "dagster_eventhub_ingest.resources.memory_store",
+    "local_spark_session": "dagster_eventhub_ingest.resources.spark_session",
+    "DataGap": "dagster_eventhub_ingest.resources.spark_source",
+    "EventHubsDataSource": "dagster_eventhub_ingest.resources.spark_source",
+    "EventPosition": "dagster_eventhub_ingest.resources.spark_source",
+    "PartitionRange": "dagster_eventhub_ingest.resources.spark_source",
+    "ReadOptions": "dagster_eventhub_ingest.resources.spark_source",
+    "ReadPlan": "dagster_eventhub_ingest.resources.spark_source",
+    "plan_read": "dagster_eventhub_ingest.resources.spark_source",
+    "read_eventhubs": "dagster_eventhub_ingest.resources.spark_source",
+    "register_eventhubs_source": "dagster_eventhub_ingest.resources.spark_source",
+    "BlobBackend": "dagster_eventhub_ingest.resources.store",
+    "BlobRecord": "dagster_eventhub_ingest.resources.store",
+    "Checkpoint": "dagster_eventhub_ingest.resources.store",
+    "HubRef": "dagster_eventhub_ingest.resources.store",
+    "Intent": "dagster_eventhub_ingest.resources.store",
+    "Ownership": "dagster_eventhub_ingest.resources.store",
+    "PartitionStore": "dagster_eventhub_ingest.resources.store",
 }
 
 __all__ = [

@@ -1,10 +1,11 @@
 """Azure Blob Storage backend of the partition store (azure-storage-blob, sync).
 
-Implements :class:`resources.store.BlobBackend` with the service's own compare-and-set:
-create-only is ``upload_blob(if_none_match="*")`` (409 ``BlobAlreadyExists`` = lost race), a
-conditional update is ``set_blob_metadata(if_match=etag)`` (412, or 404 when the blob was
-deleted meanwhile = lost race). Every other failure is translated into the package's error
-hierarchy (:mod:`resources.errors`) with ``raise ... from exc`` and a redacted message.
+Implements :class:`dagster_eventhub_ingest.resources.store.BlobBackend` with the service's own
+compare-and-set: create-only is ``upload_blob(if_none_match="*")`` (409 ``BlobAlreadyExists`` = lost
+race), a conditional update is ``set_blob_metadata(if_match=etag)`` (412, or 404 when the blob was
+deleted meanwhile = lost race). Every other failure is translated into the package's error hierarchy
+(:mod:`dagster_eventhub_ingest.resources.errors`) with ``raise ... from exc`` and a redacted
+message.
 
 The store's clock is the service's: every response's ``Date`` header (and ``Last-Modified``) is
 a lower bound of the service time when it arrived; :meth:`AzureBlobBackend.now` advances the
@@ -13,8 +14,8 @@ whose clock is minutes off still judges lease expiry the way every other client 
 
 Example::
 
-    from resources.settings import StoreSettings
-    from resources.store import HubRef, PartitionStore
+    from dagster_eventhub_ingest.resources.settings import StoreSettings
+    from dagster_eventhub_ingest.resources.store import HubRef, PartitionStore
 
     settings = StoreSettings(container="leases", connection_string=os.environ["STORE_CONN"])
     store = PartitionStore(settings.backend(), HubRef("myns.servicebus.windows.net", "telemetry"))
@@ -45,20 +46,24 @@ from azure.core.exceptions import (
 )
 from azure.storage.blob import ContainerClient, LinearRetry
 
-from resources.credentials import make_async_credential, make_credential, parse_connection_string
-from resources.errors import (
+from dagster_eventhub_ingest.resources.credentials import (
+    make_async_credential,
+    make_credential,
+    parse_connection_string,
+)
+from dagster_eventhub_ingest.resources.errors import (
     ConfigurationError,
     EventHubIngestError,
     StoreUnavailableError,
     redact,
 )
-from resources.store import BlobRecord
+from dagster_eventhub_ingest.resources.store import BlobRecord
 
 if TYPE_CHECKING:
     from azure.core.pipeline import PipelineResponse
     from azure.storage.blob.aio import ContainerClient as AsyncContainerClient
 
-    from resources.settings import StoreSettings
+    from dagster_eventhub_ingest.resources.settings import StoreSettings
 
 __all__ = ["AzureBlobBackend", "aio_container_client", "alist_blobs", "container_client"]
 
@@ -279,7 +284,8 @@ def _translate(
 
 
 class AzureBlobBackend:
-    """A :class:`~resources.store.BlobBackend` over one Blob container (thread-safe).
+    """A :class:`~dagster_eventhub_ingest.resources.store.BlobBackend` over one Blob container
+    (thread-safe).
 
     Args:
         container_client: an ``azure.storage.blob.ContainerClient`` (sync) for the container.
@@ -287,8 +293,9 @@ class AzureBlobBackend:
             :meth:`now` asks the service for its time again (one HEAD request).
 
     ``operations`` counts HTTP responses received (retries included), ``conflicts`` the lost
-    compare-and-set races, as :class:`~resources.memory_store.InMemoryBackend` does.
-    Build it with :meth:`from_settings`, which also checks (or creates) the container.
+    compare-and-set races, as
+    :class:`~dagster_eventhub_ingest.resources.memory_store.InMemoryBackend` does. Build it with
+    :meth:`from_settings`, which also checks (or creates) the container.
     """
 
     def __init__(

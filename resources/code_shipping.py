@@ -1,23 +1,26 @@
 """Ship this project's code to Spark executors, which never have the repository.
 
 On a cluster or a Spark Connect server, Python workers unpickle the ``eventhubs`` data source
-and the Delta writer by reference (``resources.spark_source.EventHubsDataSource``,
-``ops.write._DeltaBatchWriter``), so the packages must be importable there. When the session is
-not local, :func:`ship_code` builds a zip of those packages once per version (cached by a hash of
-their sources) and adds it to the session: ``addPyFile`` on a classic session,
-``addArtifacts(path, pyfile=True)`` on Spark Connect. Local sessions share the driver's
-interpreter and are left alone.
+and the Delta writer by reference
+(``dagster_eventhub_ingest.resources.spark_source.EventHubsDataSource``,
+``dagster_eventhub_ingest.ops.write._DeltaBatchWriter``), so the packages must be importable there.
+When the session is not local, :func:`ship_code` builds a zip of those packages once per version
+(cached by a hash of their sources) and adds it to the session: ``addPyFile`` on a classic session,
+``addArtifacts(path, pyfile=True)`` on Spark Connect. Local sessions share the driver's interpreter
+and are left alone.
 
 Clusters that install ``dagster-eventhub-ingest`` as a library turn shipping off with the Spark
 setting ``spark.ehingest.shipCode=false`` (CLI: ``spark: {ship_code: false}``).
 
 A Python worker that still cannot import a module fails with ``ModuleNotFoundError``; callers turn
-that into a :class:`~resources.errors.ConfigurationError` with :func:`missing_module_error`.
+that into a :class:`~dagster_eventhub_ingest.resources.errors.ConfigurationError` with
+:func:`missing_module_error`.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 import os
 import re
@@ -27,13 +30,14 @@ import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from resources.errors import ConfigurationError
-from resources.spark_kind import is_connect_session, session_is_local
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.spark_kind import is_connect_session, session_is_local
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "NAMESPACE",
     "SHIPPED_PACKAGES",
     "SHIP_CODE_CONF",
     "build_code_zip",
@@ -48,24 +52,36 @@ SHIP_CODE_CONF = "spark.ehingest.shipCode"
 #: The packages Python workers import: the data source (resources) and the Delta writer (ops).
 SHIPPED_PACKAGES = ("resources", "ops")
 
-_ROOT = Path(__file__).resolve().parent.parent
+#: The import name everything ships under; the zip holds ``dagster_eventhub_ingest/<part>/...``.
+NAMESPACE = "dagster_eventhub_ingest"
+
 _SHIPPED: set[int] = set()
 _SHIPPING = threading.Lock()
 _MISSING_RE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
 
 
 def _sources(packages: tuple[str, ...]) -> list[tuple[Path, str]]:
-    files: list[tuple[Path, str]] = []
+    """(file, name in the zip) for the namespace's ``__init__`` and every file of ``packages``.
+
+    Each part is found where it is imported from, so a checkout (parts beside the namespace
+    package) and an installed wheel (parts inside it) ship the same zip layout.
+    """
+    import dagster_eventhub_ingest
+
+    init = Path(dagster_eventhub_ingest.__file__).resolve()
+    files: list[tuple[Path, str]] = [(init, f"{NAMESPACE}/__init__.py")]
     for package in packages:
-        base = _ROOT / package
-        if not (base / "__init__.py").is_file():
+        spec = importlib.util.find_spec(f"{NAMESPACE}.{package}")
+        if spec is None or spec.origin is None:
             raise ConfigurationError(
-                f"ship_code: package {package!r} not found under {_ROOT}; install "
+                f"ship_code: package {NAMESPACE}.{package} not found; install "
                 "dagster-eventhub-ingest on the cluster and set spark.ehingest.shipCode=false"
             )
+        base = Path(spec.origin).resolve().parent
         for path in sorted(base.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-                files.append((path, path.relative_to(_ROOT).as_posix()))
+                rel = path.relative_to(base).as_posix()
+                files.append((path, f"{NAMESPACE}/{package}/{rel}"))
     return files
 
 
@@ -82,14 +98,14 @@ def build_code_zip(
     cache_dir: str | os.PathLike[str] | None = None,
     packages: tuple[str, ...] = SHIPPED_PACKAGES,
 ) -> Path:
-    """The zip of ``packages`` (importable from the zip's root), built once per version.
+    """The zip of ``packages`` under the namespace (importable from its root), once per version.
 
     The file name holds the package version and a hash of every shipped file, so an edited
     checkout gets a new zip and an unchanged one reuses the cached zip.
 
     Args:
         cache_dir: where zips are kept (default: ``$TMPDIR/ehingest-code``).
-        packages: top-level packages to include.
+        packages: parts of the namespace to include (``resources``, ``ops``).
 
     Returns:
         The zip's path.
@@ -164,10 +180,17 @@ def missing_module_error(exc: BaseException) -> ConfigurationError | None:
     if match is None:
         return None
     module = match.group(1)
+    if module.split(".")[0] == NAMESPACE:
+        fix = (
+            f"leave code shipping on ({SHIP_CODE_CONF} unset or true; CLI: spark.ship_code) or "
+            "install dagster-eventhub-ingest in the executors' Python environment"
+        )
+    else:
+        fix = (
+            f"install {module.split('.')[0]!r} in the executors' Python environment "
+            "(PYSPARK_PYTHON on the workers)"
+        )
     return ConfigurationError(
         f"Spark's Python workers cannot import {module!r} (ModuleNotFoundError): the code they "
-        f"run is not installed where they run. If {module!r} belongs to this project, leave "
-        f"code shipping on ({SHIP_CODE_CONF} unset or true; CLI: spark.ship_code) or install "
-        "dagster-eventhub-ingest on the cluster; otherwise install it in the executors' Python "
-        "environment (PYSPARK_PYTHON on the workers)"
+        f"run is not installed where they run; {fix}"
     )

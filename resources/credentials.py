@@ -1,14 +1,15 @@
 """Credentials, in one place: ``DefaultAzureCredential`` with options, connection-string parsing.
 
-Imported by ``resources.settings`` (the plain settings values) and ``resources.blob_store`` (the
-Azure Blob backend), which therefore no longer import each other.
+Imported by ``dagster_eventhub_ingest.resources.settings`` (the plain settings values) and
+``dagster_eventhub_ingest.resources.blob_store`` (the Azure Blob backend), which therefore no longer
+import each other.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
@@ -24,7 +25,8 @@ __all__ = [
 ]
 
 CredentialType = Literal["connection_string", "default_azure_credential"]
-#: ``DefaultAzureCredential`` options as plain pairs (``resources.config.IdentityOptions``).
+#: ``DefaultAzureCredential`` options as plain pairs
+#: (``dagster_eventhub_ingest.resources.config.IdentityOptions``).
 CredentialOptions = tuple[tuple[str, Any], ...]
 
 # DefaultAzureCredential has no single tenant option; these are the credentials that take one.

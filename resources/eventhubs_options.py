@@ -8,8 +8,8 @@ Everything here is parsing and planning on the driver; nothing runs on executors
 * :func:`parse_source_options` turns the raw reader options (ours, the connector's, Kafka's)
   into :class:`SourceOptions` without any I/O; an option that cannot be honoured is refused
   with a message naming what to use instead (:data:`CONNECTOR_OPTIONS` is the full table).
-* :mod:`resources.eventhubs_positions` resolves the positions on the driver (batch plan,
-  a stream's initial offsets).
+* :mod:`dagster_eventhub_ingest.resources.eventhubs_positions` resolves the positions on the driver
+  (batch plan, a stream's initial offsets).
 
 Semantics follow the originals exactly: a connector or Kafka *start* is inclusive, an *end* is
 exclusive (the first sequence number not read). See docs/spark_source.md.
@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from resources.errors import ConfigurationError
-from resources.limits import MAX_READERS_PER_PARTITION
-from resources.settings import entity_path
-from resources.spark_source._options import ReadOptions, _canonical_option
-from resources.spark_source._position import EventPosition
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.limits import MAX_READERS_PER_PARTITION
+from dagster_eventhub_ingest.resources.settings import entity_path
+from dagster_eventhub_ingest.resources.spark_source._options import ReadOptions, _canonical_option
+from dagster_eventhub_ingest.resources.spark_source._position import EventPosition
 
 if TYPE_CHECKING:
     pass

@@ -1,6 +1,7 @@
 """Positions of the connector's and Kafka's forms, resolved on the driver to sequence numbers.
 
-:func:`plan_source_read` is the batch plan of :class:`~resources.eventhubs_options.SourceOptions`;
+:func:`plan_source_read` is the batch plan of
+:class:`~dagster_eventhub_ingest.resources.eventhubs_options.SourceOptions`;
 :func:`resolve_start_sequence_numbers` gives a new stream its initial offsets. A position becomes
 the sequence number of the first event at it (``EventHubsClient.translate`` in
 azure-event-hubs-spark): as a start that event is read, as an end it is the first one not read.
@@ -15,15 +16,20 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from resources.errors import EventHubUnavailableError, RangeError
-from resources.eventhubs_options import Bound, PositionSpec, SourceOptions, own_to_bound
-from resources.hub_client import EventHubClient, PartitionInfo, receive_one
-from resources.spark_source._options import ReadOptions
-from resources.spark_source._plan import ReadPlan, plan_read
-from resources.spark_source._range import PartitionRange
+from dagster_eventhub_ingest.resources.errors import EventHubUnavailableError, RangeError
+from dagster_eventhub_ingest.resources.eventhubs_options import (
+    Bound,
+    PositionSpec,
+    SourceOptions,
+    own_to_bound,
+)
+from dagster_eventhub_ingest.resources.hub_client import EventHubClient, PartitionInfo, receive_one
+from dagster_eventhub_ingest.resources.spark_source._options import ReadOptions
+from dagster_eventhub_ingest.resources.spark_source._plan import ReadPlan, plan_read
+from dagster_eventhub_ingest.resources.spark_source._range import PartitionRange
 
 if TYPE_CHECKING:
-    from resources.settings import EventHubSettings
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings
 
 __all__ = [
     "plan_source_read",
@@ -166,11 +172,12 @@ def resolve_start_sequence_numbers(
 def plan_source_read(source: SourceOptions) -> ReadPlan:
     """The batch plan of ``source``: per-partition positions resolved, then checked.
 
-    Without connector or Kafka positions this is :func:`~resources.spark_source.plan_read` of
-    the project's own options. With them, every partition's ``[start, end)`` is resolved as
-    the connector does (start inclusive, end exclusive; defaults: the first retained event and
-    the end of the stream), turned into inclusive ranges (empty ones left out) and planned like
-    explicit ``ranges``, so retention is checked and ``failOnDataLoss`` applies.
+    Without connector or Kafka positions this is
+    :func:`~dagster_eventhub_ingest.resources.spark_source.plan_read` of the project's own options.
+    With them, every partition's ``[start, end)`` is resolved as the connector does (start
+    inclusive, end exclusive; defaults: the first retained event and the end of the stream), turned
+    into inclusive ranges (empty ones left out) and planned like explicit ``ranges``, so retention
+    is checked and ``failOnDataLoss`` applies.
     """
     read = source.read
     if source.starts is None and source.ends is None:

@@ -12,7 +12,8 @@ always the same events, so a replay with an idempotent sink (the file sink's met
 lands every event once.
 
 Each batch's ranges are read on executors by the same code as the batch source
-(:func:`~resources.spark_source.read_range`); only the frozen settings and ranges travel.
+(:func:`~dagster_eventhub_ingest.resources.spark_source.read_range`); only the frozen settings and
+ranges travel.
 """
 
 from __future__ import annotations
@@ -29,17 +30,17 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from resources.errors import ConfigurationError, DataLossError
-from resources.eventhubs_options import Bound, SourceOptions
-from resources.eventhubs_positions import (
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, DataLossError
+from dagster_eventhub_ingest.resources.eventhubs_options import Bound, SourceOptions
+from dagster_eventhub_ingest.resources.eventhubs_positions import (
     resolve_bound,
     resolve_start_sequence_numbers,
     with_deadline,
 )
-from resources.hub_client import EventHubClient, PartitionInfo
-from resources.spark_source._plan import input_partitions
-from resources.spark_source._range import PartitionRange
-from resources.spark_source._read import read_input_partition
+from dagster_eventhub_ingest.resources.hub_client import EventHubClient, PartitionInfo
+from dagster_eventhub_ingest.resources.spark_source._plan import input_partitions
+from dagster_eventhub_ingest.resources.spark_source._range import PartitionRange
+from dagster_eventhub_ingest.resources.spark_source._read import read_input_partition
 
 if TYPE_CHECKING:
     import pyarrow as pa

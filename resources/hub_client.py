@@ -4,8 +4,8 @@ The run (on the driver), the ``eventhubs`` Spark source (its planner on the driv
 on executors), the status and lag views, the Dagster resources and Airflow's lag trigger (on an
 event loop: :meth:`EventHubClient.asnapshot`) all ask the service through
 :class:`EventHubClient`. Executor-safe: no pydantic, no Dagster; the SDK is imported by
-:meth:`~resources.settings.EventHubSettings.consumer_client` (``azure.eventhub.aio`` only by
-``asnapshot``, so nothing here needs aiohttp until it is used).
+:meth:`~dagster_eventhub_ingest.resources.settings.EventHubSettings.consumer_client`
+(``azure.eventhub.aio`` only by ``asnapshot``, so nothing here needs aiohttp until it is used).
 
 Partition ids are always in :func:`sort_partition_ids` order ("2" before "10").
 """
@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from resources.errors import (
+from dagster_eventhub_ingest.resources.errors import (
     ConfigurationError,
     EventHubIngestError,
     EventHubUnavailableError,
     RangeError,
     redact,
 )
-from resources.settings import EventHubSettings
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
 
 if TYPE_CHECKING:
     from azure.eventhub import EventHubConsumerClient
@@ -267,8 +267,8 @@ class EventHubClient:
     whichever client makes it, so the calls of one snapshot run concurrently: with the
     partitions named, the id listing and every partition's properties are one round trip.
     The clients come from :meth:`EventHubSettings.consumer_client`, whose handshakes go at the
-    network's pace (:mod:`resources.eventhubs_transport`: 13 ms a call on loopback, 0.41 s
-    with the SDK's 50 ms polls per frame).
+    network's pace (:mod:`dagster_eventhub_ingest.resources.eventhubs_transport`: 13 ms a call on
+    loopback, 0.41 s with the SDK's 50 ms polls per frame).
 
     Args:
         settings: the hub to talk to.

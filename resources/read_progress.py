@@ -28,14 +28,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from resources.errors import ConfigurationError
-from resources.ranges import SeqRange
-from resources.settings import StoreSettings
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.ranges import SeqRange
+from dagster_eventhub_ingest.resources.settings import StoreSettings
 
 if TYPE_CHECKING:
     from azure.storage.blob import ContainerClient
 
-    from resources.store import BlobBackend, HubRef
+    from dagster_eventhub_ingest.resources.store import BlobBackend, HubRef
 
 __all__ = [
     "PROGRESS_KIND",
@@ -157,7 +157,7 @@ class ProgressWriter:
             if self._client is None:
                 from azure.storage.blob import LinearRetry
 
-                from resources.blob_store import container_client
+                from dagster_eventhub_ingest.resources.blob_store import container_client
 
                 self._client = container_client(
                     self.target.store,

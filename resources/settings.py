@@ -12,15 +12,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from resources.credentials import (
+from dagster_eventhub_ingest.resources.credentials import (
     CredentialOptions,
     CredentialType,
     make_async_credential,
     make_credential,
     parse_connection_string,
 )
-from resources.errors import ConfigurationError, did_you_mean, redact
-from resources.store import HubRef
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, did_you_mean, redact
+from dagster_eventhub_ingest.resources.store import HubRef
 
 #: Column names as in azure-event-hubs-spark, so existing queries keep working.
 EVENT_COLUMNS = (
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     )
     from azure.eventhub.aio import EventHubConsumerClient as AsyncEventHubConsumerClient
 
-    from resources.store import BlobBackend
+    from dagster_eventhub_ingest.resources.store import BlobBackend
 
 __all__ = [
     "CredentialOptions",
@@ -193,11 +193,12 @@ class EventHubSettings:
         """A new ``EventHubConsumerClient``; create it where it is used (e.g. in ``read()``).
 
         Its management calls and receivers open without the SDK's 50 ms poll per handshake
-        frame (:mod:`resources.eventhubs_transport`) unless ``kwargs`` name a transport.
+        frame (:mod:`dagster_eventhub_ingest.resources.eventhubs_transport`) unless ``kwargs`` name
+        a transport.
         """
         from azure.eventhub import EventHubConsumerClient
 
-        from resources.eventhubs_transport import prompt_transport
+        from dagster_eventhub_ingest.resources.eventhubs_transport import prompt_transport
 
         transport = prompt_transport()
         if transport is not None and not {"amqp_transport", "uamqp_transport"} & kwargs.keys():
@@ -289,14 +290,16 @@ class StoreSettings:
             )
 
     def backend(self) -> BlobBackend:
-        """An Azure Blob backend for this container (see ``resources.blob_store``)."""
-        from resources.blob_store import AzureBlobBackend
+        """An Azure Blob backend for this container (see
+        ``dagster_eventhub_ingest.resources.blob_store``)."""
+        from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend
 
         return AzureBlobBackend.from_settings(self)
 
 
-# The sink's rules, once: SinkSettings (built in Python) and resources.config's SinkConfig
-# (YAML, defs.yaml, resources) both ask these. Each returns what is wrong, or None.
+# The sink's rules, once: SinkSettings (built in Python) and
+# dagster_eventhub_ingest.resources.config's SinkConfig (YAML, defs.yaml, resources) both ask these.
+# Each returns what is wrong, or None.
 
 
 def sink_format_problem(fmt: str) -> str | None:

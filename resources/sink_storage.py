@@ -24,7 +24,7 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from pyarrow import fs as pafs

@@ -7,8 +7,8 @@ driver host and the executors' Python come from the user's environment and Spark
 
 A deployment may build its own session (``SparkSession.builder`` or dagster-pyspark's
 ``PySparkResource``, ``spark.remote`` included); registering the ``eventhubs`` source
-(:func:`resources.spark_source.register_eventhubs_source`) also ships the project's code to
-non-local sessions (:mod:`resources.code_shipping`).
+(:func:`dagster_eventhub_ingest.resources.spark_source.register_eventhubs_source`) also ships the
+project's code to non-local sessions (:mod:`dagster_eventhub_ingest.resources.code_shipping`).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from resources.spark_kind import DEFAULT_SPARK_MASTER, is_local_master
+from dagster_eventhub_ingest.resources.spark_kind import DEFAULT_SPARK_MASTER, is_local_master
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from resources.jvm_archive import ArchivePlan
+    from dagster_eventhub_ingest.resources.jvm_archive import ArchivePlan
 
 __all__ = [
     "SPARK_CONF_DIR",
@@ -110,9 +110,9 @@ def spark_session(
 
     Local masters get the loopback pins of :func:`local_spark_session`. Other masters get only
     the quiet defaults; ``remote`` gets the session settings Spark Connect lets a client set.
-    ``master`` and ``remote`` are as :class:`resources.config.SparkConfig` checked them (it is
-    the one home of their rules and calls this from ``session_factory``); with ``remote`` the
-    master is ignored.
+    ``master`` and ``remote`` are as :class:`dagster_eventhub_ingest.resources.config.SparkConfig`
+    checked them (it is the one home of their rules and calls this from ``session_factory``); with
+    ``remote`` the master is ignored.
     """
     if remote is not None:
         from pyspark.sql import SparkSession
@@ -122,7 +122,7 @@ def spark_session(
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
         if register_source:
-            from resources.spark_source import register_eventhubs_source
+            from dagster_eventhub_ingest.resources.spark_source import register_eventhubs_source
 
             register_eventhubs_source(spark)
         return spark
@@ -144,7 +144,7 @@ def make_active(spark: SparkSession) -> None:
     calling thread's active session: a session started on another thread (the run's early
     start) would not find the Delta writer. Spark Connect sessions have no JVM here.
     """
-    from resources.spark_kind import is_connect_session
+    from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
 
     if is_connect_session(spark):
         return
@@ -204,17 +204,17 @@ def _builder(settings: Mapping[str, str]) -> SparkSession.Builder:
 
 def start_local_driver(settings: Mapping[str, str]) -> SparkSession:
     """``getOrCreate()`` of a session with ``settings`` (a local master among them), its JVM
-    started from the class-data archive of :mod:`resources.jvm_archive` when one can be used
-    (or written).
+    started from the class-data archive of :mod:`dagster_eventhub_ingest.resources.jvm_archive` when
+    one can be used (or written).
 
     A process whose JVM is already up (an earlier session) reuses it as it is. The Python
     processes the JVM starts import the installed pyspark rather than Spark's zip
-    (:mod:`resources.worker_python`).
+    (:mod:`dagster_eventhub_ingest.resources.worker_python`).
     """
     from pyspark import SparkContext
 
-    from resources.jvm_archive import plan_archive, start_with_archive
-    from resources.worker_python import installed_pyspark_for_workers
+    from dagster_eventhub_ingest.resources.jvm_archive import plan_archive, start_with_archive
+    from dagster_eventhub_ingest.resources.worker_python import installed_pyspark_for_workers
 
     java_options = settings.get("spark.driver.extraJavaOptions", "")
     plan = None
@@ -375,7 +375,7 @@ def local_spark_session(
     settings = {"spark.app.name": app_name, "spark.master": master, **settings}
     spark = start_local_driver(settings) if local else _builder(settings).getOrCreate()
     if register_source:
-        from resources.spark_source import register_eventhubs_source
+        from dagster_eventhub_ingest.resources.spark_source import register_eventhubs_source
 
         register_eventhubs_source(spark)
     return spark

@@ -2,8 +2,8 @@
 
 The logic lives here once, over a tiny :class:`BlobBackend` protocol (get, list, conditional
 put, the store's clock). Two backends implement it with the same compare-and-set semantics:
-Azure Blob Storage (``resources.blob_store``) and an in-memory one for fast tests
-(``resources.memory_store``). The contract tests run against both.
+Azure Blob Storage (``dagster_eventhub_ingest.resources.blob_store``) and an in-memory one for fast
+tests (``dagster_eventhub_ingest.resources.memory_store``). The contract tests run against both.
 
 Blob layout is the one ``azure-eventhub-checkpointstoreblob`` uses, lower-cased::
 
@@ -43,8 +43,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from resources.errors import CheckpointRegressionError, CorruptStoreStateError, OwnershipLostError
-from resources.ranges import SeqRange
+from dagster_eventhub_ingest.resources.errors import (
+    CheckpointRegressionError,
+    CorruptStoreStateError,
+    OwnershipLostError,
+)
+from dagster_eventhub_ingest.resources.ranges import SeqRange
 
 __all__ = [
     "BlobBackend",
@@ -219,8 +223,9 @@ class Ownership:
     last_modified: datetime
     epoch: int = 0
     intent: Intent | None = None
-    # The process of ``owner_id`` that claimed it (``ops.balancing.liveness.OwnerInstance``);
-    # "" when claimed by a version that did not record it.
+    # The process of ``owner_id`` that claimed it
+    # (``dagster_eventhub_ingest.ops.balancing.liveness.OwnerInstance``); "" when claimed by a
+    # version that did not record it.
     instance: str = ""
     progress: Checkpoint | None = None
     # The blob's full metadata when this was read from the store. The next write is a CAS on
@@ -259,7 +264,8 @@ class PartitionStore:
     Args:
         backend: where blobs live (Azure Blob Storage or the in-memory backend).
         hub: the Event Hub and consumer group whose partitions this store tracks.
-        instance: this process's instance token (``ops.balancing.liveness``), recorded on
+        instance: this process's instance token
+        (``dagster_eventhub_ingest.ops.balancing.liveness``), recorded on
             every lease it claims and on its heartbeat, so two processes given the same owner
             id can tell each other apart; None records none.
 

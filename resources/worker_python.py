@@ -3,11 +3,12 @@
 Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on the path of every Python process it
 starts (the executors' workers, the Python data source's planner processes), and Python caches
 no bytecode for a zip: each process compiled pyspark from source, ~0.5 s of CPU apiece. For a
-session whose JVM this package starts on this host (:func:`resources.spark_session.
-start_local_driver`), :func:`installed_pyspark_for_workers` puts :data:`WORKER_SITE` on the JVM's
-``PYTHONPATH`` (in the environment the JVM is launched with, never this process's); its
-``sitecustomize`` moves the zip behind the installed package when it is that package's own zip
-(see the module there). A cluster's executors keep their own environment.
+session whose JVM this package starts on this host
+(:func:`dagster_eventhub_ingest.resources.spark_session. start_local_driver`),
+:func:`installed_pyspark_for_workers` puts :data:`WORKER_SITE` on the JVM's ``PYTHONPATH`` (in the
+environment the JVM is launched with, never this process's); its ``sitecustomize`` moves the zip
+behind the installed package when it is that package's own zip (see the module there). A cluster's
+executors keep their own environment.
 
 ``EHINGEST_WORKER_SITE=off`` (:data:`WORKER_SITE_ENV`) leaves the JVM's environment as it is.
 

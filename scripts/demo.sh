@@ -111,9 +111,9 @@ for pid in 0 1 2 3; do
 done
 
 step "materializing eventhub_events for every partition through Dagster (one run, partitions 0...3)"
-echo "   \$ dagster asset materialize -m dagster_project.definitions --select eventhub_events --partition-range 0...3"
+echo "   \$ dagster asset materialize -m dagster_eventhub_ingest.dagster_project.definitions --select eventhub_events --partition-range 0...3"
 T_RUN=$(date +%s)
-if ! "$BIN/dagster" asset materialize -m dagster_project.definitions \
+if ! "$BIN/dagster" asset materialize -m dagster_eventhub_ingest.dagster_project.definitions \
     --select eventhub_events --partition-range 0...3 >"$WORK/materialize.log" 2>&1; then
   echo "   the run failed; last lines of its log:" >&2
   tail -n 40 "$WORK/materialize.log" >&2
@@ -125,7 +125,7 @@ echo "   run succeeded in $(( $(date +%s) - T_RUN )) s:" \
   "lag check ${check:-not reported}"
 
 step "what landed"
-"$PY" -m dagster_project.demo_report --asset eventhub_events --sink "$EHINGEST_SINK_PATH" \
+"$PY" -m dagster_eventhub_ingest.dagster_project.demo_report --asset eventhub_events --sink "$EHINGEST_SINK_PATH" \
   --hub demo --container "$EHINGEST_CONTAINER"
 
 if [ "$UI" = 1 ]; then

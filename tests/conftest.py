@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import settings
 
-from emulator import azurite as services
+from dagster_eventhub_ingest.emulator import azurite as services
 
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")

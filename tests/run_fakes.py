@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ops.hub import PartitionInfo
-from ops.stats import PartitionWriteStats, batch_key
-from resources.errors import DataLossError, RangeError
+from dagster_eventhub_ingest.ops.hub import PartitionInfo
+from dagster_eventhub_ingest.ops.stats import PartitionWriteStats, batch_key
+from dagster_eventhub_ingest.resources.errors import DataLossError, RangeError
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -85,7 +85,8 @@ class FakeHub:
 
 
 class FakeIngestor:
-    """Reads ranges from a :class:`FakeHub` into a dict keyed like ``ops.stats.batch_key``.
+    """Reads ranges from a :class:`FakeHub` into a dict keyed like
+    ``dagster_eventhub_ingest.ops.stats.batch_key``.
 
     The key is (partition, start, end), plus the generation for a re-created hub's batches.
     """

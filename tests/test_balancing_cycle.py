@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ops.balancing import (
+from dagster_eventhub_ingest.ops.balancing import (
     claim_cycle,
     get_strategy,
     join,
@@ -15,9 +15,9 @@ from ops.balancing import (
     list_heartbeats,
     plan_claims,
 )
-from resources.errors import ConfigurationError
-from resources.memory_store import InMemoryBackend
-from resources.store import HubRef, PartitionStore
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.memory_store import InMemoryBackend
+from dagster_eventhub_ingest.resources.store import HubRef, PartitionStore
 
 EXPIRY = timedelta(seconds=60)
 PIDS = [str(i) for i in range(8)]
@@ -214,7 +214,7 @@ def test_takeovers_reach_the_run_log_naming_hub_partition_owners_and_the_replay(
 
 
 def test_dropped_claims_reach_the_run_log(store, clock) -> None:
-    from ops.balancing import BalanceView, Claim
+    from dagster_eventhub_ingest.ops.balancing import BalanceView, Claim
 
     held = cycle(store, clock, "a")
     store.record_intent(held["3"], 0, 9)

@@ -9,9 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ops.balancing import STRATEGIES, BalanceView, get_strategy, jump_consistent_hash
-from ops.balancing.strategies import JumpHash
-from resources.errors import ConfigurationError
+from dagster_eventhub_ingest.ops.balancing import (
+    STRATEGIES,
+    BalanceView,
+    get_strategy,
+    jump_consistent_hash,
+)
+from dagster_eventhub_ingest.ops.balancing.strategies import JumpHash
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
 
 FAIR = ("greedy", "balanced", "eph", "equal")
 

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from azure.core.exceptions import ResourceNotFoundError, ServiceRequestError
 
-import resources.blob_store as blob_store
-from resources.errors import ConfigurationError, StoreUnavailableError
-from resources.settings import StoreSettings
-from resources.store import BlobRecord
+import dagster_eventhub_ingest.resources.blob_store as blob_store
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, StoreUnavailableError
+from dagster_eventhub_ingest.resources.settings import StoreSettings
+from dagster_eventhub_ingest.resources.store import BlobRecord
 
 SETTINGS = StoreSettings(container="leases", connection_string="UseDevelopmentStorage=true")
 WHEN = datetime(2024, 5, 1, tzinfo=UTC)

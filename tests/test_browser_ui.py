@@ -29,7 +29,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from emulator.azurite import free_port, wait_for_port
+from dagster_eventhub_ingest.emulator.azurite import free_port, wait_for_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 

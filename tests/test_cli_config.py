@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cli.config import load_config, parse_config
-from resources.errors import ConfigurationError
+from dagster_eventhub_ingest.cli.config import load_config, parse_config
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
 
 EH = "Endpoint=sb://ns.example/;SharedAccessKeyName=k;SharedAccessKey=topsecret"
 ST = "DefaultEndpointsProtocol=http;AccountName=a;AccountKey=topsecret;BlobEndpoint=http://x/a;"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import io
 
-from cli.run import EXIT_CONFIG, EXIT_FAILED, ProgressPrinter, exit_code_for
-from ops.progress import PartitionProgress, RunProgress
-from resources.errors import (
+from dagster_eventhub_ingest.cli.run import EXIT_CONFIG, EXIT_FAILED, ProgressPrinter, exit_code_for
+from dagster_eventhub_ingest.ops.progress import PartitionProgress, RunProgress
+from dagster_eventhub_ingest.resources.errors import (
     ConfigurationError,
     DataLossError,
     EventHubUnavailableError,
@@ -94,7 +94,7 @@ TRANSIENT_WRITE_FAILURES = [
 
 
 def test_a_sink_errors_exit_code_follows_its_cause() -> None:
-    from ops.write import _sink_error, sink_failure_retryable
+    from dagster_eventhub_ingest.ops.write import _sink_error, sink_failure_retryable
 
     for text in PERMANENT_WRITE_FAILURES:
         err = _sink_error("sink parquet path '/out': cannot write batch", RuntimeError(text))
@@ -118,13 +118,16 @@ def test_a_sink_errors_exit_code_follows_its_cause() -> None:
 
 
 def test_the_startup_phase_is_the_process_age_to_the_centisecond() -> None:
-    """cli.run.process_age_seconds: psutil's create_time adds a boot time in whole seconds,
-    which read a 0.3 s start-up as anything up to 1.3 s."""
+    """dagster_eventhub_ingest.cli.run.process_age_seconds: psutil's create_time adds a boot time in
+    whole seconds, which read a 0.3 s start-up as anything up to 1.3 s."""
     import subprocess
     import sys
     import time
 
-    code = "import time; time.sleep(0.3); from cli.run import process_age_seconds as a; print(a())"
+    code = (
+        "import time; time.sleep(0.3); "
+        "from dagster_eventhub_ingest.cli.run import process_age_seconds as a; print(a())"
+    )
     t0 = time.monotonic()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     elapsed = time.monotonic() - t0

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def ehingest(*args: str, env: dict[str, str], timeout: float = 480) -> subprocess.CompletedProcess:
     # Generous: a cold Spark start took 240 s when the CI tiers started beside this test on 2 cores.
     return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
+        [sys.executable, "-m", "dagster_eventhub_ingest.cli.main", *args],
         cwd=ROOT,
         env={**os.environ, **env},
         capture_output=True,
@@ -130,11 +130,11 @@ def test_two_concurrent_runs_over_the_same_partitions_split_the_work(
     the first reads: with batches of max_events_per_cycle, the first releases its leases between
     batches and claims only its share, so both read events; every event lands once.
 
-    A lone run grows its cycles (ops.plan.cycle_size: 30, 30, 120 here), so the first's readers
-    are slowed (2 s per received batch, ~8 s per cycle on local[1]) to keep it reading while the
-    second starts, as a slower source or a bigger backlog would."""
-    from resources.settings import EventHubSettings, StoreSettings
-    from resources.store import PartitionStore
+    A lone run grows its cycles (dagster_eventhub_ingest.ops.plan.cycle_size: 30, 30, 120 here), so
+    the first's readers are slowed (2 s per received batch, ~8 s per cycle on local[1]) to keep it
+    reading while the second starts, as a slower source or a bigger backlog would."""
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings, StoreSettings
+    from dagster_eventhub_ingest.resources.store import PartitionStore
     from tests.landed import assert_exactly_once, landed_events, sent_events
 
     hub = make_eventhub(partitions=4)
@@ -163,7 +163,7 @@ def test_two_concurrent_runs_over_the_same_partitions_split_the_work(
             [
                 sys.executable,
                 "-m",
-                "cli.main",
+                "dagster_eventhub_ingest.cli.main",
                 "run",
                 "--config",
                 str(path),
@@ -224,8 +224,8 @@ def test_two_runs_a_few_seconds_apart_split_a_small_backlog(
     intents (slowed here by the EHINGEST_PAUSE hook, as a cold cluster start is), so the
     second takes its share of the not yet started leases meanwhile; both read, each event
     lands once."""
-    from resources.settings import EventHubSettings, StoreSettings
-    from resources.store import PartitionStore
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings, StoreSettings
+    from dagster_eventhub_ingest.resources.store import PartitionStore
     from tests.landed import assert_exactly_once, landed_events, sent_events
 
     hub = make_eventhub(partitions=4)
@@ -249,7 +249,7 @@ def test_two_runs_a_few_seconds_apart_split_a_small_backlog(
     def spawn(owner: str, extra: dict[str, str]) -> subprocess.Popen:
         args = ["run", "--config", str(path), "--owner", owner, "--json"]
         return subprocess.Popen(
-            [sys.executable, "-m", "cli.main", *args],
+            [sys.executable, "-m", "dagster_eventhub_ingest.cli.main", *args],
             cwd=ROOT,
             env={**os.environ, **env, **extra},
             stdout=open(tmp_path / f"{owner}.json", "w"),

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ops.write import (
+from dagster_eventhub_ingest.ops.write import (
     _DeltaBatchWriter,
     _DeltaPart,
     _DeltaTaskMessage,
@@ -22,10 +22,14 @@ from ops.write import (
     batch_key,
     write_batch,
 )
-from resources.code_shipping import build_code_zip, missing_module_error, ship_code
-from resources.errors import ConfigurationError, SinkError
-from resources.settings import SinkSettings
-from resources.spark_kind import is_local_master, session_is_local
+from dagster_eventhub_ingest.resources.code_shipping import (
+    build_code_zip,
+    missing_module_error,
+    ship_code,
+)
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, SinkError
+from dagster_eventhub_ingest.resources.settings import SinkSettings
+from dagster_eventhub_ingest.resources.spark_kind import is_local_master, session_is_local
 from tests.test_sinks import events
 
 if TYPE_CHECKING:
@@ -38,17 +42,22 @@ def test_code_zip_holds_the_packages_and_is_built_once(tmp_path: Path) -> None:
     assert first.name.startswith("dagster_eventhub_ingest-0.1.0-") and first.suffix == ".zip"
     names = set(zipfile.ZipFile(first).namelist())
     assert {
-        "resources/__init__.py",
-        "resources/spark_source/__init__.py",
-        "resources/spark_source/_read.py",
-        "ops/write.py",
+        "dagster_eventhub_ingest/__init__.py",
+        "dagster_eventhub_ingest/resources/__init__.py",
+        "dagster_eventhub_ingest/resources/spark_source/__init__.py",
+        "dagster_eventhub_ingest/resources/spark_source/_read.py",
+        "dagster_eventhub_ingest/ops/write.py",
     } <= names
+    # Everything under the one import name: nothing generic at the zip's root.
+    assert {n.split("/")[0] for n in names} == {"dagster_eventhub_ingest"}
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
-    assert not [n for n in names if n.startswith(("dagster_project/", "cli/", "tests/"))]
-    # Importable from the zip alone (what a Python worker does), not from the checkout.
+    parts = {n.split("/")[1] for n in names if n.count("/") >= 2}
+    assert parts == {"resources", "ops"}
+    # Importable from the zip (what a Python worker does), ahead of the checkout on the path.
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import resources.spark_source, ops.write; "
-        "print(resources.spark_source.__file__)"
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        "import dagster_eventhub_ingest.resources.spark_source as s, "
+        "dagster_eventhub_ingest.ops.write; print(s.__file__)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code, str(first)],
@@ -64,13 +73,18 @@ def test_missing_module_error_names_the_module_and_the_fix() -> None:
     worker = (
         "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
         '  File "/opt/spark/python/pyspark/serializers.py", line 193, in _read_with_length\n'
-        "ModuleNotFoundError: No module named 'resources'\n"
+        "ModuleNotFoundError: No module named 'dagster_eventhub_ingest'\n"
     )
     err = missing_module_error(RuntimeError(worker))
     assert isinstance(err, ConfigurationError)
     text = str(err)
-    assert "'resources' (ModuleNotFoundError)" in text and "spark.ehingest.shipCode" in text
+    assert "'dagster_eventhub_ingest' (ModuleNotFoundError)" in text
+    assert "spark.ehingest.shipCode" in text
     assert "check that the location" not in text
+    # Someone else's module: install it where the workers run; shipping this project won't help.
+    other = missing_module_error(RuntimeError(worker.replace("dagster_eventhub_ingest", "pyarrow")))
+    assert other is not None and "spark.ehingest.shipCode" not in str(other)
+    assert "install 'pyarrow' in the executors' Python environment" in str(other)
     assert missing_module_error(RuntimeError("AnalysisException: table not found")) is None
 
 
@@ -142,7 +156,7 @@ def test_write_is_verified_by_reading_back_the_row_count(
 
 
 def test_dagster_spark_resource_for_a_cluster_or_spark_connect() -> None:
-    from dagster_project.resources import local_pyspark_resource
+    from dagster_eventhub_ingest.dagster_project.resources import local_pyspark_resource
 
     local = local_pyspark_resource().spark_config
     assert local["spark.driver.host"] == "127.0.0.1" and local["spark.master"] == "local[*]"
@@ -165,7 +179,10 @@ def test_the_dagster_resource_refuses_an_unshared_local_sink_on_a_cluster_withou
     """The project's PySpark resource starts its session only when there is something to read;
     the check that needs to know where executors run is made from its config before anything
     is claimed, and no session starts for it."""
-    from dagster_project.resources import local_pyspark_resource, session_or_factory
+    from dagster_eventhub_ingest.dagster_project.resources import (
+        local_pyspark_resource,
+        session_or_factory,
+    )
 
     sink = SinkSettings(format="parquet", path=str(tmp_path / "out"))
     cluster = local_pyspark_resource({"spark.master": "spark://10.0.0.5:7077"})
@@ -187,7 +204,7 @@ def test_the_dagster_resource_refuses_an_unshared_local_sink_on_a_cluster_withou
 def test_azure_sink_filesystem_from_options() -> None:
     from pyarrow import fs as pafs
 
-    from resources.sink_storage import arrow_filesystem
+    from dagster_eventhub_ingest.resources.sink_storage import arrow_filesystem
 
     fs, root = arrow_filesystem(
         "abfss://bronze@acct.dfs.core.windows.net/telemetry/",

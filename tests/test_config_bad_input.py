@@ -18,7 +18,7 @@ import yaml
 from azure.storage.blob import BlobServiceClient
 from click.testing import CliRunner
 
-from cli.main import main
+from dagster_eventhub_ingest.cli.main import main
 
 pytestmark = [pytest.mark.integration]
 
@@ -348,7 +348,7 @@ def test_the_base_document_is_valid(setting: dict[str, Any]) -> None:
     """Each case fails only for its one mistake (the base loads; that such a file then runs and
     writes blobs is tests/test_example_configs.py's end-to-end run of docs/example-config.yaml).
     """
-    from cli.config import parse_config
+    from dagster_eventhub_ingest.cli.config import parse_config
 
     doc = _base(setting["hub"].name, "t-valid", str(setting["tmp"] / "out"))
     cfg = parse_config(doc, setting["env"])

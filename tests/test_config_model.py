@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from resources.config import (
+from dagster_eventhub_ingest.resources.config import (
     OUTPUT_COLUMNS,
     PARTITION_COLUMNS,
     STRATEGY_NAMES,
@@ -14,8 +14,8 @@ from resources.config import (
     SparkConfig,
     StoreConfig,
 )
-from resources.errors import ConfigurationError
-from resources.settings import EventHubSettings, make_credential
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.settings import EventHubSettings, make_credential
 
 SECRET = "c2VjcmV0LWtleQ=="
 EH = f"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=listen;SharedAccessKey={SECRET}"
@@ -37,20 +37,20 @@ def spec(**over: object) -> dict:
 
 
 def test_strategy_names_are_the_registered_strategies() -> None:
-    from ops.balancing import STRATEGIES
+    from dagster_eventhub_ingest.ops.balancing import STRATEGIES
 
     assert set(STRATEGY_NAMES) == set(STRATEGIES)
 
 
 def test_output_columns_are_the_source_schema() -> None:
-    from resources.spark_source import eventhubs_schema
+    from dagster_eventhub_ingest.resources.spark_source import eventhubs_schema
 
     assert list(OUTPUT_COLUMNS) == eventhubs_schema().fieldNames()
     assert set(PARTITION_COLUMNS) <= set(OUTPUT_COLUMNS)
 
 
 def test_a_plain_dict_builds_the_run_config_with_default_env_vars() -> None:
-    from ops.run import IngestConfig
+    from dagster_eventhub_ingest.ops.run import IngestConfig
 
     config = IngestConfig.from_spec(IngestSpec.from_dict(spec(strategy="greedy", prefetch=50)), ENV)
     assert (config.strategy, config.prefetch, config.max_events_per_partition) == (
@@ -139,8 +139,11 @@ def test_run_override_of_zero_is_an_error_not_the_default() -> None:
 def test_the_asset_run_config_override_of_zero_is_rejected() -> None:
     import dagster as dg
 
-    from dagster_project.assets import IngestOptions, build_eventhub_ingest_asset
-    from dagster_project.resources import (
+    from dagster_eventhub_ingest.dagster_project.assets import (
+        IngestOptions,
+        build_eventhub_ingest_asset,
+    )
+    from dagster_eventhub_ingest.dagster_project.resources import (
         EventHubConnectionString,
         EventHubResource,
         PartitionStoreResource,
@@ -175,7 +178,7 @@ def test_the_asset_run_config_override_of_zero_is_rejected() -> None:
 
 
 def test_identity_options_travel_to_the_executors_in_the_reader_options() -> None:
-    from resources.spark_source import ReadOptions
+    from dagster_eventhub_ingest.resources.spark_source import ReadOptions
 
     settings = EventHubSettings(
         eventhub_name="h",
@@ -191,8 +194,8 @@ def test_identity_options_travel_to_the_executors_in_the_reader_options() -> Non
 
 
 def test_the_sink_resource_is_the_sink_config_and_keeps_storage_options() -> None:
-    from dagster_project.resources import SinkResource
-    from resources.config import SinkConfig
+    from dagster_eventhub_ingest.dagster_project.resources import SinkResource
+    from dagster_eventhub_ingest.resources.config import SinkConfig
 
     yaml_sink = SinkConfig.from_dict(
         {
@@ -217,7 +220,7 @@ def test_the_sink_resource_is_the_sink_config_and_keeps_storage_options() -> Non
 
 
 def test_the_resources_take_the_yaml_credential_shape(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dagster_project.resources import (
+    from dagster_eventhub_ingest.dagster_project.resources import (
         EventHubConnectionString,
         EventHubResource,
         PartitionStoreResource,
@@ -263,7 +266,10 @@ def test_the_resources_take_the_yaml_credential_shape(monkeypatch: pytest.Monkey
 def test_resources_check_an_env_var_value_when_it_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
     import dagster as dg
 
-    from dagster_project.resources import PartitionStoreResource, StoreConnectionString
+    from dagster_eventhub_ingest.dagster_project.resources import (
+        PartitionStoreResource,
+        StoreConnectionString,
+    )
 
     monkeypatch.setenv("MY_CONTAINER", "leases-x")
     monkeypatch.setenv("MY_ST", ST)

@@ -16,27 +16,34 @@ from dagster._core.remote_representation.external_data import RepositorySnap
 from dagster._serdes import serialize_value
 from dagster.components.testing.utils import component_defs
 
-from dagster_project.assets import (
+from dagster_eventhub_ingest.dagster_project.assets import (
     IngestOptions,
     IngestRunConfig,
     build_eventhub_ingest_asset,
     dagster_run_is_dead,
 )
-from dagster_project.checks import LAG_CHECK_NAME, LastBatch, lag_check_result
-from dagster_project.component import EventHubIngestComponent
-from dagster_project.metadata import materialization_plan, partition_metadata
-from dagster_project.resources import EventHubResource
-from dagster_project.schedules import (
+from dagster_eventhub_ingest.dagster_project.checks import (
+    LAG_CHECK_NAME,
+    LastBatch,
+    lag_check_result,
+)
+from dagster_eventhub_ingest.dagster_project.component import EventHubIngestComponent
+from dagster_eventhub_ingest.dagster_project.metadata import (
+    materialization_plan,
+    partition_metadata,
+)
+from dagster_eventhub_ingest.dagster_project.resources import EventHubResource
+from dagster_eventhub_ingest.dagster_project.schedules import (
     RUNNER_TAG,
     build_ingest_job,
     build_ingest_schedule,
     every_minutes_cron,
 )
-from dagster_project.sensors import partitions_to_add
-from ops.run import PartitionReport
-from resources.code_shipping import SHIP_CODE_CONF
-from resources.config import LagCheckOptions, SparkConfig
-from resources.errors import ConfigurationError
+from dagster_eventhub_ingest.dagster_project.sensors import partitions_to_add
+from dagster_eventhub_ingest.ops.run import PartitionReport
+from dagster_eventhub_ingest.resources.code_shipping import SHIP_CODE_CONF
+from dagster_eventhub_ingest.resources.config import LagCheckOptions, SparkConfig
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "c2VjcmV0LWtleS1uZXZlci1zaG93bg=="
@@ -47,7 +54,7 @@ ST_CONN = (
 )
 
 YAML = """
-type: dagster_project.component.EventHubIngestComponent
+type: dagster_eventhub_ingest.dagster_project.component.EventHubIngestComponent
 attributes:
   asset_key: raw/telemetry
   eventhub:
@@ -331,7 +338,7 @@ def test_bad_schedule_period_is_explained() -> None:
 
 
 def test_project_definitions_load_the_example_defs_yaml() -> None:
-    from dagster_project.definitions import defs
+    from dagster_eventhub_ingest.dagster_project.definitions import defs
 
     loaded = defs()
     asset = loaded.resolve_assets_def("eventhub_events")
@@ -352,7 +359,9 @@ def test_dg_lists_the_component_and_checks_the_project() -> None:
         timeout=300,
     )
     assert listed.returncode == 0, listed.stderr
-    assert "dagster_project.component.EventHubIngestComponent" in listed.stdout
+    assert (
+        "dagster_eventhub_ingest.dagster_project.component.EventHubIngestComponent" in listed.stdout
+    )
     checked = subprocess.run(
         [dg_bin, "check", "defs"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
@@ -640,7 +649,7 @@ def test_the_documented_defs_yaml_loads_and_builds(doc: str) -> None:
 def test_the_documented_sink_block_loads_in_the_cli_file() -> None:
     import yaml
 
-    from cli.config import parse_config
+    from dagster_eventhub_ingest.cli.config import parse_config
 
     (block,) = [b for b in _yaml_blocks("docs/sinks.md") if b.startswith("sink:")]
     doc = {

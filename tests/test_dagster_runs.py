@@ -19,10 +19,10 @@ import dagster as dg
 import pytest
 from dagster._core.storage.dagster_run import DagsterRun
 
-from dagster_project.assets import RUNNER_TAG
-from dagster_project.checks import LAG_CHECK_NAME
-from resources.settings import StoreSettings
-from resources.store import PartitionStore
+from dagster_eventhub_ingest.dagster_project.assets import RUNNER_TAG
+from dagster_eventhub_ingest.dagster_project.checks import LAG_CHECK_NAME
+from dagster_eventhub_ingest.resources.settings import StoreSettings
+from dagster_eventhub_ingest.resources.store import PartitionStore
 from tests.fixtures.dagster import FAST_RETRY
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -331,7 +331,7 @@ def test_a_store_unreachable_after_load_is_retried_by_the_retry_policy(
     """Definitions load (nothing is asked of the store then); the run meets a closed port: a
     retryable StoreUnavailableError, raised as is, so Dagster retries it (STEP_UP_FOR_RETRY)
     until the policy gives up, and no attempt claims or writes anything."""
-    from emulator import azurite as services
+    from dagster_eventhub_ingest.emulator import azurite as services
 
     hub = make_eventhub(partitions=1)
     hub.send("0", [b"x"] * 3)
@@ -398,7 +398,7 @@ CLI = [
     "asset",
     "materialize",
     "-m",
-    "dagster_project.definitions",
+    "dagster_eventhub_ingest.dagster_project.definitions",
     "--select",
     "eventhub_events",
     "--partition-range",

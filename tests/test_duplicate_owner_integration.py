@@ -29,7 +29,17 @@ def _spawn(config: Path, owner: str, log: Path, fault: str | None = None) -> sub
     if fault:
         env["EHINGEST_FAULT"] = fault
     return subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "-v", "run", "--config", str(config), "--owner", owner],
+        [
+            sys.executable,
+            "-m",
+            "dagster_eventhub_ingest.cli.main",
+            "-v",
+            "run",
+            "--config",
+            str(config),
+            "--owner",
+            owner,
+        ],
         cwd=ROOT,
         env=env,
         stdout=log.open("wb"),
@@ -46,9 +56,9 @@ def _reap(proc: subprocess.Popen) -> None:
 
 
 def _setup(make_eventhub, conn: str, container: str, tmp_path: Path, **extra):
-    from resources.blob_store import AzureBlobBackend
-    from resources.settings import StoreSettings
-    from resources.store import PartitionStore
+    from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend
+    from dagster_eventhub_ingest.resources.settings import StoreSettings
+    from dagster_eventhub_ingest.resources.store import PartitionStore
 
     hub = make_eventhub(partitions=4)
     sent = {p: [f"{p}-{i}-".encode() * 10 for i in range(120)] for p in hub.partition_ids}
@@ -81,7 +91,7 @@ def _setup(make_eventhub, conn: str, container: str, tmp_path: Path, **extra):
 
 
 def _heartbeat_instance(store, owner: str) -> str:
-    from ops.balancing.liveness import list_heartbeats
+    from dagster_eventhub_ingest.ops.balancing.liveness import list_heartbeats
 
     hb = list_heartbeats(store).get(owner)
     return hb.instance if hb is not None else ""

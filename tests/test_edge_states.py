@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from ops.plan import checkpoint_problem
-from ops.run import Processor
-from resources.errors import CheckpointAheadError, ConfigurationError
-from resources.memory_store import InMemoryBackend
-from resources.store import Checkpoint, Intent, PartitionStore
+from dagster_eventhub_ingest.ops.plan import checkpoint_problem
+from dagster_eventhub_ingest.ops.run import Processor
+from dagster_eventhub_ingest.resources.errors import CheckpointAheadError, ConfigurationError
+from dagster_eventhub_ingest.resources.memory_store import InMemoryBackend
+from dagster_eventhub_ingest.resources.store import Checkpoint, Intent, PartitionStore
 from tests.run_fakes import FakeHub
 from tests.test_run_logic import HUB, config, greedy_claim, info, make
 
@@ -135,7 +135,7 @@ def test_reset_of_an_empty_recreated_hub_and_a_stale_intent() -> None:
 
 
 def test_batch_key_names_the_hub_generation_only_after_a_recreation() -> None:
-    from ops.stats import batch_key
+    from dagster_eventhub_ingest.ops.stats import batch_key
 
     assert batch_key("0", 0, 9) == batch_key("0", 0, 9, None) == "0-0-9"  # unchanged
     assert batch_key("0", 0, 9, 1_700_000_060_000) == "0-0-9-g1700000060000"
@@ -227,7 +227,7 @@ def test_run_timeout_and_checkpoint_policy_are_validated() -> None:
 
 
 def test_status_flags_a_partition_ahead_of_the_hub() -> None:
-    from ops.status import partition_status
+    from dagster_eventhub_ingest.ops.status import partition_status
 
     hub = FakeHub(2)
     hub.send_all(10)
@@ -244,7 +244,7 @@ def test_status_flags_a_partition_ahead_of_the_hub() -> None:
 
 
 def test_pending_intent_is_replayed_only_into_the_layout_it_was_written_with() -> None:
-    from resources.settings import SinkSettings
+    from dagster_eventhub_ingest.resources.settings import SinkSettings
 
     hub = FakeHub(1)
     hub.send_all(10)
@@ -301,8 +301,8 @@ def _parquet_dir(root, *levels: str) -> None:
 
 
 def test_spark_format_sinks_check_their_layout_on_disk(tmp_path) -> None:
-    from ops.write import check_sink_layout
-    from resources.settings import SinkSettings
+    from dagster_eventhub_ingest.ops.write import check_sink_layout
+    from dagster_eventhub_ingest.resources.settings import SinkSettings
 
     out = tmp_path / "out"
     check_sink_layout(SinkSettings(path=str(out)))  # nothing there yet
@@ -382,7 +382,7 @@ def test_skip_keeps_a_partly_expired_intent_the_crashed_attempt_already_wrote() 
 
 def test_write_errors_bring_the_operating_system_cause_forward() -> None:
     pytest.importorskip("pyspark")
-    from ops.write import _cause
+    from dagster_eventhub_ingest.ops.write import _cause
 
     jvm = RuntimeError(
         "[TASK_WRITE_FAILED] Task failed while writing rows to file:/data/out.\n"
@@ -400,8 +400,8 @@ def test_write_errors_bring_the_operating_system_cause_forward() -> None:
 def test_messages_do_not_repeat_words() -> None:
     from azure.core.exceptions import ServiceRequestError
 
-    from cli.config import parse_config
-    from resources.blob_store import AzureBlobBackend
+    from dagster_eventhub_ingest.cli.config import parse_config
+    from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend
 
     raw = {
         "eventhub": {"connection_string": "${EH}", "eventhub_name": "h"},
@@ -432,8 +432,8 @@ def test_leaving_with_the_store_down_takes_one_call_whatever_the_partition_count
     import logging
     import time
 
-    from ops.lease import LeaseKeeper
-    from resources.errors import StoreUnavailableError
+    from dagster_eventhub_ingest.ops.lease import LeaseKeeper
+    from dagster_eventhub_ingest.resources.errors import StoreUnavailableError
 
     class DownBackend(InMemoryBackend):
         down = False
@@ -450,7 +450,7 @@ def test_leaving_with_the_store_down_takes_one_call_whatever_the_partition_count
     store = PartitionStore(backend, HUB)
     keeper = LeaseKeeper(store, "me", interval=0.05)
     owns = [store.claim(str(p), "me", None) for p in range(16)]
-    caplog.set_level(logging.WARNING, logger="ops.lease")
+    caplog.set_level(logging.WARNING, logger="dagster_eventhub_ingest.ops.lease")
     with keeper:
         keeper.hold([o for o in owns if o is not None])
         time.sleep(0.1)

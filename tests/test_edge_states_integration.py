@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def ehingest(*args: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
+        [sys.executable, "-m", "dagster_eventhub_ingest.cli.main", *args],
         cwd=ROOT,
         env={**os.environ, **env},
         capture_output=True,
@@ -60,8 +60,8 @@ def write_config(tmp_path: Path, hub, container: str, **extra) -> Path:
 
 def run_in_process(spark, config: Path, env: dict[str, str], owner: str, **overrides):
     """``ehingest run`` without a new JVM: the same config, this session's Spark."""
-    from cli.config import load_config
-    from ops.run import run_ingestion
+    from dagster_eventhub_ingest.cli.config import load_config
+    from dagster_eventhub_ingest.ops.run import run_ingestion
 
     ingest = load_config(config, env={**os.environ, **env}).ingest
     return run_ingestion(ingest.replace(**overrides), spark, owner_id=owner)
@@ -71,7 +71,7 @@ def run_in_process(spark, config: Path, env: dict[str, str], owner: str, **overr
 def test_recreated_hub_is_refused_flagged_and_reset_on_request_with_nothing_lost(
     spark, eventhub_emulator, azurite_connection_string: str, container_name: str, tmp_path: Path
 ) -> None:
-    from cli.run import format_report
+    from dagster_eventhub_ingest.cli.run import format_report
 
     hub = eventhub_emulator.create_hub(partitions=2)
     env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
@@ -120,9 +120,9 @@ def test_recreated_hub_is_refused_flagged_and_reset_on_request_with_nothing_lost
 def test_hand_edited_checkpoint_ahead_is_refused_before_any_claim(
     make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
 ) -> None:
-    from resources.blob_store import AzureBlobBackend
-    from resources.settings import StoreSettings
-    from resources.store import PartitionStore
+    from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend
+    from dagster_eventhub_ingest.resources.settings import StoreSettings
+    from dagster_eventhub_ingest.resources.store import PartitionStore
 
     hub = make_eventhub(partitions=1)
     hub.send("0", [b"x"] * 5)
@@ -151,9 +151,13 @@ def test_missing_hub_and_unknown_consumer_group_are_configuration_errors_before_
 ) -> None:
     import time
 
-    from ops.run import IngestConfig, run_ingestion
-    from resources.errors import ConfigurationError
-    from resources.settings import EventHubSettings, SinkSettings, StoreSettings
+    from dagster_eventhub_ingest.ops.run import IngestConfig, run_ingestion
+    from dagster_eventhub_ingest.resources.errors import ConfigurationError
+    from dagster_eventhub_ingest.resources.settings import (
+        EventHubSettings,
+        SinkSettings,
+        StoreSettings,
+    )
 
     hub = make_eventhub(partitions=2)
     store = StoreSettings(container=container_name, connection_string=azurite_connection_string)
@@ -191,9 +195,13 @@ def test_a_wrong_sas_key_is_a_configuration_error_before_any_claim(
     """The emulator checks SAS signatures as Event Hubs does: a wrong key is refused (401)."""
     import re
 
-    from ops.run import IngestConfig, run_ingestion
-    from resources.errors import ConfigurationError
-    from resources.settings import EventHubSettings, SinkSettings, StoreSettings
+    from dagster_eventhub_ingest.ops.run import IngestConfig, run_ingestion
+    from dagster_eventhub_ingest.resources.errors import ConfigurationError
+    from dagster_eventhub_ingest.resources.settings import (
+        EventHubSettings,
+        SinkSettings,
+        StoreSettings,
+    )
 
     hub = make_eventhub(partitions=2)
     wrong_key = "d3Jvbmcta2V5LW5vdC10aGlzLW9uZQ=="
@@ -228,8 +236,8 @@ class Crash(BaseException):
 
 
 def _ingest_config(hub, container: str, conn: str, out: Path, **kw):
-    from ops.run import IngestConfig
-    from resources.settings import SinkSettings, StoreSettings
+    from dagster_eventhub_ingest.ops.run import IngestConfig
+    from dagster_eventhub_ingest.resources.settings import SinkSettings, StoreSettings
 
     base = dict(
         eventhub=hub.settings(),
@@ -246,10 +254,10 @@ def _ingest_config(hub, container: str, conn: str, out: Path, **kw):
 
 def _crash_after_write(spark, cfg, owner: str) -> None:
     """One run that writes its batch and dies before the checkpoint (intent left pending)."""
-    from ops.ingest import SparkIngestor
-    from ops.run import Processor, _default_claim
-    from resources.hub_client import EventHubClient
-    from resources.store import PartitionStore
+    from dagster_eventhub_ingest.ops.ingest import SparkIngestor
+    from dagster_eventhub_ingest.ops.run import Processor, _default_claim
+    from dagster_eventhub_ingest.resources.hub_client import EventHubClient
+    from dagster_eventhub_ingest.resources.store import PartitionStore
 
     store = PartitionStore(cfg.store.backend(), cfg.eventhub.hub_ref())
     real = SparkIngestor(spark, cfg.eventhub, cfg.sink, receive_timeout_seconds=10)
@@ -279,9 +287,9 @@ def test_partition_by_changed_while_a_written_batch_is_pending_is_refused_and_la
 ) -> None:
     import dataclasses
 
-    from ops.run import run_ingestion
-    from resources.errors import ConfigurationError
-    from resources.store import PartitionStore
+    from dagster_eventhub_ingest.ops.run import run_ingestion
+    from dagster_eventhub_ingest.resources.errors import ConfigurationError
+    from dagster_eventhub_ingest.resources.store import PartitionStore
 
     hub = make_eventhub(partitions=2)
     sent: dict[str, list[bytes]] = {}
@@ -311,9 +319,9 @@ def test_skip_writes_the_retained_part_of_an_intent_whose_head_expired(
 ) -> None:
     import time
 
-    from ops.plan import sink_layout
-    from ops.run import run_ingestion
-    from resources.store import PartitionStore
+    from dagster_eventhub_ingest.ops.plan import sink_layout
+    from dagster_eventhub_ingest.ops.run import run_ingestion
+    from dagster_eventhub_ingest.resources.store import PartitionStore
 
     retention = 10.0
     hub = make_eventhub(partitions=1, retention_seconds=retention)

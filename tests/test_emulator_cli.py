@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli.main import main as ehingest
-from emulator.testing import EmulatedHub
+from dagster_eventhub_ingest.cli.main import main as ehingest
+from dagster_eventhub_ingest.emulator.testing import EmulatedHub
 
 pytestmark = pytest.mark.integration
 
@@ -22,9 +22,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @contextmanager
 def serve(*args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """Run ``python -m emulator serve --port 0 ...``; yield (connection string, process)."""
+    """Run ``python -m dagster_eventhub_ingest.emulator serve --port 0 ...``; yield (connection
+    string, process)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "emulator", "serve", "--port", "0", *args],
+        [sys.executable, "-m", "dagster_eventhub_ingest.emulator", "serve", "--port", "0", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from azure.eventhub import EventData
 
-from emulator.hub import partition_for_key
-from emulator.testing import EmulatedHub, EmulatorHandle
+from dagster_eventhub_ingest.emulator.hub import partition_for_key
+from dagster_eventhub_ingest.emulator.testing import EmulatedHub, EmulatorHandle
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,12 @@ from azure.eventhub._pyamqp.message import Message
 from azure.eventhub._pyamqp.utils import generate_sas_token
 from azure.eventhub.exceptions import ConnectError, ConnectionLostError, EventHubError
 
-from emulator.testing import KEY_NAME, KEY_VALUE, EmulatedHub, EmulatorHandle
+from dagster_eventhub_ingest.emulator.testing import (
+    KEY_NAME,
+    KEY_VALUE,
+    EmulatedHub,
+    EmulatorHandle,
+)
 
 pytestmark = pytest.mark.integration
 

@@ -22,10 +22,14 @@ from azure.eventhub._client_base import EventHubSASTokenCredential
 from azure.eventhub.aio import EventHubProducerClient as AsyncProducer
 from azure.eventhub.exceptions import AuthenticationError
 
-from emulator import framing
-from emulator.auth import AsyncTestTokenCredential, TestTokenCredential, make_test_jwt
-from emulator.hub import partition_for_key
-from emulator.testing import (
+from dagster_eventhub_ingest.emulator import framing
+from dagster_eventhub_ingest.emulator.auth import (
+    AsyncTestTokenCredential,
+    TestTokenCredential,
+    make_test_jwt,
+)
+from dagster_eventhub_ingest.emulator.hub import partition_for_key
+from dagster_eventhub_ingest.emulator.testing import (
     KEY_NAME,
     KEY_VALUE,
     EmulatedHub,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from azure.eventhub import EventData
 
-from emulator.testing import EmulatedHub, running_emulator
+from dagster_eventhub_ingest.emulator.testing import EmulatedHub, running_emulator
 
 pytestmark = pytest.mark.integration
 

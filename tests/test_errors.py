@@ -2,7 +2,7 @@
 
 import pytest
 
-from resources.errors import ConfigurationError, redact
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, redact
 
 
 @pytest.mark.parametrize(

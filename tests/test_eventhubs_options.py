@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from resources.errors import ConfigurationError
-from resources.eventhubs_options import (
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.eventhubs_options import (
     CONNECTOR_OPTIONS,
     Bound,
     decrypt_connection_string,
@@ -17,7 +17,7 @@ from resources.eventhubs_options import (
     parse_iso_duration,
     parse_source_options,
 )
-from resources.eventhubs_stream import EventHubsStreamReader, admit
+from dagster_eventhub_ingest.resources.eventhubs_stream import EventHubsStreamReader, admit
 
 SECRET = "c2VjcmV0LWtleS12YWx1ZQ=="
 BASE = f"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=r;SharedAccessKey={SECRET}"

@@ -1,5 +1,6 @@
-"""The SDK's handshake without its 50 ms polls (resources.eventhubs_transport): the loop's rules
-on a fake ``client_ready``, then real SDK clients against the emulator."""
+"""The SDK's handshake without its 50 ms polls
+(dagster_eventhub_ingest.resources.eventhubs_transport): the loop's rules on a fake
+``client_ready``, then real SDK clients against the emulator."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from resources.eventhubs_transport import prompt_ready, prompt_transport
-from resources.hub_client import EventHubClient
-from resources.spark_source import PartitionRange, read_range
+from dagster_eventhub_ingest.resources.eventhubs_transport import prompt_ready, prompt_transport
+from dagster_eventhub_ingest.resources.hub_client import EventHubClient
+from dagster_eventhub_ingest.resources.spark_source import PartitionRange, read_range
 
 
 class _Handshake:
@@ -130,8 +131,8 @@ def test_the_sdks_own_transport_still_polls(
 
 @pytest.mark.integration
 def test_a_wrong_key_is_refused_as_before(make_eventhub: Callable[..., Any]) -> None:
-    from resources.errors import ConfigurationError
-    from resources.settings import EventHubSettings
+    from dagster_eventhub_ingest.resources.errors import ConfigurationError
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings
 
     hub = make_eventhub(partitions=1)
     wrong = hub.connection_string.replace("SharedAccessKey=", "SharedAccessKey=x")

@@ -100,7 +100,17 @@ def _spawn(config: Path, owner: str, fault: str | None, log_dir: Path) -> subpro
         env["EHINGEST_FAULT"] = fault
     log = open(log_dir / f"{owner}.log", "wb")  # noqa: SIM115 - closed by the OS with the child
     return subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "-v", "run", "--config", str(config), "--owner", owner],
+        [
+            sys.executable,
+            "-m",
+            "dagster_eventhub_ingest.cli.main",
+            "-v",
+            "run",
+            "--config",
+            str(config),
+            "--owner",
+            owner,
+        ],
         cwd=ROOT,
         env=env,
         stdout=log,
@@ -235,14 +245,18 @@ def test_the_fault_scenarios_keep_output_equal_to_input(
     reset on request). Each run's outcome may be an error; the output must stay exact."""
     import re
 
-    from ops.run import IngestConfig, run_ingestion
-    from resources.errors import (
+    from dagster_eventhub_ingest.ops.run import IngestConfig, run_ingestion
+    from dagster_eventhub_ingest.resources.errors import (
         CheckpointAheadError,
         DuplicateOwnerError,
         EventHubUnavailableError,
         StoreUnavailableError,
     )
-    from resources.settings import EventHubSettings, SinkSettings, StoreSettings
+    from dagster_eventhub_ingest.resources.settings import (
+        EventHubSettings,
+        SinkSettings,
+        StoreSettings,
+    )
     from tests.faultproxy import FaultProxy
 
     hub = eventhub_emulator.create_hub(partitions=2)
@@ -301,8 +315,8 @@ def test_the_fault_scenarios_keep_output_equal_to_input(
         assert run("lost-response").complete
         assert store_proxy.dropped
         # 4. A second process with a live owner id (here: the same process's running instance).
-        from ops.balancing.liveness import OwnerInstance, take_owner_id
-        from resources.store import PartitionStore
+        from dagster_eventhub_ingest.ops.balancing.liveness import OwnerInstance, take_owner_id
+        from dagster_eventhub_ingest.resources.store import PartitionStore
 
         live = OwnerInstance.current()
         live.start()

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cli.main import main
+from dagster_eventhub_ingest.cli.main import main
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -55,8 +55,13 @@ def test_example_config_shows_every_key() -> None:
     """The file says it shows every key: each one of the model is there, set or commented."""
     import re
 
-    from cli.config import CliSpec
-    from resources.config import EventHubConfig, SinkConfig, SparkConfig, StoreConfig
+    from dagster_eventhub_ingest.cli.config import CliSpec
+    from dagster_eventhub_ingest.resources.config import (
+        EventHubConfig,
+        SinkConfig,
+        SparkConfig,
+        StoreConfig,
+    )
 
     shown = set(re.findall(r"^[\s#]*([a-z_]+):", EXAMPLE.read_text(), flags=re.M))
     wanted = {
@@ -96,7 +101,7 @@ def test_documented_defs_yaml_runs_end_to_end(
     import dagster as dg
     from dagster.components.testing.utils import component_defs
 
-    from dagster_project.component import EventHubIngestComponent
+    from dagster_eventhub_ingest.dagster_project.component import EventHubIngestComponent
 
     blocks = _defs_yaml_blocks(doc)
     assert blocks, f"{doc} shows no defs.yaml"

@@ -26,9 +26,9 @@ def _port(conn: str, key: str) -> int:
 def test_a_checkpoint_whose_response_was_lost_is_reported_as_written(
     azurite_connection_string: str, container_name: str
 ) -> None:
-    from resources.blob_store import AzureBlobBackend
-    from resources.settings import StoreSettings
-    from resources.store import HubRef, PartitionStore
+    from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend
+    from dagster_eventhub_ingest.resources.settings import StoreSettings
+    from dagster_eventhub_ingest.resources.store import HubRef, PartitionStore
 
     upstream = _port(azurite_connection_string, "BlobEndpoint")
     with FaultProxy(("127.0.0.1", upstream)) as proxy:
@@ -60,10 +60,14 @@ def test_a_checkpoint_whose_response_was_lost_is_reported_as_written(
 def test_hub_dying_mid_read_is_a_hub_error_and_a_rerun_lands_every_event_once(
     spark, eventhub_emulator, azurite_connection_string: str, container_name: str, tmp_path: Path
 ) -> None:
-    from ops.run import IngestConfig, run_ingestion
-    from resources.errors import EventHubUnavailableError, SinkError
-    from resources.settings import EventHubSettings, SinkSettings, StoreSettings
-    from resources.store import PartitionStore
+    from dagster_eventhub_ingest.ops.run import IngestConfig, run_ingestion
+    from dagster_eventhub_ingest.resources.errors import EventHubUnavailableError, SinkError
+    from dagster_eventhub_ingest.resources.settings import (
+        EventHubSettings,
+        SinkSettings,
+        StoreSettings,
+    )
+    from dagster_eventhub_ingest.resources.store import PartitionStore
 
     hub = eventhub_emulator.create_hub(partitions=1)
     sent = {"0": [f"event-{i}-".encode() * 20 for i in range(2000)]}  # ~400 KB
@@ -138,7 +142,17 @@ def test_a_driver_killed_mid_write_leaves_staging_that_the_rerun_removes(
     def spawn(name: str) -> subprocess.Popen:
         env = {k: v for k, v in os.environ.items() if k != "EHINGEST_FAULT"}
         return subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "-v", "run", "--config", str(cfg), "--owner", "n"],
+            [
+                sys.executable,
+                "-m",
+                "dagster_eventhub_ingest.cli.main",
+                "-v",
+                "run",
+                "--config",
+                str(cfg),
+                "--owner",
+                "n",
+            ],
             cwd=root,
             env=env,
             stdout=(tmp_path / f"{name}.log").open("wb"),

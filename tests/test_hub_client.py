@@ -10,9 +10,17 @@ from typing import Any
 
 import pytest
 
-from resources.errors import ConfigurationError, EventHubUnavailableError, RangeError
-from resources.hub_client import EventHubClient, partition_info_from_properties, sort_partition_ids
-from resources.settings import EventHubSettings
+from dagster_eventhub_ingest.resources.errors import (
+    ConfigurationError,
+    EventHubUnavailableError,
+    RangeError,
+)
+from dagster_eventhub_ingest.resources.hub_client import (
+    EventHubClient,
+    partition_info_from_properties,
+    sort_partition_ids,
+)
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
 
 
 def test_partition_ids_sort_numerically_then_by_name() -> None:

@@ -1,6 +1,7 @@
-"""The local driver JVM's class-data archive (resources.jvm_archive): when it is planned, used or
-written, how a JVM that refuses it is restarted, how an archive is put in place; then real
-JVMs (``ehingest spark-archive``, a session mapping the archive, a user's conf dir)."""
+"""The local driver JVM's class-data archive (dagster_eventhub_ingest.resources.jvm_archive): when
+it is planned, used or written, how a JVM that refuses it is restarted, how an archive is put in
+place; then real JVMs (``ehingest spark-archive``, a session mapping the archive, a user's conf
+dir)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,14 @@ from typing import Any
 
 import pytest
 
-from resources import jvm_archive
-from resources.jvm_archive import ArchivePlan, finish_dump, plan_archive, start_with_archive
-from resources.spark_session import SPARK_CONF_DIR
+from dagster_eventhub_ingest.resources import jvm_archive
+from dagster_eventhub_ingest.resources.jvm_archive import (
+    ArchivePlan,
+    finish_dump,
+    plan_archive,
+    start_with_archive,
+)
+from dagster_eventhub_ingest.resources.spark_session import SPARK_CONF_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -208,7 +214,7 @@ def test_the_archive_is_put_in_place_only_after_a_clean_exit(
 
 _SESSION = """
 import os, sys
-from resources.spark_session import local_spark_session
+from dagster_eventhub_ingest.resources.spark_session import local_spark_session
 spark = local_spark_session("archive-test", master="local[1]")
 assert spark.range(100).selectExpr("sum(id)").first()[0] == 4950
 pid = spark.sparkContext._gateway.proc.pid
@@ -229,7 +235,7 @@ def _run(args: list[str], env: dict[str, str], timeout: float = 300) -> subproce
 @pytest.mark.slow
 def test_spark_archive_writes_the_archive_a_session_then_maps(tmp_path: Path) -> None:
     env = {"EHINGEST_CACHE_DIR": str(tmp_path / "cache"), "EHINGEST_JVM_ARCHIVE": "auto"}
-    cli = [sys.executable, "-m", "cli.main", "spark-archive"]
+    cli = [sys.executable, "-m", "dagster_eventhub_ingest.cli.main", "spark-archive"]
     first = _run(cli, env)
     assert first.returncode == 0, first.stderr[-3000:]
     assert first.stdout.startswith("wrote ") and ".jsa" in first.stdout

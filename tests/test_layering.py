@@ -45,13 +45,27 @@ def _imports(path: Path, module: str) -> set[str]:
     return names
 
 
+NAMESPACE = "dagster_eventhub_ingest"
+#: The folders the wheel maps under the one import name (pyproject's hatch ``sources``).
+PARTS = ("resources", "ops", "dagster_project", "emulator", "cli", "airflow_provider")
+
+
 def _modules(package: str) -> dict[str, set[str]]:
+    """Module name -> what it imports, for every module in the folder ``package``."""
     out = {}
     for path in sorted((ROOT / package).rglob("*.py")):
         rel = path.relative_to(ROOT).with_suffix("")
         name = ".".join(p for p in rel.parts if p != "__init__")
+        if package in PARTS:
+            name = f"{NAMESPACE}.{name}"
         out[name] = _imports(path, name)
     return out
+
+
+def _part(name: str) -> str:
+    """The folder a module name belongs to: ``dagster_eventhub_ingest.ops.run`` -> ``ops``."""
+    head, _, rest = name.partition(".")
+    return rest.split(".")[0] if head == NAMESPACE and rest else head
 
 
 @pytest.mark.parametrize(
@@ -62,7 +76,8 @@ def _modules(package: str) -> dict[str, set[str]]:
         ("dagster_project", {"cli", "emulator", "bench", "tests"}),
         # The emulator owns its command line (``ehingest emulator`` mounts it, not the reverse).
         ("emulator", {"cli", "ops", "dagster_project", "airflow_provider", "bench", "tests"}),
-        # The benchmarks stand on the project (Azurite control is emulator.azurite), not on tests.
+        # The benchmarks stand on the project (Azurite control is
+        # dagster_eventhub_ingest.emulator.azurite), not on tests.
         ("bench", {"tests"}),
         # The CLI and the Airflow provider are surfaces over ops/resources: neither stands on
         # Dagster's surface nor on each other (Airflow installs without Dagster's UI code).
@@ -75,7 +90,7 @@ def test_layers_import_only_downward(package: str, forbidden: set[str]) -> None:
         (module, name)
         for module, names in _modules(package).items()
         for name in names
-        if name.split(".")[0] in forbidden
+        if _part(name) in forbidden
     }
     assert not bad, f"{package}/ imports upward: {sorted(bad)}"
 
@@ -86,7 +101,8 @@ def test_no_import_cycle_in(package: str) -> None:
 
     Function-level imports count too (only ``TYPE_CHECKING`` ones do not): a lazy import that
     closes a cycle works until someone hoists it. The graph is module to module: importing
-    ``resources.spark_source._plan`` is an edge to that module, not to the package's face.
+    ``dagster_eventhub_ingest.resources.spark_source._plan`` is an edge to that module, not to the
+    package's face.
     """
     modules = _modules(package)
     graph = {module: {n for n in names if n in modules} for module, names in modules.items()}
@@ -114,8 +130,11 @@ def test_no_import_cycle_in(package: str) -> None:
 def test_the_cycle_check_sees_package_modules_and_relative_imports() -> None:
     """The graph knows the spark_source package's private modules and its face's imports."""
     modules = _modules("resources")
-    assert "resources.spark_source._plan" in modules
-    assert "resources.spark_source._source" in modules["resources.spark_source"]
+    assert "dagster_eventhub_ingest.resources.spark_source._plan" in modules
+    assert (
+        "dagster_eventhub_ingest.resources.spark_source._source"
+        in modules["dagster_eventhub_ingest.resources.spark_source"]
+    )
 
 
 def test_executor_modules_do_not_import_driver_only_packages() -> None:
@@ -124,15 +143,30 @@ def test_executor_modules_do_not_import_driver_only_packages() -> None:
     A cluster's executors get resources/ and ops/ as a zip and their Python has only the
     runtime libraries the readers and writers use (the cluster tier builds such a Python); the
     configuration model and Dagster live on the driver. An eager import in a package
-    ``__init__`` once pulled pydantic into every executor through ``ops.write``.
+    ``__init__`` once pulled pydantic into every executor through
+    ``dagster_eventhub_ingest.ops.write``.
     """
+    ns = NAMESPACE
     code = (
-        "import sys, ops.write, resources.spark_source, resources.eventhubs_stream, "
-        "resources.eventhubs_positions\n"
-        "print(','.join(m for m in ('pydantic', 'dagster', 'resources.config', 'ops.run') "
-        "if m in sys.modules))"
+        f"import sys, {ns}.ops.write, {ns}.resources.spark_source, "
+        f"{ns}.resources.eventhubs_stream, {ns}.resources.eventhubs_positions\n"
+        f"print(','.join(m for m in ('pydantic', 'dagster', '{ns}.resources.config', "
+        f"'{ns}.ops.run') if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert out.stdout.strip() == "", f"executor-side imports pull in: {out.stdout.strip()}"
+
+
+@pytest.mark.parametrize("folder", [*PARTS, "bench", "tests", "scripts"])
+def test_parts_are_imported_through_the_one_import_name(folder: str) -> None:
+    """``import resources...`` works in a checkout only: in the wheel the parts live under
+    ``dagster_eventhub_ingest``, and a bare import there is a second copy of every class."""
+    bare = {
+        (str(path.relative_to(ROOT)), name)
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for name in _imports(path, "x")
+        if name.split(".")[0] in PARTS
+    }
+    assert not bare, f"bare imports of the namespaced parts: {sorted(bare)}"

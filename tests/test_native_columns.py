@@ -24,10 +24,15 @@ from azure.eventhub._pyamqp.types import TYPE, VALUE, AMQPTypes
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
-from emulator.framing import transfer_header
-from resources.spark_source import PartitionRange, _amqp, _native, read_range
-from resources.spark_source._events import ColumnRows, _ArrowBuilder
-from resources.spark_source._schema import _arrow_schema
+from dagster_eventhub_ingest.emulator.framing import transfer_header
+from dagster_eventhub_ingest.resources.spark_source import (
+    PartitionRange,
+    _amqp,
+    _native,
+    read_range,
+)
+from dagster_eventhub_ingest.resources.spark_source._events import ColumnRows, _ArrowBuilder
+from dagster_eventhub_ingest.resources.spark_source._schema import _arrow_schema
 from tests.test_spark_source_amqp import (
     _pull_all,
     _session_class,
@@ -514,7 +519,9 @@ def test_a_host_that_cannot_compile_reads_in_python_and_says_so(
 ) -> None:
     monkeypatch.delenv(_native.NATIVE_ENV, raising=False)
     monkeypatch.setenv("CC", "false")
-    with caplog.at_level(logging.INFO, logger="resources.spark_source._native"):
+    with caplog.at_level(
+        logging.INFO, logger="dagster_eventhub_ingest.resources.spark_source._native"
+    ):
         assert _native.amqp_columns() is None
     assert "native step is off on this host" in caplog.text
     failed = _native.target_path().with_suffix(".failed")
@@ -535,11 +542,11 @@ def test_an_executor_builds_and_loads_it_from_the_shipped_zip(tmp_path: Path) ->
     import subprocess
     import sys
 
-    from resources.code_shipping import build_code_zip
+    from dagster_eventhub_ingest.resources.code_shipping import build_code_zip
 
     code = build_code_zip(tmp_path / "code")
     probe = (
-        "from resources.spark_source import _native\n"
+        "from dagster_eventhub_ingest.resources.spark_source import _native\n"
         "m = _native.amqp_columns()\n"
         "print(_native.__file__)\n"
         "print(m.__file__)\n"
@@ -623,7 +630,7 @@ class _FakePull:
 
     @staticmethod
     def sequence_number(message: Any) -> int | None:
-        from resources.spark_source._receiver import _PartitionPull
+        from dagster_eventhub_ingest.resources.spark_source._receiver import _PartitionPull
 
         return _PartitionPull.sequence_number(message)
 
@@ -638,9 +645,9 @@ def test_runs_with_gaps_redeliveries_and_a_tail_past_the_end_read_as_events_do(
     """Sequence numbers 0-2, 5-6 (3 and 4 missing), 5-7 again (a redelivery), 8-11 (past the
     range [0, 9]): as native runs or as messages one by one, the same rows; the hole is
     skipped and logged (``skip``) or fails the read (``fail``)."""
-    from resources.errors import DataLossError
-    from resources.settings import EventHubSettings
-    from resources.spark_source import _read
+    from dagster_eventhub_ingest.resources.errors import DataLossError
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings
+    from dagster_eventhub_ingest.resources.spark_source import _read
 
     groups = [[0, 1, 2, 5, 6], [5, 6, 7], [8, 9, 10, 11]]
 
@@ -676,7 +683,7 @@ def test_the_cli_builds_it_ahead_and_says_when_it_cannot(
 ) -> None:
     from click.testing import CliRunner
 
-    from cli.main import main
+    from dagster_eventhub_ingest.cli.main import main
 
     runner = CliRunner()
     monkeypatch.setenv("CC", "false")

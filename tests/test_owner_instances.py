@@ -1,4 +1,5 @@
-"""One live process per owner id (ops.balancing.liveness.take_owner_id), on the in-memory store.
+"""One live process per owner id (dagster_eventhub_ingest.ops.balancing.liveness.take_owner_id), on
+the in-memory store.
 
 The processes here are instance tokens; tests/test_duplicate_owner_integration.py runs the same
 rules with real ``ehingest run`` processes on Azurite and the emulator.
@@ -13,17 +14,17 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ops.balancing import claim_cycle
-from ops.balancing.liveness import (
+from dagster_eventhub_ingest.ops.balancing import claim_cycle
+from dagster_eventhub_ingest.ops.balancing.liveness import (
     OwnerInstance,
     delete_heartbeat,
     list_heartbeats,
     take_owner_id,
     write_heartbeat,
 )
-from resources.errors import ConfigurationError, DuplicateOwnerError
-from resources.memory_store import InMemoryBackend
-from resources.store import HubRef, PartitionStore
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, DuplicateOwnerError
+from dagster_eventhub_ingest.resources.memory_store import InMemoryBackend
+from dagster_eventhub_ingest.resources.store import HubRef, PartitionStore
 
 HUB = HubRef("ns.example", "hub", "$Default")
 EXPIRY = timedelta(seconds=60)

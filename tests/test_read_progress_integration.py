@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from resources.errors import ConfigurationError
-from resources.read_progress import ProgressTarget
-from resources.settings import StoreSettings
-from resources.store import HubRef
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.read_progress import ProgressTarget
+from dagster_eventhub_ingest.resources.settings import StoreSettings
+from dagster_eventhub_ingest.resources.store import HubRef
 
 ROOT = Path(__file__).resolve().parent.parent
 READ = re.compile(r"(\d+) \[(\d+), (\d+)\] \((\d+)/(\d+) events read\)")
@@ -51,8 +51,8 @@ def test_the_progress_option_round_trips_and_never_shows_the_store_key() -> None
 def test_a_failed_progress_write_is_ignored_and_never_names_the_key(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from resources.ranges import SeqRange
-    from resources.read_progress import ProgressWriter
+    from dagster_eventhub_ingest.resources.ranges import SeqRange
+    from dagster_eventhub_ingest.resources.read_progress import ProgressWriter
 
     writer = ProgressWriter(ProgressTarget(_target().store, "p/", 0.01), "0", SeqRange(0, 9))
     time.sleep(0.02)
@@ -68,8 +68,8 @@ def test_a_failed_progress_write_is_ignored_and_never_names_the_key(
 def test_cli_shows_events_read_of_the_range_before_the_checkpoint_moves(
     make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
 ) -> None:
-    from resources.settings import EventHubSettings
-    from resources.store import PartitionStore
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings
+    from dagster_eventhub_ingest.resources.store import PartitionStore
     from tests.landed import assert_exactly_once, landed_events, sent_events
 
     hub = make_eventhub(partitions=2)
@@ -103,7 +103,16 @@ def test_cli_shows_events_read_of_the_range_before_the_checkpoint_moves(
     )
     with open(log, "w") as err, open(tmp_path / "run.json", "w") as stdout:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "run", "--config", str(path), "--owner", "slow"],
+            [
+                sys.executable,
+                "-m",
+                "dagster_eventhub_ingest.cli.main",
+                "run",
+                "--config",
+                str(path),
+                "--owner",
+                "slow",
+            ],
             cwd=ROOT,
             env=env,
             stdout=stdout,

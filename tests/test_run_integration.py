@@ -11,11 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from ops.run import IngestConfig, ReplaySpec, run_ingestion
-from ops.write import read_sink
-from resources.errors import DataLossError, EventHubUnavailableError, RangeError, SinkError
-from resources.settings import EventHubSettings, SinkSettings, StoreSettings
-from resources.store import PartitionStore
+from dagster_eventhub_ingest.ops.run import IngestConfig, ReplaySpec, run_ingestion
+from dagster_eventhub_ingest.ops.write import read_sink
+from dagster_eventhub_ingest.resources.errors import (
+    DataLossError,
+    EventHubUnavailableError,
+    RangeError,
+    SinkError,
+)
+from dagster_eventhub_ingest.resources.settings import EventHubSettings, SinkSettings, StoreSettings
+from dagster_eventhub_ingest.resources.store import PartitionStore
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -113,7 +118,7 @@ def test_sequential_runs_continue_where_the_previous_stopped(spark, hub: Hub, ma
 
 
 def test_pending_intent_of_a_crashed_run_is_replayed_exactly(spark, hub: Hub, make_config) -> None:
-    from ops.ingest import SparkIngestor
+    from dagster_eventhub_ingest.ops.ingest import SparkIngestor
 
     hub.send(30)
     cfg = make_config()
@@ -232,10 +237,15 @@ def test_the_readers_statistics_are_what_the_sink_holds(
 
     from pyspark.sql import DataFrame
 
-    import ops.write
-    from ops.write import write_batch
-    from resources.spark_source import PartitionRange, ReadOptions, ReadPlan, read_eventhubs
-    from resources.spark_source._stats import read_stats_accumulator
+    import dagster_eventhub_ingest.ops.write
+    from dagster_eventhub_ingest.ops.write import write_batch
+    from dagster_eventhub_ingest.resources.spark_source import (
+        PartitionRange,
+        ReadOptions,
+        ReadPlan,
+        read_eventhubs,
+    )
+    from dagster_eventhub_ingest.resources.spark_source._stats import read_stats_accumulator
 
     for n in (3, 7):
         hub.send(n, partitions=["0"])
@@ -256,9 +266,9 @@ def test_the_readers_statistics_are_what_the_sink_holds(
             DataFrame, "observe", lambda self, *a: observed.append(a) or real_observe(self, *a)
         )
         read_back: list[object] = []
-        real_read_back = ops.write._read_back_stats
+        real_read_back = dagster_eventhub_ingest.ops.write._read_back_stats
         monkeypatch.setattr(
-            ops.write,
+            dagster_eventhub_ingest.ops.write,
             "_read_back_stats",
             lambda *a, **k: read_back.append(a) or real_read_back(*a, **k),
         )
@@ -287,7 +297,7 @@ def test_the_readers_statistics_are_what_the_sink_holds(
         row for row in sent_rows(hub.sent) if row[1] >= ranges[row[0]][0] and row[0] in ranges
     ]
     # Readers whose updates did not arrive: the statistics come from the sink, the same.
-    with caplog.at_level(logging.WARNING, logger="ops.write"):
+    with caplog.at_level(logging.WARNING, logger="dagster_eventhub_ingest.ops.write"):
         again = write_batch(read_eventhubs(spark, plain), sink, ranges, read_stats=lambda: {})
     assert again.partitions == truth.partitions
     assert "do not cover the batch" in caplog.text

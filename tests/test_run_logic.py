@@ -10,15 +10,21 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from ops.balancing import STRATEGIES, claim_cycle, get_strategy
-from ops.fault import FaultPlan
-from ops.hub import PartitionInfo
-from ops.plan import cycle_size, next_step, replay_ranges, snapshot_bound
-from ops.run import IngestConfig, Processor, ReplaySpec
-from resources.errors import ConfigurationError, DataLossError, RangeError
-from resources.memory_store import InMemoryBackend
-from resources.settings import EventHubSettings, SinkSettings, StoreSettings
-from resources.store import Checkpoint, HubRef, Intent, Ownership, PartitionStore
+from dagster_eventhub_ingest.ops.balancing import STRATEGIES, claim_cycle, get_strategy
+from dagster_eventhub_ingest.ops.fault import FaultPlan
+from dagster_eventhub_ingest.ops.hub import PartitionInfo
+from dagster_eventhub_ingest.ops.plan import cycle_size, next_step, replay_ranges, snapshot_bound
+from dagster_eventhub_ingest.ops.run import IngestConfig, Processor, ReplaySpec
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, DataLossError, RangeError
+from dagster_eventhub_ingest.resources.memory_store import InMemoryBackend
+from dagster_eventhub_ingest.resources.settings import EventHubSettings, SinkSettings, StoreSettings
+from dagster_eventhub_ingest.resources.store import (
+    Checkpoint,
+    HubRef,
+    Intent,
+    Ownership,
+    PartitionStore,
+)
 from tests.run_fakes import FakeHub, FakeIngestor
 
 HUB = HubRef("ns.example", "hub", "$Default")
@@ -66,7 +72,8 @@ def greedy_claim(store: PartitionStore, owner: str, expiry: float = 5.0):
 
 
 def real_claim(store: PartitionStore, owner: str, strategy: str, expiry: float):
-    """The production claim cycle (ops.balancing) with a no-op sleep for delay_race."""
+    """The production claim cycle (dagster_eventhub_ingest.ops.balancing) with a no-op sleep for
+    delay_race."""
     options = {"min_grab_time": expiry / 4} if strategy == "delay_race" else {}
 
     def claim(targets: Sequence[str]) -> dict[str, Ownership]:
@@ -597,11 +604,12 @@ class _Shared:
 
 
 def test_spark_planner_errors_are_unwrapped_into_package_errors() -> None:
-    from ops.ingest import _unwrap
+    from dagster_eventhub_ingest.ops.ingest import _unwrap
 
     wrapped = RuntimeError(
         "[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: Traceback...\n"
-        "resources.errors.DataLossError: sequence numbers [0, 4] of partition 0 expired\n  at ..."
+        "dagster_eventhub_ingest.resources.errors.DataLossError: sequence numbers [0, 4] of "
+        "partition 0 expired\n  at ..."
     )
     err = _unwrap(wrapped)
     assert isinstance(err, DataLossError) and str(err) == (
@@ -613,9 +621,9 @@ def test_spark_planner_errors_are_unwrapped_into_package_errors() -> None:
 
 def test_lease_keeper_sends_lost_lease_warnings_to_the_run_log() -> None:
     """Lost leases reach ``warn`` (Dagster's context.log in a run), not only the module log."""
-    from ops.lease import LeaseKeeper
-    from resources.errors import OwnershipLostError
-    from resources.store import PartitionStore
+    from dagster_eventhub_ingest.ops.lease import LeaseKeeper
+    from dagster_eventhub_ingest.resources.errors import OwnershipLostError
+    from dagster_eventhub_ingest.resources.store import PartitionStore
 
     store = PartitionStore(InMemoryBackend(), HUB)
     own = store.claim("0", "run-a", None)
@@ -635,9 +643,9 @@ def test_a_failing_owner_heartbeat_is_said_in_the_run_log() -> None:
     the partitions held and the owner, never the store's secret."""
     import time as _time
 
-    from ops.lease import LeaseKeeper
-    from resources.errors import StoreUnavailableError
-    from resources.store import PartitionStore
+    from dagster_eventhub_ingest.ops.lease import LeaseKeeper
+    from dagster_eventhub_ingest.resources.errors import StoreUnavailableError
+    from dagster_eventhub_ingest.resources.store import PartitionStore
 
     store = PartitionStore(InMemoryBackend(), HUB)
     own = store.claim("0", "run-a", None)
@@ -664,7 +672,7 @@ def test_progress_at_snapshot_during_the_read_and_after_each_checkpoint() -> Non
     """The progress hook sees the plan, ticks while the (slow) read runs, then the landing."""
     import time as _time
 
-    from ops.progress import RunProgress
+    from dagster_eventhub_ingest.ops.progress import RunProgress
 
     hub = FakeHub(partitions=2)
     hub.send_all(30)
@@ -747,7 +755,7 @@ def test_a_run_with_nothing_to_read_claims_nothing_and_never_looks_at_the_sink()
 def test_phase_clock_counts_a_nested_phase_once() -> None:
     import time
 
-    from ops.progress import PhaseClock, phase
+    from dagster_eventhub_ingest.ops.progress import PhaseClock, phase
 
     clock = PhaseClock()
     t0 = time.perf_counter()
@@ -769,7 +777,7 @@ def test_phase_clock_counts_a_nested_phase_once() -> None:
 def test_a_session_started_between_claims_and_intents_is_timed_as_spark_start() -> None:
     """The ingestor's ``prepare`` (where a lazily started session starts) runs under the run's
     clock: the report's phases show the session start, not a gap none of them covers."""
-    from ops.progress import phase
+    from dagster_eventhub_ingest.ops.progress import phase
 
     class Starting(FakeIngestor):
         started = 0
@@ -835,7 +843,7 @@ def test_a_run_with_something_to_read_starts_its_session_before_it_claims() -> N
 
 
 def _spark_ingestor(factory):
-    from ops.ingest import SparkIngestor
+    from dagster_eventhub_ingest.ops.ingest import SparkIngestor
 
     settings = EventHubSettings(
         eventhub_name="hub",
@@ -845,7 +853,7 @@ def _spark_ingestor(factory):
 
 
 def test_an_early_session_start_is_waited_for_at_first_use_and_timed_as_spark_start() -> None:
-    from ops.progress import PhaseClock
+    from dagster_eventhub_ingest.ops.progress import PhaseClock
 
     class _Jvm:
         def __init__(self) -> None:

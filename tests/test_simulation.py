@@ -10,10 +10,10 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cli.main import main
-from ops.balancing import STRATEGIES, plan_claims
-from ops.simulation import SCENARIOS, SimConfig, simulate
-from resources.errors import ConfigurationError
+from dagster_eventhub_ingest.cli.main import main
+from dagster_eventhub_ingest.ops.balancing import STRATEGIES, plan_claims
+from dagster_eventhub_ingest.ops.simulation import SCENARIOS, SimConfig, simulate
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
 
 FAIR = ("greedy", "balanced", "eph", "equal")
 

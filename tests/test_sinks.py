@@ -10,16 +10,16 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from pyspark.sql import functions as F
 
-from ops.write import BATCH_COLUMN, batch_key, read_sink, write_batch
-from resources.errors import ConfigurationError, SinkError
-from resources.ranges import SeqRange
-from resources.settings import SinkSettings
-from resources.spark_source import eventhubs_schema
+from dagster_eventhub_ingest.ops.write import BATCH_COLUMN, batch_key, read_sink, write_batch
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, SinkError
+from dagster_eventhub_ingest.resources.ranges import SeqRange
+from dagster_eventhub_ingest.resources.settings import SinkSettings
+from dagster_eventhub_ingest.resources.spark_source import eventhubs_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from ops.write import StatsMethod
+    from dagster_eventhub_ingest.ops.write import StatsMethod
 
 pytestmark = pytest.mark.spark
 
@@ -182,7 +182,7 @@ ODD_IDS = ["a'b\\c", "\\%_\\", "${spark.app.name}", "${x}", "-- x\n/*", "é'"]
 
 @pytest.mark.parametrize("escaped", ["false", "true"])
 def test_partition_ids_reach_sql_unchanged(spark: SparkSession, escaped: str) -> None:
-    from ops.write import _sql_string
+    from dagster_eventhub_ingest.ops.write import _sql_string
 
     key = "spark.sql.parser.escapedStringLiterals"
     previous = spark.conf.get(key, None)
@@ -256,21 +256,24 @@ def test_every_stats_method_gives_the_same_statistics(
 def test_a_batch_of_many_partitions_reads_its_statistics_back(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import ops.write
+    import dagster_eventhub_ingest.ops.write
 
-    ranges = {str(p): (10 * p, 10 * p + 4) for p in range(ops.write._SPLIT_FROM_PARTITIONS)}
+    ranges = {
+        str(p): (10 * p, 10 * p + 4)
+        for p in range(dagster_eventhub_ingest.ops.write._SPLIT_FROM_PARTITIONS)
+    }
     df = events(spark, ranges)
     observed = write_batch(
         df, SinkSettings(path=str(tmp_path / "observe")), ranges, stats_method="observe"
     )
     read_back: list[list[str]] = []
-    real = ops.write._read_back_stats
+    real = dagster_eventhub_ingest.ops.write._read_back_stats
 
     def spy(spark: SparkSession, sink: SinkSettings, keys: list[str], schema: Any) -> object:
         read_back.append(sorted(keys))
         return real(spark, sink, keys, schema)
 
-    monkeypatch.setattr(ops.write, "_read_back_stats", spy)
+    monkeypatch.setattr(dagster_eventhub_ingest.ops.write, "_read_back_stats", spy)
     default = write_batch(df, SinkSettings(path=str(tmp_path / "default")), ranges)
     assert read_back == [sorted(batch_key(p, a, b) for p, (a, b) in ranges.items())]
     assert default.partitions == observed.partitions
@@ -278,7 +281,7 @@ def test_a_batch_of_many_partitions_reads_its_statistics_back(
 
 
 def test_the_stats_method_follows_format_partitions_and_partition_by() -> None:
-    from ops.write import _SPLIT_FROM_PARTITIONS, _stats_method
+    from dagster_eventhub_ingest.ops.write import _SPLIT_FROM_PARTITIONS, _stats_method
 
     many, few = _SPLIT_FROM_PARTITIONS, _SPLIT_FROM_PARTITIONS - 1
     parquet = SinkSettings(format="parquet", path="/x")
@@ -339,7 +342,7 @@ def test_split_statistics_keep_their_types_under_a_partitioned_output(
 
 
 def test_split_refuses_read_back_rows_outside_their_batch_range() -> None:
-    from ops.write import _split_row
+    from dagster_eventhub_ingest.ops.write import _split_row
 
     ranges = {"0": SeqRange(10, 19)}
     keys = {"0": batch_key("0", 10, 19, None)}
@@ -366,7 +369,7 @@ def test_unwritable_path_is_a_sink_error(spark: SparkSession, tmp_path: Path, ki
 
 
 def test_an_unknown_data_source_class_is_found_before_writing(spark: SparkSession) -> None:
-    from ops.write import check_sink_format
+    from dagster_eventhub_ingest.ops.write import check_sink_format
 
     with pytest.raises(ConfigurationError) as err:
         check_sink_format(SinkSettings(format="com.example.NoSuchSource", path="/x"), spark)
@@ -496,13 +499,14 @@ def test_a_failed_write_leaves_no_staging_of_its_batch(spark: SparkSession, tmp_
 def test_a_session_started_on_another_thread_writes_delta_from_the_runs_thread(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """A run starts its session on a thread (ops.ingest.SparkIngestor.start_early); a classic
-    session is active only in the thread that created it, and Spark finds the Delta writer (a
-    Python data source) through the writing thread's active session."""
+    """A run starts its session on a thread
+    (dagster_eventhub_ingest.ops.ingest.SparkIngestor.start_early); a classic session is active only
+    in the thread that created it, and Spark finds the Delta writer (a Python data source) through
+    the writing thread's active session."""
     from pyspark.sql import SparkSession as Session
 
-    from ops.ingest import SparkIngestor
-    from resources.settings import EventHubSettings
+    from dagster_eventhub_ingest.ops.ingest import SparkIngestor
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings
 
     jvm = spark._jvm
     assert jvm is not None
@@ -528,7 +532,7 @@ def test_verification_reads_only_the_batches_own_directories(
     """A long-lived sink holds a directory per batch ever written; reading all of them back to
     verify one batch grew with every run (8,000 batches: 25 s). Only the batch's files are read,
     with partition columns as written, and never a crashed attempt's staging."""
-    from ops.write import read_batches
+    from dagster_eventhub_ingest.ops.write import read_batches
 
     sink = make_sink("parquet", tmp_path, partition_by)
     for start in range(0, 50, 10):
@@ -559,7 +563,7 @@ def test_the_batch_directories_are_globbed_on_the_driver(
     as before) or a directory Spark would glob again."""
     from pyspark.sql.readwriter import DataFrameReader
 
-    from ops.write import _glob_directories, read_batches
+    from dagster_eventhub_ingest.ops.write import _glob_directories, read_batches
 
     sink = make_sink("parquet", tmp_path)
     ranges = {"0": (0, 4), "1": (0, 2)}
@@ -605,15 +609,19 @@ def test_table_formats_on_a_path_are_read_through_their_own_reader(
 ) -> None:
     """A table format's files under its path are not its table (an overwritten batch's old
     files stay until vacuumed): only Spark's own file formats are read by a glob."""
-    import ops.write
-    from ops.write import read_batches
+    import dagster_eventhub_ingest.ops.write
+    from dagster_eventhub_ingest.ops.write import read_batches
 
     class Read:
         def where(self, condition: object) -> str:
             return "filtered read of the whole sink"
 
     seen: list[SinkSettings] = []
-    monkeypatch.setattr(ops.write, "read_sink", lambda spark, sink: seen.append(sink) or Read())
+    monkeypatch.setattr(
+        dagster_eventhub_ingest.ops.write,
+        "read_sink",
+        lambda spark, sink: seen.append(sink) or Read(),
+    )
     sink = make_sink(fmt, tmp_path)
     read = read_batches(object(), sink, [batch_key("0", 0, 9)])  # type: ignore[arg-type]
     assert read == "filtered read of the whole sink"
@@ -629,7 +637,7 @@ def keys_of(df: DataFrame) -> list[tuple[str, int]]:
 def test_batch_keys_that_are_not_plain_are_read_through_the_whole_sink(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    from ops.write import read_batches
+    from dagster_eventhub_ingest.ops.write import read_batches
 
     sink = make_sink("parquet", tmp_path)
     ranges = {"a{b},c": (0, 2)}
@@ -759,7 +767,7 @@ def test_verification_reads_the_batch_without_inferring_its_schema(
 ) -> None:
     """The verification passes the written columns to the reader: no job reads a footer for
     the schema, so it runs the jobs of a count over a known schema and no more."""
-    from ops.write import _verify_written, read_batches
+    from dagster_eventhub_ingest.ops.write import _verify_written, read_batches
 
     ranges = {"0": (0, 49), "1": (100, 129)}
     sink = SinkSettings(path=str(tmp_path / "parquet"))
@@ -792,9 +800,9 @@ def test_verification_reads_the_batch_without_inferring_its_schema(
 
 _NO_PANDAS = """
 import json, sys
-from resources.spark_session import local_spark_session
-from ops.write import write_batch, _stats_method
-from resources.settings import SinkSettings
+from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+from dagster_eventhub_ingest.ops.write import write_batch, _stats_method
+from dagster_eventhub_ingest.resources.settings import SinkSettings
 
 spark = local_spark_session("no-pandas-test", master="local[2]", register_source=False)
 ranges = {str(p): (10 * p, 10 * p + 4) for p in range(4)}

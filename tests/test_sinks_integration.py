@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ops.write import read_sink, write_batch
-from resources.settings import SinkSettings
-from resources.spark_source import (
+from dagster_eventhub_ingest.ops.write import read_sink, write_batch
+from dagster_eventhub_ingest.resources.settings import SinkSettings
+from dagster_eventhub_ingest.resources.spark_source import (
     PartitionRange,
     ReadOptions,
     plan_read,
@@ -78,7 +78,7 @@ def test_deltalake_sink_on_azure_blob_storage(
     from azure.storage.blob import BlobServiceClient
     from deltalake import DeltaTable
 
-    from emulator.azurite import AZURITE_ACCOUNT, AZURITE_KEY
+    from dagster_eventhub_ingest.emulator.azurite import AZURITE_ACCOUNT, AZURITE_KEY
     from tests.test_sinks import events, expected, keys
 
     container = f"sink-{uuid.uuid4().hex[:12]}"

@@ -1,4 +1,5 @@
-"""resources.spark_session: a classic session's calls into the JVM leave pandas unimported.
+"""dagster_eventhub_ingest.resources.spark_session: a classic session's calls into the JVM leave
+pandas unimported.
 
 py4j asks pyspark's NumPy converters about every argument of every call; unguarded, their
 answer imports ``pyspark.testing.utils`` and with it pandas (0.4 s of CPU on the driver's first
@@ -35,7 +36,7 @@ def test_control_pyspark_s_unguarded_numpy_check_imports_pandas() -> None:
 _SESSION = """
 import json, sys
 import numpy as np
-from resources.spark_session import local_spark_session
+from dagster_eventhub_ingest.resources.spark_session import local_spark_session
 
 spark = local_spark_session("numpy-checks-test", master="local[1]", register_source=False)
 count = spark.range(5).where("id > 1").count()
@@ -63,7 +64,7 @@ def test_numpy_guard_answers_while_numpy_is_being_imported(monkeypatch: pytest.M
 
     import numpy
 
-    from resources.spark_session import _numpy_guard
+    from dagster_eventhub_ingest.resources.spark_session import _numpy_guard
 
     asked: list[object] = []
     guard = _numpy_guard("ndarray", lambda obj: asked.append(obj) or True)
@@ -106,7 +107,7 @@ def test_sql_preparation_looks_data_sources_up_only_once_the_context_runs(
 
     from pyspark import SparkContext
 
-    from resources import spark_session
+    from dagster_eventhub_ingest.resources import spark_session
 
     def wait_for(condition: object, what: str) -> None:
         deadline = time.monotonic() + 10

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from resources.errors import ConfigurationError, RangeError
-from resources.settings import EventHubSettings
-from resources.spark_source import (
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, RangeError
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
+from dagster_eventhub_ingest.resources.spark_source import (
     EventPosition,
     PartitionRange,
     ReadOptions,
@@ -237,8 +237,8 @@ def test_ranges_are_checked_against_known_bounds_without_asking_the_service() ->
     """The ingestion run passes its own look at the partitions (known_bounds): planning then
     makes no call (the hub here does not exist: any call would fail) and still refuses what
     the bounds rule out."""
-    from resources.errors import DataLossError
-    from resources.spark_source import plan_read
+    from dagster_eventhub_ingest.resources.errors import DataLossError
+    from dagster_eventhub_ingest.resources.spark_source import plan_read
 
     nowhere = EventHubSettings(
         eventhub_name="telemetry",
@@ -317,8 +317,8 @@ def test_raw_messages_and_their_event_data_give_the_same_rows(messages: list[Any
     EventData the SDK builds from the same message), for the usual event and the rest."""
     from azure.eventhub import EventData
 
-    from resources.spark_source._events import _ArrowBuilder
-    from resources.spark_source._schema import _arrow_schema
+    from dagster_eventhub_ingest.resources.spark_source._events import _ArrowBuilder
+    from dagster_eventhub_ingest.resources.spark_source._schema import _arrow_schema
 
     raw, sdk = _ArrowBuilder("3", _arrow_schema()), _ArrowBuilder("3", _arrow_schema())
     for seq, message in enumerate(messages):
@@ -347,8 +347,12 @@ def test_arrays_built_from_buffers_equal_pyarrows_own(
     same lists: nulls, empty values, non-ASCII text, empty and repeated map entries."""
     import pyarrow as pa
 
-    from resources.spark_source._arrow import int64_array, map_array, varbinary_array
-    from resources.spark_source._schema import _arrow_schema
+    from dagster_eventhub_ingest.resources.spark_source._arrow import (
+        int64_array,
+        map_array,
+        varbinary_array,
+    )
+    from dagster_eventhub_ingest.resources.spark_source._schema import _arrow_schema
 
     schema = _arrow_schema()
     when, props = schema.field("enqueuedTime").type, schema.field("properties").type
@@ -369,7 +373,7 @@ def test_values_past_32_bit_offsets_are_refused_by_name(monkeypatch: pytest.Monk
     """Past 2 GiB of values an array's offsets would wrap; the builder says so instead."""
     import pyarrow as pa
 
-    from resources.spark_source import _arrow
+    from dagster_eventhub_ingest.resources.spark_source import _arrow
 
     monkeypatch.setattr(_arrow, "_MAX_OFFSET", 5)
     assert _arrow.varbinary_array([b"abc", b"de"], pa.binary()).to_pylist() == [b"abc", b"de"]
@@ -384,8 +388,8 @@ def test_a_readers_summary_is_what_its_batches_hold(messages: list[Any], every: 
     accumulator) equals the statistics of the rows it yielded, however the rows were batched."""
     import pyarrow as pa
 
-    from resources.spark_source._events import _ArrowBuilder
-    from resources.spark_source._schema import _arrow_schema
+    from dagster_eventhub_ingest.resources.spark_source._events import _ArrowBuilder
+    from dagster_eventhub_ingest.resources.spark_source._schema import _arrow_schema
 
     builder = _ArrowBuilder("0", _arrow_schema())
     batches = []
@@ -412,7 +416,7 @@ def test_a_readers_summary_is_what_its_batches_hold(messages: list[Any], every: 
 
 
 def test_partition_totals_need_sub_ranges_that_tile_every_range() -> None:
-    from resources.spark_source._stats import partition_totals
+    from dagster_eventhub_ingest.resources.spark_source._stats import partition_totals
 
     def sub(n: int, first: int, last: int, t0: int, t1: int) -> tuple[Any, ...]:
         return (n, 10 * n, first, last, str(last * 100), t0, t1)

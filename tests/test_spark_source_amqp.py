@@ -27,8 +27,8 @@ from azure.eventhub._pyamqp.types import TYPE, VALUE, AMQPTypes
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
-from resources.spark_source import PartitionRange, _amqp, read_range
-from resources.spark_source._receiver import partition_pull_available
+from dagster_eventhub_ingest.resources.spark_source import PartitionRange, _amqp, read_range
+from dagster_eventhub_ingest.resources.spark_source._receiver import partition_pull_available
 
 _amqp._bind()  # the fast path's pyamqp names, which decode_payload binds on its first call
 
@@ -37,7 +37,7 @@ _amqp._bind()  # the fast path's pyamqp names, which decode_payload binds on its
 def python_path_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """These tests prove the Python path (what the native step leaves to it, and what runs on a
     host that cannot build it); tests/test_native_columns.py proves the native step equal to it."""
-    from resources.spark_source import _native
+    from dagster_eventhub_ingest.resources.spark_source import _native
 
     monkeypatch.setenv(_native.NATIVE_ENV, "0")
     _native.reset_for_tests()
@@ -515,7 +515,7 @@ def performative(kind: int, fields: list[bytes], body: bytes = b"", *, wide: boo
 
 def test_the_frame_decoder_on_the_emulators_transfers() -> None:
     """What the emulator sends (resources' tests read through it): every field, the message view."""
-    from emulator.framing import transfer_header
+    from dagster_eventhub_ingest.emulator.framing import transfer_header
 
     message = b"\x00\x53\x75\xb0" + (1024).to_bytes(4) + bytes(range(256)) * 4
     for handle, delivery, more in [(0, 0, False), (3, 2**32 - 1, True), (255, 123_456, False)]:
@@ -1013,7 +1013,7 @@ def test_read_range_reconnects_onto_a_new_buffered_socket(
 
 _NO_PANDAS_READ = """
 import pickle, sys
-from resources.spark_source import PartitionRange, read_range
+from dagster_eventhub_ingest.resources.spark_source import PartitionRange, read_range
 settings, count = pickle.loads(sys.stdin.buffer.read())
 batches = list(read_range(settings, PartitionRange("0", 0, count - 1)))
 print(sorted(m for m in ("pandas", "pyarrow") if m in sys.modules))  # before to_pylist's imports
@@ -1090,7 +1090,7 @@ def tls_hub_with(
     (every consumer client made in this test dials TLS and trusts the test CA)."""
     from azure.eventhub import EventHubProducerClient
 
-    from resources.settings import EventHubSettings
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings
 
     emu, ca = tls_emulator
     assert "UseDevelopmentEmulator" not in emu.connection_string
@@ -1145,8 +1145,8 @@ def _session_class() -> Any:
 def _pull_all(settings: Any, count: int, **kwargs: Any) -> tuple[list[Any], dict[str, Any]]:
     """Every message of ``[0, count)`` through a pull, and its link's and session's state
     once the last one is in (the partition holds no more: no frame arrives after it)."""
-    from resources.spark_source._events import ColumnRows
-    from resources.spark_source._receiver import _PartitionPull
+    from dagster_eventhub_ingest.resources.spark_source._events import ColumnRows
+    from dagster_eventhub_ingest.resources.spark_source._receiver import _PartitionPull
 
     messages: list[Any] = []
     events = 0  # a native run (ColumnRows) holds many
@@ -1191,7 +1191,7 @@ def test_transfers_taken_inline_leave_pyamqps_state_and_messages(
     window is 64 transfers here (65,536 by default), so both paths send its flow ~15 times."""
     from azure.eventhub._pyamqp import client
 
-    from resources.spark_source import _receiver
+    from dagster_eventhub_ingest.resources.spark_source import _receiver
 
     monkeypatch.setattr(client, "INCOMING_WINDOW", 64)
     flows = [0]
@@ -1245,7 +1245,7 @@ def test_a_patched_transfer_path_keeps_pyamqps_own(
 def test_a_pull_asks_a_listen_for_no_more_frames_than_can_arrive() -> None:
     """The link's credit left (a full window when it is spent: the SDK flows first), and never
     more than the events the range still needs."""
-    from resources.spark_source._receiver import _PartitionPull
+    from dagster_eventhub_ingest.resources.spark_source._receiver import _PartitionPull
 
     pull = object.__new__(_PartitionPull)
     pull._prefetch, pull._next, pull._end = 300, 1000, None

@@ -8,8 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from resources.errors import DataLossError, EventHubUnavailableError, RangeError
-from resources.spark_source import (
+from dagster_eventhub_ingest.resources.errors import (
+    DataLossError,
+    EventHubUnavailableError,
+    RangeError,
+)
+from dagster_eventhub_ingest.resources.spark_source import (
     EVENT_COLUMNS,
     DataGap,
     PartitionRange,

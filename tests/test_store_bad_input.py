@@ -13,17 +13,17 @@ import pytest
 from azure.core.pipeline import PipelineRequest
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
-from emulator import azurite as services
-from resources import blob_store
-from resources.blob_store import AzureBlobBackend
-from resources.errors import (
+from dagster_eventhub_ingest.emulator import azurite as services
+from dagster_eventhub_ingest.resources import blob_store
+from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend
+from dagster_eventhub_ingest.resources.errors import (
     ConfigurationError,
     CorruptStoreStateError,
     OwnershipLostError,
     StoreUnavailableError,
 )
-from resources.settings import StoreSettings
-from resources.store import HubRef, Ownership, PartitionStore
+from dagster_eventhub_ingest.resources.settings import StoreSettings
+from dagster_eventhub_ingest.resources.store import HubRef, Ownership, PartitionStore
 from tests.fixtures.store import PartitionStoreFactory
 
 # A well-formed base64 string standing in for a secret; it must never appear in a message.

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from resources.blob_store import AzureBlobBackend
-from resources.settings import StoreSettings
-from resources.store import PartitionStore
+from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend
+from dagster_eventhub_ingest.resources.settings import StoreSettings
+from dagster_eventhub_ingest.resources.store import PartitionStore
 from tests.fixtures.store import PartitionStoreFactory
 
 # Held one level down: the patch below rewrites module attributes, and must not rewrite these.

@@ -14,9 +14,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from resources.errors import CheckpointRegressionError, OwnershipLostError
-from resources.memory_store import InMemoryBackend
-from resources.store import BlobRecord, HubRef, Intent, Ownership, PartitionStore
+from dagster_eventhub_ingest.resources.errors import CheckpointRegressionError, OwnershipLostError
+from dagster_eventhub_ingest.resources.memory_store import InMemoryBackend
+from dagster_eventhub_ingest.resources.store import (
+    BlobRecord,
+    HubRef,
+    Intent,
+    Ownership,
+    PartitionStore,
+)
 
 
 class FakeClock:

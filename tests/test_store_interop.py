@@ -13,9 +13,9 @@ import pytest
 from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore
 from azure.storage.blob import ContainerClient
 
-from resources.errors import CheckpointRegressionError, OwnershipLostError
-from resources.settings import StoreSettings
-from resources.store import HubRef
+from dagster_eventhub_ingest.resources.errors import CheckpointRegressionError, OwnershipLostError
+from dagster_eventhub_ingest.resources.settings import StoreSettings
+from dagster_eventhub_ingest.resources.store import HubRef
 from tests.fixtures.store import PartitionStoreFactory
 
 pytestmark = pytest.mark.integration

@@ -1,5 +1,6 @@
-"""ops.warm_up.warm_python on a real local session in a fresh process: the session's next
-read runs in the Python workers it started, with the reader's modules already imported."""
+"""dagster_eventhub_ingest.ops.warm_up.warm_python on a real local session in a fresh process: the
+session's next read runs in the Python workers it started, with the reader's modules already
+imported."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from tests.fixtures.spark import script_in_fresh_jvm
 _SCRIPT = """
 import json, sys
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from resources.spark_session import local_spark_session
-from ops.warm_up import warm_python
+from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+from dagster_eventhub_ingest.ops.warm_up import warm_python
 spark = local_spark_session("warm-test", master="local[2]", register_source=False)
 warm = warm_python(spark) if sys.argv[1] == "warm" else set()
 pandas_on_driver = "pandas" in sys.modules
@@ -22,7 +23,7 @@ class Reader(DataSourceReader):  # the next job is a read, as the run's is
     def read(self, partition):
         import os, sys
         yield (os.getpid(), "azure.eventhub" in sys.modules
-               and "resources.spark_source._read" in sys.modules)
+               and "dagster_eventhub_ingest.resources.spark_source._read" in sys.modules)
 
 class Source(DataSource):
     @classmethod
@@ -57,8 +58,8 @@ def test_warmed_workers_run_the_next_read_with_the_reader_imported(warm: str) ->
 _PLANNERS = """
 import json, sys
 import psutil
-from resources.spark_session import local_spark_session
-from ops.warm_up import warm_python
+from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+from dagster_eventhub_ingest.ops.warm_up import warm_python
 spark = local_spark_session("warm-test", master="local[1]", register_source=False)
 warm_python(spark, with_planners=sys.argv[1] == "planners")
 jvm = psutil.Process(spark.sparkContext._gateway.proc.pid)

@@ -1,5 +1,6 @@
-"""resources.worker_python: the Python processes a local driver's Spark starts import the
-installed pyspark (bytecode cached), not Spark's zip (compiled from source in every process).
+"""dagster_eventhub_ingest.resources.worker_python: the Python processes a local driver's Spark
+starts import the installed pyspark (bytecode cached), not Spark's zip (compiled from source in
+every process).
 
 The path rules run in fresh interpreters given Spark's ``PYTHONPATH`` (the zips first); the real
 Spark test starts a local session in a fresh process and asks each kind of Python process Spark
@@ -20,7 +21,11 @@ import py4j
 import pyspark
 import pytest
 
-from resources.worker_python import WORKER_SITE, installed_pyspark_for_workers, worker_pythonpath
+from dagster_eventhub_ingest.resources.worker_python import (
+    WORKER_SITE,
+    installed_pyspark_for_workers,
+    worker_pythonpath,
+)
 from tests.fixtures.spark import script_in_fresh_jvm
 
 LIB = Path(pyspark.__file__).parent / "python" / "lib"
@@ -115,7 +120,7 @@ def test_only_the_jvm_launch_gets_the_site_never_this_process() -> None:
 
 _ENV_WATCH = """
 import json, os, threading
-from resources.spark_session import local_spark_session
+from dagster_eventhub_ingest.resources.spark_session import local_spark_session
 
 site_seen, errors, stop = [], [], threading.Event()
 
@@ -150,7 +155,7 @@ def test_a_session_start_leaves_this_process_s_environment_alone() -> None:
 _SPARK = """
 import json
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from resources.spark_session import local_spark_session
+from dagster_eventhub_ingest.resources.spark_session import local_spark_session
 
 def where():
     import pyspark

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG
 
-from airflow_provider import EventHubIngestOperator, EventHubLagSensor
+from dagster_eventhub_ingest.airflow_provider import EventHubIngestOperator, EventHubLagSensor
 
 #: Concurrent ingestion runs per tick; each claims a balanced share of the partitions.
 RUNS = 2

@@ -1,1 +1,2 @@
-"""Component definitions (``defs.yaml`` folders) loaded by ``dagster_project.definitions``."""
+"""Component definitions (``defs.yaml`` folders) loaded by
+``dagster_eventhub_ingest.dagster_project.definitions``."""

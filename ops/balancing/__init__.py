@@ -12,8 +12,8 @@ See ``docs/balancing.md`` for the strategies, the batch-run rule and the simulat
 
 from __future__ import annotations
 
-from ops.balancing.base import BalanceView, BalancingStrategy, Claim
-from ops.balancing.cycle import (
+from dagster_eventhub_ingest.ops.balancing.base import BalanceView, BalancingStrategy, Claim
+from dagster_eventhub_ingest.ops.balancing.cycle import (
     CyclePlan,
     build_view,
     claim_cycle,
@@ -23,14 +23,18 @@ from ops.balancing.cycle import (
     leave,
     plan_claims,
 )
-from ops.balancing.liveness import (
+from dagster_eventhub_ingest.ops.balancing.liveness import (
     DeathCheck,
     Heartbeat,
     delete_heartbeat,
     list_heartbeats,
     write_heartbeat,
 )
-from ops.balancing.strategies import STRATEGIES, get_strategy, jump_consistent_hash
+from dagster_eventhub_ingest.ops.balancing.strategies import (
+    STRATEGIES,
+    get_strategy,
+    jump_consistent_hash,
+)
 
 __all__ = [
     "STRATEGIES",

@@ -1,9 +1,10 @@
 """The balancing interface: a pure decision over a snapshot of the partition store.
 
-A strategy never touches the store. The claim-cycle helper (``ops.balancing.cycle``) lists the
-store once, builds a :class:`BalanceView`, asks the strategy for :class:`Claim` s, applies the
-batch-run rule and performs the compare-and-set claims. Keeping the decision pure makes every
-strategy property-testable without I/O and lets the simulator run the exact same code.
+A strategy never touches the store. The claim-cycle helper
+(``dagster_eventhub_ingest.ops.balancing.cycle``) lists the store once, builds a
+:class:`BalanceView`, asks the strategy for :class:`Claim` s, applies the batch-run rule and
+performs the compare-and-set claims. Keeping the decision pure makes every strategy
+property-testable without I/O and lets the simulator run the exact same code.
 """
 
 from __future__ import annotations

@@ -22,17 +22,23 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from ops.balancing.base import BalanceView, BalancingStrategy, Claim, RunLog, log_line
-from ops.balancing.liveness import (
+from dagster_eventhub_ingest.ops.balancing.base import (
+    BalanceView,
+    BalancingStrategy,
+    Claim,
+    RunLog,
+    log_line,
+)
+from dagster_eventhub_ingest.ops.balancing.liveness import (
     DeathCheck,
     Heartbeat,
     delete_heartbeat,
     list_heartbeats,
     write_heartbeat,
 )
-from ops.balancing.strategies import DelayRace, get_strategy
-from resources.errors import ConfigurationError, OwnershipLostError
-from resources.store import Ownership, PartitionStore
+from dagster_eventhub_ingest.ops.balancing.strategies import DelayRace, get_strategy
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, OwnershipLostError
+from dagster_eventhub_ingest.resources.store import Ownership, PartitionStore
 
 __all__ = [
     "CyclePlan",

@@ -17,8 +17,8 @@ and on every lease it claims. Before a run claims anything, :func:`take_owner_id
 another instance of the same owner id: one known dead (its pid is gone on this host, or it is an
 earlier attempt of a Dagster step) or silent for the whole expiry is taken over at once; one
 running on this host, or seen writing, is alive and the run is refused
-(:class:`~resources.errors.DuplicateOwnerError`); one that may be either (another machine) is
-watched until it writes (refused) or its expiry passes (taken over).
+(:class:`~dagster_eventhub_ingest.resources.errors.DuplicateOwnerError`); one that may be either
+(another machine) is watched until it writes (refused) or its expiry passes (taken over).
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ops.balancing.base import RunLog, log_line
-from resources.errors import ConfigurationError, DuplicateOwnerError
-from resources.store import INSTANCE_KEY, BlobRecord, PartitionStore
+from dagster_eventhub_ingest.ops.balancing.base import RunLog, log_line
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, DuplicateOwnerError
+from dagster_eventhub_ingest.resources.store import INSTANCE_KEY, BlobRecord, PartitionStore
 
 __all__ = [
     "DeathCheck",

@@ -17,9 +17,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ops.balancing.base import BalanceView, BalancingStrategy, Claim
-from resources.config import DelayRaceOptions, check_strategy_options
-from resources.errors import ConfigurationError
+from dagster_eventhub_ingest.ops.balancing.base import BalanceView, BalancingStrategy, Claim
+from dagster_eventhub_ingest.resources.config import DelayRaceOptions, check_strategy_options
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
 
 __all__ = [
     "STRATEGIES",

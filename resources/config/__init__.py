@@ -2,10 +2,10 @@
 
 Every surface reads these classes: the ``ehingest`` YAML (``cli/config.py``), the Dagster
 Component's ``defs.yaml`` and resources (``dagster_project/``), the asset's run config, and the
-run itself (:class:`ops.run.IngestConfig` extends :class:`RunOptions`). Everything that can be
-checked without the network is checked here, at load: names of strategies and formats, the sink's
-``partition_by`` columns against the output schema, reader limits, numbers. Unknown keys are
-rejected with a did-you-mean.
+run itself (:class:`dagster_eventhub_ingest.ops.run.IngestConfig` extends :class:`RunOptions`).
+Everything that can be checked without the network is checked here, at load: names of strategies and
+formats, the sink's ``partition_by`` columns against the output schema, reader limits, numbers.
+Unknown keys are rejected with a did-you-mean.
 
 Build from a plain dict (YAML, an Airflow connection, a test)::
 
@@ -15,7 +15,7 @@ Build from a plain dict (YAML, an Airflow connection, a test)::
         "sink": {"path": "/data/telemetry"},               # AZURE_STORAGE_CONNECTION_STRING
         "strategy": "balanced",
     })
-    config = IngestConfig.from_spec(spec)                 # ops.run.IngestConfig
+    config = IngestConfig.from_spec(spec) # dagster_eventhub_ingest.ops.run.IngestConfig
 
 Credentials have one shape everywhere: a connection string named by an environment variable, or
 ``DefaultAzureCredential`` with its options::
@@ -30,35 +30,36 @@ Credentials have one shape everywhere: a connection string named by an environme
         account_url: https://myaccount.blob.core.windows.net
         managed_identity_client_id: 00000000-0000-0000-0000-000000000000
 
-Errors raised by :meth:`StrictModel.from_dict` are :class:`~resources.errors.ConfigurationError`
-whose message names the key path, the (redacted) value and what is valid.
+Errors raised by :meth:`StrictModel.from_dict` are
+:class:`~dagster_eventhub_ingest.resources.errors.ConfigurationError` whose message names the key
+path, the (redacted) value and what is valid.
 """
 
 from __future__ import annotations
 
-from resources.config._credentials import (
+from dagster_eventhub_ingest.resources.config._credentials import (
     EventHubConnectionStringCredential,
     EventHubIdentityCredential,
     IdentityOptions,
     StoreConnectionStringCredential,
     StoreIdentityCredential,
 )
-from resources.config._dagster import (
+from dagster_eventhub_ingest.resources.config._dagster import (
     AssetOptions,
     AssetPolicies,
     LagCheckOptions,
     LagSeverity,
     ScheduleOptions,
 )
-from resources.config._model import (
+from dagster_eventhub_ingest.resources.config._model import (
     ConfigDeprecationWarning,
     OneLineErrors,
     StrictModel,
     format_validation_error,
     unknown_key_message,
 )
-from resources.config._places import EventHubConfig, StoreConfig
-from resources.config._run import (
+from dagster_eventhub_ingest.resources.config._places import EventHubConfig, StoreConfig
+from dagster_eventhub_ingest.resources.config._run import (
     ON_CHECKPOINT_AHEAD,
     STRATEGY_NAMES,
     STRATEGY_OPTIONS,
@@ -69,10 +70,23 @@ from resources.config._run import (
     StrategyName,
     check_strategy_options,
 )
-from resources.config._sink import OUTPUT_COLUMNS, SinkConfig
-from resources.config._spark import DEFAULT_SPARK_MASTER, SparkConfig, spark_conf_strings
-from resources.limits import MAX_PREFETCH, MAX_READERS_PER_PARTITION, ON_DATA_LOSS, OnDataLoss
-from resources.settings import DELTALAKE_FORMAT, PARTITION_COLUMNS, SPARK_FORMATS
+from dagster_eventhub_ingest.resources.config._sink import OUTPUT_COLUMNS, SinkConfig
+from dagster_eventhub_ingest.resources.config._spark import (
+    DEFAULT_SPARK_MASTER,
+    SparkConfig,
+    spark_conf_strings,
+)
+from dagster_eventhub_ingest.resources.limits import (
+    MAX_PREFETCH,
+    MAX_READERS_PER_PARTITION,
+    ON_DATA_LOSS,
+    OnDataLoss,
+)
+from dagster_eventhub_ingest.resources.settings import (
+    DELTALAKE_FORMAT,
+    PARTITION_COLUMNS,
+    SPARK_FORMATS,
+)
 
 __all__ = [
     "DEFAULT_SPARK_MASTER",

@@ -7,8 +7,13 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from resources.config._model import StrictModel, _show, _suggest, format_validation_error
-from resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.config._model import (
+    StrictModel,
+    _show,
+    _suggest,
+    format_validation_error,
+)
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
 
 
 class IdentityOptions(StrictModel):

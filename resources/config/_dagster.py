@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from resources.config._model import StrictModel, _above, _at_least
+from dagster_eventhub_ingest.resources.config._model import StrictModel, _above, _at_least
 
 LagSeverity = Literal["WARN", "ERROR"]
 

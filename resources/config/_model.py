@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from resources.errors import ConfigurationError, did_you_mean, redact
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, did_you_mean, redact
 
 
 class ConfigDeprecationWarning(FutureWarning):
@@ -170,7 +170,8 @@ class StrictModel(BaseModel):
 
 class OneLineErrors(BaseModel):
     """For a model built by hand (a resource, the run's config): a bad value raises
-    :class:`~resources.errors.ConfigurationError` in one line, not pydantic's dump.
+    :class:`~dagster_eventhub_ingest.resources.errors.ConfigurationError` in one line, not
+    pydantic's dump.
 
     Not for a model nested in another: pydantic calls a custom ``__init__`` when it validates a
     nested model, and the error would lose its key path.

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from resources.config._credentials import (
+from dagster_eventhub_ingest.resources.config._credentials import (
     EventHubConnectionStringCredential,
     EventHubIdentityCredential,
     StoreConnectionStringCredential,
@@ -17,9 +17,13 @@ from resources.config._credentials import (
     _env_value,
     _pick_credential,
 )
-from resources.config._model import ConfigDeprecationWarning, StrictModel
-from resources.errors import ConfigurationError
-from resources.settings import EventHubSettings, StoreSettings, check_container_name
+from dagster_eventhub_ingest.resources.config._model import ConfigDeprecationWarning, StrictModel
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.settings import (
+    EventHubSettings,
+    StoreSettings,
+    check_container_name,
+)
 
 
 class EventHubConfig(StrictModel):

@@ -7,7 +7,7 @@ from typing import Any, Literal, Self, get_args
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from resources.config._model import (
+from dagster_eventhub_ingest.resources.config._model import (
     StrictModel,
     _above,
     _at_least,
@@ -15,10 +15,10 @@ from resources.config._model import (
     _suggest,
     format_validation_error,
 )
-from resources.config._places import EventHubConfig, StoreConfig
-from resources.config._sink import SinkConfig
-from resources.errors import ConfigurationError
-from resources.limits import (
+from dagster_eventhub_ingest.resources.config._places import EventHubConfig, StoreConfig
+from dagster_eventhub_ingest.resources.config._sink import SinkConfig
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.limits import (
     DEFAULT_PREFETCH,
     DEFAULT_READERS_PER_PARTITION,
     DEFAULT_RECEIVE_TIMEOUT_SECONDS,
@@ -29,8 +29,8 @@ from resources.limits import (
 )
 
 StrategyName = Literal["greedy", "balanced", "eph", "equal", "jump_hash", "delay_race"]
-#: Balancing strategies (``ops.balancing.STRATEGIES`` has the implementations; a test keeps
-#: the two in step).
+#: Balancing strategies (``dagster_eventhub_ingest.ops.balancing.STRATEGIES`` has the
+#: implementations; a test keeps the two in step).
 STRATEGY_NAMES: tuple[str, ...] = get_args(StrategyName)
 OnCheckpointAhead = Literal["fail", "reset_to_earliest"]
 ON_CHECKPOINT_AHEAD: tuple[str, ...] = get_args(OnCheckpointAhead)
@@ -64,7 +64,8 @@ STRATEGY_OPTIONS: dict[str, type[StrictModel]] = {"delay_race": DelayRaceOptions
 
 
 def check_strategy_options(strategy: str, options: Mapping[str, Any]) -> None:
-    """Raise :class:`~resources.errors.ConfigurationError` unless ``options`` suit ``strategy``.
+    """Raise :class:`~dagster_eventhub_ingest.resources.errors.ConfigurationError` unless
+    ``options`` suit ``strategy``.
 
     The one check of ``strategy_options``, at load and where a strategy is built.
     """

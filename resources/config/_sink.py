@@ -7,8 +7,8 @@ from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from resources.config._model import StrictModel
-from resources.settings import (
+from dagster_eventhub_ingest.resources.config._model import StrictModel
+from dagster_eventhub_ingest.resources.settings import (
     EVENT_COLUMNS,
     PARTITION_COLUMNS,
     SPARK_FORMATS,
@@ -18,7 +18,8 @@ from resources.settings import (
     sink_place_problem,
 )
 
-#: Columns of the rows every sink receives (``resources.spark_source.eventhubs_schema``).
+#: Columns of the rows every sink receives
+#: (``dagster_eventhub_ingest.resources.spark_source.eventhubs_schema``).
 OUTPUT_COLUMNS: tuple[str, ...] = EVENT_COLUMNS
 
 

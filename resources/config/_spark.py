@@ -8,8 +8,8 @@ from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from resources.config._model import StrictModel, _show
-from resources.spark_kind import DEFAULT_SPARK_MASTER
+from dagster_eventhub_ingest.resources.config._model import StrictModel, _show
+from dagster_eventhub_ingest.resources.spark_kind import DEFAULT_SPARK_MASTER
 
 #: fails before any claim instead of at session start.
 _SPARK_MASTER = re.compile(
@@ -20,7 +20,8 @@ _SPARK_MASTER = re.compile(
 
 class SparkConfig(StrictModel):
     """How Spark starts: the ``spark:`` block of the CLI file and of defs.yaml (Dagster builds
-    its PySpark resource from it, ``dagster_project.resources.spark_resource``)."""
+    its PySpark resource from it,
+    ``dagster_eventhub_ingest.dagster_project.resources.spark_resource``)."""
 
     master: str | None = Field(
         default=None,
@@ -85,7 +86,7 @@ class SparkConfig(StrictModel):
     @property
     def is_local(self) -> bool:
         """True for a local master (the sink may then be any local path)."""
-        from resources.spark_kind import is_local_master
+        from dagster_eventhub_ingest.resources.spark_kind import is_local_master
 
         return self.remote is None and is_local_master(self.effective_master)
 
@@ -100,8 +101,8 @@ class SparkConfig(StrictModel):
         """A function starting this SparkSession (a run calls it when it has something to read)."""
 
         def start() -> Any:
-            from resources.code_shipping import SHIP_CODE_CONF
-            from resources.spark_session import spark_session
+            from dagster_eventhub_ingest.resources.code_shipping import SHIP_CODE_CONF
+            from dagster_eventhub_ingest.resources.spark_session import spark_session
 
             conf = dict(self.conf)
             if not self.ship_code:

@@ -22,13 +22,14 @@ How it reads (see docs/spark_source.md):
   action on the same DataFrame reads exactly the same events, even if ``latest`` moved on.
 * Each range becomes up to ``max_readers_per_partition`` input partitions (sub-ranges). A task
   creates its own ``EventHubConsumerClient`` inside ``read()`` (only the frozen
-  :class:`~resources.settings.EventHubSettings` and the range are pickled), receives from the
-  start sequence number inclusive until the end sequence number, and yields Arrow record batches.
+  :class:`~dagster_eventhub_ingest.resources.settings.EventHubSettings` and the range are pickled),
+  receives from the start sequence number inclusive until the end sequence number, and yields Arrow
+  record batches.
 * A sequence number that cannot be read (expired by retention, or a gap) raises
-  :class:`~resources.errors.DataLossError` naming partition and range, unless
-  ``on_data_loss=skip``: then the readable part is read, and the driver learns the skipped parts
-  from :attr:`ReadPlan.gaps` (retention, known before reading) or from the write statistics
-  (an event count below the range size, see ``ops.write``).
+  :class:`~dagster_eventhub_ingest.resources.errors.DataLossError` naming partition and range,
+  unless ``on_data_loss=skip``: then the readable part is read, and the driver learns the skipped
+  parts from :attr:`ReadPlan.gaps` (retention, known before reading) or from the write statistics
+  (an event count below the range size, see ``dagster_eventhub_ingest.ops.write``).
 
 The package keeps one concept per private module; this face re-exports the public names:
 
@@ -39,14 +40,23 @@ The package keeps one concept per private module; this face re-exports the publi
 * ``_schema``: the DataFrame schema; ``_source``: the data source and its registration.
 """
 
-from resources.settings import EVENT_COLUMNS
-from resources.spark_source._options import ReadOptions
-from resources.spark_source._plan import ReadPlan, input_partitions, plan_read
-from resources.spark_source._position import EventPosition
-from resources.spark_source._range import DataGap, PartitionRange, parse_ranges, split_range
-from resources.spark_source._read import EventHubsInputPartition, read_range
-from resources.spark_source._schema import eventhubs_schema
-from resources.spark_source._source import (
+from dagster_eventhub_ingest.resources.settings import EVENT_COLUMNS
+from dagster_eventhub_ingest.resources.spark_source._options import ReadOptions
+from dagster_eventhub_ingest.resources.spark_source._plan import (
+    ReadPlan,
+    input_partitions,
+    plan_read,
+)
+from dagster_eventhub_ingest.resources.spark_source._position import EventPosition
+from dagster_eventhub_ingest.resources.spark_source._range import (
+    DataGap,
+    PartitionRange,
+    parse_ranges,
+    split_range,
+)
+from dagster_eventhub_ingest.resources.spark_source._read import EventHubsInputPartition, read_range
+from dagster_eventhub_ingest.resources.spark_source._schema import eventhubs_schema
+from dagster_eventhub_ingest.resources.spark_source._source import (
     SOURCE_NAME,
     EventHubsDataSource,
     read_eventhubs,

@@ -1,9 +1,10 @@
 """Cuts in what azure-eventhub's pyamqp spends per received event (the fast pull's only).
 
-:class:`~resources.spark_source._receiver._PartitionPull` drives the SDK's partition consumer,
-whose pyamqp stack is most of ``read_range``'s ~23 us of CPU per 1 KB event; four of its steps
-have cheaper equivalents (the first two 23 -> 17.5 us per event, bench/read_range_cpu.py; the
-whole-frame read below then 16.6 -> 14.2; the performative decoder 14.4 -> 13.2):
+:class:`~dagster_eventhub_ingest.resources.spark_source._receiver._PartitionPull` drives the SDK's
+partition consumer, whose pyamqp stack is most of ``read_range``'s ~23 us of CPU per 1 KB event;
+four of its steps have cheaper equivalents (the first two 23 -> 17.5 us per event,
+bench/read_range_cpu.py; the whole-frame read below then 16.6 -> 14.2; the performative decoder 14.4
+-> 13.2):
 
 * **Reads.** pyamqp reads each frame with two ``recv_into`` calls on its socket (the 8-byte
   header, then the body): two system calls per event on plain TCP. :class:`BufferedSocket` serves
@@ -36,7 +37,7 @@ import time
 import uuid
 from typing import Any
 
-from resources.spark_source._events import _MESSAGE_PROPERTIES, ColumnRows
+from dagster_eventhub_ingest.resources.spark_source._events import _MESSAGE_PROPERTIES, ColumnRows
 
 logger = logging.getLogger(__name__)
 
@@ -701,8 +702,8 @@ def fast_transfers(handler: Any, consumer: Any, *, columns: bool = False) -> boo
     ``consumer``'s buffer and nothing else. Returns whether the connection's listen is ours.
 
     With ``columns`` and the native step loaded (:mod:`._native`), runs of plain transfers go to
-    the buffer as :class:`~resources.spark_source._events.ColumnRows` instead of one message
-    each (the caller must take both, in the buffer's order).
+    the buffer as :class:`~dagster_eventhub_ingest.resources.spark_source._events.ColumnRows`
+    instead of one message each (the caller must take both, in the buffer's order).
     """
     conn: Any = getattr(handler, "_connection", None)
     link: Any = getattr(handler, "_link", None)
@@ -740,7 +741,7 @@ def fast_transfers(handler: Any, consumer: Any, *, columns: bool = False) -> boo
         return False
     native = None
     if columns:
-        from resources.spark_source._native import amqp_columns
+        from dagster_eventhub_ingest.resources.spark_source._native import amqp_columns
 
         native = amqp_columns()
     conn.listen = _TransferListen(conn, handler, consumer._message_buffer.append, native)
@@ -913,8 +914,8 @@ class _TransferListen:
 
         At most ``most`` frames and no more than the session's incoming window, so that a spent
         window is renewed at the frame where pyamqp renews it. The run goes to the consumer's
-        buffer as one :class:`~resources.spark_source._events.ColumnRows`; 0 when the next frame
-        is not a plain transfer (the caller's loop takes it one by one).
+        buffer as one :class:`~dagster_eventhub_ingest.resources.spark_source._events.ColumnRows`; 0
+        when the next frame is not a plain transfer (the caller's loop takes it one by one).
         """
         link = self._handler._link
         session = link._session

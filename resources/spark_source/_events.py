@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from azure.eventhub import EventData
 
-    from resources.spark_source._stats import SubRangeStats
+    from dagster_eventhub_ingest.resources.spark_source._stats import SubRangeStats
 
 # Annotations that have their own column; the rest go to systemProperties.
 _SEQ = b"x-opt-sequence-number"
@@ -83,12 +83,12 @@ def _to_ms(value: Any) -> int | None:
 class ColumnRows:
     """Consecutive events of one partition laid out as Arrow's buffers by the native step.
 
-    What :func:`resources.spark_source._native.amqp_columns`'s ``scan`` returns for a run of
-    plain transfer frames: the sequence numbers and enqueued times (64-bit, little-endian), the
-    body and the three string columns (32-bit offsets and values, a validity bitmap or None),
-    whether the sequence numbers go up by one, and the two maps (``properties``: application
-    properties; ``systemProperties``: annotations without a column, then message properties),
-    their values as the Python path's ``_text`` writes them.
+    What :func:`dagster_eventhub_ingest.resources.spark_source._native.amqp_columns`'s ``scan``
+    returns for a run of plain transfer frames: the sequence numbers and enqueued times (64-bit,
+    little-endian), the body and the three string columns (32-bit offsets and values, a validity
+    bitmap or None), whether the sequence numbers go up by one, and the two maps (``properties``:
+    application properties; ``systemProperties``: annotations without a column, then message
+    properties), their values as the Python path's ``_text`` writes them.
     """
 
     __slots__ = (
@@ -163,7 +163,7 @@ class ColumnRows:
         if self._batch is None:
             import pyarrow as pa
 
-            from resources.spark_source._arrow import (
+            from dagster_eventhub_ingest.resources.spark_source._arrow import (
                 map_array_of_buffers,
                 repeated_string,
                 string_array_of_buffers,
@@ -214,9 +214,10 @@ class _ArrowBuilder:
     def __init__(self, partition_id: str, schema: pa.Schema) -> None:
         self.partition_id = partition_id
         self.schema = schema
-        # What every batch flushed so far held (``resources.spark_source._stats``): events,
-        # body bytes, first and last sequence number, the last event's offset, first and last
-        # enqueued time (microseconds).
+        # What every batch flushed so far held
+        # (``dagster_eventhub_ingest.resources.spark_source._stats``): events, body bytes, first and
+        # last sequence number, the last event's offset, first and last enqueued time
+        # (microseconds).
         self.rows = 0
         self.total_bytes = 0
         self.first_seq: int | None = None
@@ -366,7 +367,7 @@ class _ArrowBuilder:
         """The events added one by one, as a batch of the source schema."""
         import pyarrow as pa
 
-        from resources.spark_source._arrow import (
+        from dagster_eventhub_ingest.resources.spark_source._arrow import (
             int64_array,
             map_array,
             repeated_string,

@@ -7,15 +7,15 @@ per event but its delivery tag; :mod:`._amqp` calls it where it would decode fra
 
 How it gets here: the C source ships with the package (in the wheel, and in the zip the driver
 ships to executors), and the first process on a host that reads events compiles it with the
-host's C compiler and Python headers into :func:`resources.jvm_archive.cache_dir`
-(``native/``, named by a hash of the source, the compiler flags and the Python ABI) and loads
-it; every later process, run or executor on that host loads the file (~1 ms). Two processes
-compiling at once each write their own file and rename it into place. A host without a
-compiler or headers, a compile that fails (remembered beside the target, so that it is not
-retried per task) or ``EHINGEST_NATIVE=0`` leaves the pure-Python path, which reads exactly
-the same rows (tests/test_native_columns.py proves the two equal frame by frame and through
-a whole read). ``EHINGEST_NATIVE=1`` makes a missing native step an error instead (benchmarks,
-tests that measure it).
+host's C compiler and Python headers into
+:func:`dagster_eventhub_ingest.resources.jvm_archive.cache_dir` (``native/``, named by a hash of the
+source, the compiler flags and the Python ABI) and loads it; every later process, run or executor on
+that host loads the file (~1 ms). Two processes compiling at once each write their own file and
+rename it into place. A host without a compiler or headers, a compile that fails (remembered beside
+the target, so that it is not retried per task) or ``EHINGEST_NATIVE=0`` leaves the pure-Python
+path, which reads exactly the same rows (tests/test_native_columns.py proves the two equal frame by
+frame and through a whole read). ``EHINGEST_NATIVE=1`` makes a missing native step an error instead
+(benchmarks, tests that measure it).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 #: ``0``/``off``: never; ``1``/``require``: an error when it cannot be loaded; else: when it can.
 NATIVE_ENV = "EHINGEST_NATIVE"
 _SOURCE = "_amqp_columns.c"
-_NAME = "resources.spark_source._amqp_columns"  # PyInit__amqp_columns
+_NAME = "dagster_eventhub_ingest.resources.spark_source._amqp_columns"  # PyInit__amqp_columns
 _FLAGS = ("-O2", "-shared", "-fPIC", "-fno-strict-aliasing")
 _COMPILE_TIMEOUT_SECONDS = 120.0
 
@@ -54,7 +54,7 @@ class NativeUnavailableError(RuntimeError):
 
 
 def _mode() -> str:
-    from resources.jvm_archive import switched_off
+    from dagster_eventhub_ingest.resources.jvm_archive import switched_off
 
     value = os.environ.get(NATIVE_ENV, "").strip().lower()
     if switched_off(value):
@@ -89,7 +89,7 @@ def amqp_columns() -> ModuleType | None:
 
 def target_path() -> Path:
     """Where this host keeps the compiled module for this source, compiler flags and Python."""
-    from resources.jvm_archive import cache_dir
+    from dagster_eventhub_ingest.resources.jvm_archive import cache_dir
 
     source = _source()
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
@@ -106,7 +106,9 @@ def target_path() -> Path:
 
 
 def _source() -> bytes:
-    data = pkgutil.get_data(__package__ or "resources.spark_source", _SOURCE)
+    data = pkgutil.get_data(
+        __package__ or "dagster_eventhub_ingest.resources.spark_source", _SOURCE
+    )
     if data is None:
         raise FileNotFoundError(_SOURCE)
     return data
@@ -187,7 +189,9 @@ def reset_for_tests() -> None:
         _module = None
 
 
-if __name__ == "__main__":  # python -m resources.spark_source._native: build it now
+if (
+    __name__ == "__main__"
+):  # python -m dagster_eventhub_ingest.resources.spark_source._native: build it now
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     os.environ[NATIVE_ENV] = "1"
     print(amqp_columns())

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from resources.errors import ConfigurationError, RangeError
-from resources.limits import (
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, RangeError
+from dagster_eventhub_ingest.resources.limits import (
     DEFAULT_PREFETCH,
     DEFAULT_READERS_PER_PARTITION,
     DEFAULT_RECEIVE_TIMEOUT_SECONDS,
@@ -17,10 +17,10 @@ from resources.limits import (
     ON_DATA_LOSS,
     OnDataLoss,
 )
-from resources.read_progress import ProgressTarget
-from resources.settings import EventHubSettings
-from resources.spark_source._position import EventPosition
-from resources.spark_source._range import PartitionRange, parse_ranges
+from dagster_eventhub_ingest.resources.read_progress import ProgressTarget
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
+from dagster_eventhub_ingest.resources.spark_source._position import EventPosition
+from dagster_eventhub_ingest.resources.spark_source._range import PartitionRange, parse_ranges
 
 _OPTION_NAMES = (
     "connection_string",
@@ -83,8 +83,9 @@ class ReadOptions:
     max_readers_per_partition: int = DEFAULT_READERS_PER_PARTITION
     min_events_per_reader: int = 10_000
     on_data_loss: OnDataLoss = "fail"
-    #: Where readers write their running counts (``resources.read_progress``); set by the
-    #: ingestion run, None for other reads. Holds the store's secret: not in ``repr``.
+    #: Where readers write their running counts
+    #: (``dagster_eventhub_ingest.resources.read_progress``); set by the ingestion run, None for
+    #: other reads. Holds the store's secret: not in ``repr``.
     progress: ProgressTarget | None = field(default=None, repr=False)
     #: What the caller just looked up of the ranges' partitions: partition id -> (first
     #: retained, last enqueued) sequence numbers. When it covers every range, the ranges are
@@ -92,7 +93,8 @@ class ReadOptions:
     #: own look). A range that expired since is found by the readers (DataLossError).
     known_bounds: tuple[tuple[str, int, int], ...] | None = None
     #: The id of a classic driver's accumulator each reader adds what it read to
-    #: (``resources.spark_source._stats``); set by the ingestion run, None for other reads.
+    #: (``dagster_eventhub_ingest.resources.spark_source._stats``); set by the ingestion run, None
+    #: for other reads.
     read_stats: int | None = None
 
     def __post_init__(self) -> None:
@@ -164,7 +166,8 @@ class ReadOptions:
         elif "connection_string" not in opts and "fully_qualified_namespace" in opts:
             settings_kwargs["credential_type"] = "default_azure_credential"
         if "credential_options" in opts:
-            # DefaultAzureCredential options (resources.config.IdentityOptions), as JSON.
+            # DefaultAzureCredential options
+            # (dagster_eventhub_ingest.resources.config.IdentityOptions), as JSON.
             try:
                 pairs = json.loads(opts["credential_options"])
                 settings_kwargs["credential_options"] = tuple(

@@ -8,16 +8,20 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from resources.errors import DataLossError, RangeError
-from resources.hub_client import EventHubClient, PartitionInfo
-from resources.ranges import SeqRange
-from resources.settings import EventHubSettings
-from resources.spark_source._events import _OFFSET, _SEQ, _text
-from resources.spark_source._options import ReadOptions
-from resources.spark_source._position import EventPosition
-from resources.spark_source._range import DataGap, PartitionRange, split_range
-from resources.spark_source._read import EventHubsInputPartition
-from resources.spark_source._receiver import _BatchReceiver
+from dagster_eventhub_ingest.resources.errors import DataLossError, RangeError
+from dagster_eventhub_ingest.resources.hub_client import EventHubClient, PartitionInfo
+from dagster_eventhub_ingest.resources.ranges import SeqRange
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
+from dagster_eventhub_ingest.resources.spark_source._events import _OFFSET, _SEQ, _text
+from dagster_eventhub_ingest.resources.spark_source._options import ReadOptions
+from dagster_eventhub_ingest.resources.spark_source._position import EventPosition
+from dagster_eventhub_ingest.resources.spark_source._range import (
+    DataGap,
+    PartitionRange,
+    split_range,
+)
+from dagster_eventhub_ingest.resources.spark_source._read import EventHubsInputPartition
+from dagster_eventhub_ingest.resources.spark_source._receiver import _BatchReceiver
 
 if TYPE_CHECKING:
     from azure.eventhub import EventHubConsumerClient
@@ -77,8 +81,8 @@ class ReadPlan:
         """Partition id -> the requested ``(start, end)``: the batch keys to write under.
 
         Equal to :meth:`ranges_dict` unless ``on_data_loss='skip'`` cut a lost part off; pass
-        this to ``ops.write.write_batch`` so a replay of the same intent replaces the same
-        batch even if more (or less) of it has expired since.
+        this to ``dagster_eventhub_ingest.ops.write.write_batch`` so a replay of the same intent
+        replaces the same batch even if more (or less) of it has expired since.
         """
         return {r.partition_id: r.range for r in (self.requested or self.ranges)}
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
 
 PositionKind = Literal["earliest", "latest", "sequence_number", "offset", "enqueued_time"]
 

@@ -6,9 +6,9 @@ import json
 import math
 from dataclasses import dataclass
 
-from resources.errors import ConfigurationError, RangeError
-from resources.hub_client import partition_id_key
-from resources.ranges import SeqRange
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, RangeError
+from dagster_eventhub_ingest.resources.hub_client import partition_id_key
+from dagster_eventhub_ingest.resources.ranges import SeqRange
 
 
 @dataclass(frozen=True, order=True)

@@ -10,24 +10,36 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import InputPartition
 
-from resources.errors import DataLossError, EventHubIngestError, EventHubUnavailableError
-from resources.hub_client import EventHubClient
-from resources.limits import DEFAULT_PREFETCH, DEFAULT_RECEIVE_TIMEOUT_SECONDS, OnDataLoss
-from resources.read_progress import ProgressTarget, ProgressWriter, slow_read_delay
-from resources.settings import EventHubSettings
-from resources.spark_source._events import ColumnRows, _ArrowBuilder
-from resources.spark_source._range import PartitionRange
-from resources.spark_source._receiver import (
+from dagster_eventhub_ingest.resources.errors import (
+    DataLossError,
+    EventHubIngestError,
+    EventHubUnavailableError,
+)
+from dagster_eventhub_ingest.resources.hub_client import EventHubClient
+from dagster_eventhub_ingest.resources.limits import (
+    DEFAULT_PREFETCH,
+    DEFAULT_RECEIVE_TIMEOUT_SECONDS,
+    OnDataLoss,
+)
+from dagster_eventhub_ingest.resources.read_progress import (
+    ProgressTarget,
+    ProgressWriter,
+    slow_read_delay,
+)
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
+from dagster_eventhub_ingest.resources.spark_source._events import ColumnRows, _ArrowBuilder
+from dagster_eventhub_ingest.resources.spark_source._range import PartitionRange
+from dagster_eventhub_ingest.resources.spark_source._receiver import (
     _BatchReceiver,
     _PartitionPull,
     partition_pull_available,
 )
-from resources.spark_source._schema import _arrow_schema
+from dagster_eventhub_ingest.resources.spark_source._schema import _arrow_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from resources.spark_source._stats import SubRangeStats
+    from dagster_eventhub_ingest.resources.spark_source._stats import SubRangeStats
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +88,7 @@ def read_input_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     aid = getattr(partition, "read_stats", None)
     on_done = None
     if aid is not None:
-        from resources.spark_source._stats import send_read_stats
+        from dagster_eventhub_ingest.resources.spark_source._stats import send_read_stats
 
         rng = partition.range
         key = (rng.partition_id, rng.start, rng.end)
@@ -108,8 +120,9 @@ def read_range(
 
     Runs wherever it is called (a Spark task, a benchmark); creates and closes its own client.
     With ``progress`` the running count goes to a small blob every few seconds
-    (:mod:`resources.read_progress`; a failed write is ignored). ``on_done`` gets what was read
-    (events, bytes, sequence and time bounds, the last offset) after the last batch was taken.
+    (:mod:`dagster_eventhub_ingest.resources.read_progress`; a failed write is ignored). ``on_done``
+    gets what was read (events, bytes, sequence and time bounds, the last offset) after the last
+    batch was taken.
 
     Raises:
         DataLossError: a sequence number of the range is missing and ``on_data_loss='fail'``.

@@ -11,10 +11,18 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from resources.errors import EventHubIngestError, EventHubUnavailableError, redact
-from resources.settings import EventHubSettings
-from resources.spark_source._amqp import buffer_reads, fast_transfers, install_decoder
-from resources.spark_source._events import _SEQ, ColumnRows
+from dagster_eventhub_ingest.resources.errors import (
+    EventHubIngestError,
+    EventHubUnavailableError,
+    redact,
+)
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
+from dagster_eventhub_ingest.resources.spark_source._amqp import (
+    buffer_reads,
+    fast_transfers,
+    install_decoder,
+)
+from dagster_eventhub_ingest.resources.spark_source._events import _SEQ, ColumnRows
 
 if TYPE_CHECKING:
     from azure.eventhub import EventData
@@ -193,8 +201,9 @@ class _PartitionPull(_Closable):
     reads are buffered (installed on each new connection, so after a reconnect too), and
     messages and performatives are decoded by equivalent, faster ``decode_payload`` and
     ``decode_frame``. With ``columns`` (the reader's) and the native step built on this host,
-    runs of plain transfers arrive as :class:`~resources.spark_source._events.ColumnRows`
-    among the messages, in the order received.
+    runs of plain transfers arrive as
+    :class:`~dagster_eventhub_ingest.resources.spark_source._events.ColumnRows` among the messages,
+    in the order received.
 
     It stands on azure-eventhub internals (``_create_consumer``, the consumer's message buffer),
     so :func:`partition_pull_available` checks they are there and the reader falls back to
@@ -243,7 +252,8 @@ class _PartitionPull(_Closable):
     @staticmethod
     def sequence_number(message: Any) -> int | None:
         """The sequence number of a raw message (its ``x-opt-sequence-number`` annotation), or
-        of the last row of a native run (:class:`~resources.spark_source._events.ColumnRows`)."""
+        of the last row of a native run
+        (:class:`~dagster_eventhub_ingest.resources.spark_source._events.ColumnRows`)."""
         if type(message) is ColumnRows:
             return message.last_seq
         annotations = message.message_annotations

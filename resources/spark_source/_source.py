@@ -13,17 +13,17 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 
-from resources.errors import (
+from dagster_eventhub_ingest.resources.errors import (
     DataLossError,
     EventHubIngestError,
     EventHubUnavailableError,
     RangeError,
 )
-from resources.settings import EventHubSettings
-from resources.spark_source._options import ReadOptions
-from resources.spark_source._plan import ReadPlan
-from resources.spark_source._read import read_input_partition
-from resources.spark_source._schema import eventhubs_schema
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
+from dagster_eventhub_ingest.resources.spark_source._options import ReadOptions
+from dagster_eventhub_ingest.resources.spark_source._plan import ReadPlan
+from dagster_eventhub_ingest.resources.spark_source._read import read_input_partition
+from dagster_eventhub_ingest.resources.spark_source._schema import eventhubs_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -58,8 +58,8 @@ class EventHubsDataSource(DataSource):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         # The connector's and Kafka's options are mapped (or refused) there; see the module.
-        from resources.eventhubs_options import parse_source_options
-        from resources.eventhubs_positions import plan_source_read
+        from dagster_eventhub_ingest.resources.eventhubs_options import parse_source_options
+        from dagster_eventhub_ingest.resources.eventhubs_positions import plan_source_read
 
         self.source = parse_source_options(options)
         parsed = self.source.read
@@ -96,8 +96,9 @@ class EventHubsDataSource(DataSource):
         return EventHubsReader(self.plan)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        """``spark.readStream.format("eventhubs")``: see :mod:`resources.eventhubs_stream`."""
-        from resources.eventhubs_stream import EventHubsStreamReader
+        """``spark.readStream.format("eventhubs")``: see
+        :mod:`dagster_eventhub_ingest.resources.eventhubs_stream`."""
+        from dagster_eventhub_ingest.resources.eventhubs_stream import EventHubsStreamReader
 
         return EventHubsStreamReader(self.source)
 
@@ -109,11 +110,12 @@ def register_python_source(spark: SparkSession, source: type[DataSource]) -> Non
     """Register ``source`` on ``spark`` once (Spark warns on every re-registration).
 
     On a non-local session this first ships the project's code to the executors
-    (:func:`resources.code_shipping.ship_code`), which unpickle ``source`` by reference.
+    (:func:`dagster_eventhub_ingest.resources.code_shipping.ship_code`), which unpickle ``source``
+    by reference.
     """
     key = (id(spark), source.name())
     if key not in _REGISTERED:
-        from resources.code_shipping import ship_code
+        from dagster_eventhub_ingest.resources.code_shipping import ship_code
 
         ship_code(spark)
         spark.dataSource.register(source)

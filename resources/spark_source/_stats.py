@@ -10,10 +10,10 @@ updates once per partition, before the job ends; the value is keyed by sub-range
 that is re-run (or a plan read twice) replaces its entry, never adds to it.
 
 Only a classic session has accumulators (Spark Connect has none): there the option is never
-set, and ``ops.write`` observes or reads back the statistics. Nothing here is trusted alone:
-:func:`partition_totals` answers only when the sub-ranges tile every range exactly, each with
-all its events, and ``ops.write`` checks that the sink holds as many rows as the ranges have
-sequence numbers.
+set, and ``dagster_eventhub_ingest.ops.write`` observes or reads back the statistics. Nothing here
+is trusted alone: :func:`partition_totals` answers only when the sub-ranges tile every range
+exactly, each with all its events, and ``dagster_eventhub_ingest.ops.write`` checks that the sink
+holds as many rows as the ranges have sequence numbers.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.accumulators import AccumulatorParam
 
-from resources.ranges import SeqRange
+from dagster_eventhub_ingest.resources.ranges import SeqRange
 
 if TYPE_CHECKING:
     from pyspark import Accumulator
@@ -73,7 +73,7 @@ def read_stats_accumulator(spark: SparkSession) -> Iterator[Accumulator[Any] | N
     registry on exit, so a late update for it is ignored."""
     from pyspark.accumulators import _accumulatorRegistry
 
-    from resources.spark_kind import is_connect_session
+    from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
 
     acc = None
     if not is_connect_session(spark):

@@ -10,7 +10,7 @@
   different slices);
 * ``CONFORMANCE_KEY_NAME`` / ``CONFORMANCE_KEY`` -- the emulator's shared access key;
 * ``CONFORMANCE_JWT_SECRET`` -- its Entra ID test-mode secret (``get_credential`` issues JWTs
-  signed with it through :class:`emulator.auth.TestTokenCredential`).
+  signed with it through :class:`dagster_eventhub_ingest.emulator.auth.TestTokenCredential`).
 
 Fixture names and shapes are upstream's. ``client_args`` is where upstream puts its AMQP proxy's
 endpoint; here it carries ``use_tls=False`` (the emulator's plain-AMQP mode, what
@@ -36,7 +36,7 @@ from azure.eventhub import EventHubProducerClient, TransportType
 from azure.eventhub._pyamqp import ReceiveClient
 from azure.eventhub._pyamqp.authentication import SASTokenAuth
 
-from emulator.auth import AsyncTestTokenCredential, TestTokenCredential
+from dagster_eventhub_ingest.emulator.auth import AsyncTestTokenCredential, TestTokenCredential
 
 PARTITION_COUNT = 2
 CONN_STR = "Endpoint=sb://{}/;SharedAccessKeyName={};SharedAccessKey={};EntityPath={}"

@@ -12,7 +12,7 @@ source scripts/_bootstrap.sh
 CACHE=$(mktemp -d -t ehingest-asan.XXXXXX)
 trap 'rm -rf "$CACHE"' EXIT
 export EHINGEST_CACHE_DIR="$CACHE" EHINGEST_NATIVE=1
-TARGET=$(uv run --frozen python -c "from resources.spark_source import _native; print(_native.target_path())")
+TARGET=$(uv run --frozen python -c "from dagster_eventhub_ingest.resources.spark_source import _native; print(_native.target_path())")
 mkdir -p "$(dirname "$TARGET")"
 INCLUDE=$(uv run --frozen python -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 echo "== native_asan: building $TARGET with -fsanitize=address,undefined"

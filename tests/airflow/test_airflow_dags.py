@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from resources.settings import SinkSettings, StoreSettings
-from resources.store import PartitionStore
+from dagster_eventhub_ingest.resources.settings import SinkSettings, StoreSettings
+from dagster_eventhub_ingest.resources.store import PartitionStore
 from tests.airflow.conftest import ROOT, connection_env
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.spark]
@@ -86,7 +86,7 @@ def env(
 
 def _assert_sink_holds_exactly(spark: Any, sink: SinkSettings, sent: dict[str, list[str]]) -> None:
     """Event by event: every sent (partition, sequence number, body) once, nothing else."""
-    from ops.write import read_sink
+    from dagster_eventhub_ingest.ops.write import read_sink
 
     rows = read_sink(spark, sink).select("partition", "sequenceNumber", "body").collect()
     landed = collections.Counter(
@@ -126,7 +126,7 @@ def _states(dr: Any) -> dict[str, tuple[str, int]]:
 def test_example_dag_lands_every_event_once(
     airflow_db: str, env: dict[str, Any], spark: Any
 ) -> None:
-    from airflow_provider.example_dags.eventhub_ingest import RUNS, dag
+    from dagster_eventhub_ingest.airflow_provider.example_dags.eventhub_ingest import RUNS, dag
 
     dr = dag.test()
     states = _states(dr)
@@ -226,7 +226,7 @@ def test_bad_connection_fails_the_task_clearly(
     blob_store_settings: StoreSettings,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    from airflow_provider.example_dags.eventhub_ingest import dag
+    from dagster_eventhub_ingest.airflow_provider.example_dags.eventhub_ingest import dag
 
     hub = env["hub"]
     if broken == "eventhub":

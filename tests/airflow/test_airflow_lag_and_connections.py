@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from resources.errors import ConfigurationError
-from resources.settings import StoreSettings
-from resources.store import PartitionStore
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.settings import StoreSettings
+from dagster_eventhub_ingest.resources.store import PartitionStore
 from tests.airflow.conftest import connection_env
 
 pytestmark = [pytest.mark.airflow]
@@ -40,7 +40,7 @@ EH = "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=listen;Shared
 
 
 def test_eventhub_connection_fields() -> None:
-    from airflow_provider._connections import eventhub_settings
+    from dagster_eventhub_ingest.airflow_provider._connections import eventhub_settings
 
     s = eventhub_settings(Conn(password=EH, schema="telemetry", extra={"consumer_group": "cg"}))
     assert (s.eventhub_name, s.consumer_group, s.namespace) == (
@@ -132,7 +132,7 @@ def test_eventhub_connection_fields() -> None:
     ],
 )
 def test_bad_eventhub_connection_names_the_field_never_the_secret(conn: Conn, message: str) -> None:
-    from airflow_provider._connections import eventhub_settings
+    from dagster_eventhub_ingest.airflow_provider._connections import eventhub_settings
 
     with pytest.raises(ConfigurationError) as err:
         eventhub_settings(conn)
@@ -141,7 +141,7 @@ def test_bad_eventhub_connection_names_the_field_never_the_secret(conn: Conn, me
 
 
 def test_store_connection_credentials_are_read_as_the_event_hubs_ones() -> None:
-    from airflow_provider._connections import store_settings
+    from dagster_eventhub_ingest.airflow_provider._connections import store_settings
 
     url = "https://acct.blob.core.windows.net"
     s = store_settings(
@@ -187,7 +187,11 @@ def test_store_connection_credentials_are_read_as_the_event_hubs_ones() -> None:
 
 
 def test_store_sink_and_options() -> None:
-    from airflow_provider._connections import ingest_config, sink_settings, store_settings
+    from dagster_eventhub_ingest.airflow_provider._connections import (
+        ingest_config,
+        sink_settings,
+        store_settings,
+    )
 
     with pytest.raises(ConfigurationError, match=r"'st' \(storage\): extra.container is required"):
         store_settings(Conn("st", password="AccountName=a;AccountKey=k"))
@@ -200,7 +204,7 @@ def test_store_sink_and_options() -> None:
         Conn("sk", extra={"format": "deltalake", "path": "/p", "partition_by": "partition"})
     )
     assert sink.partition_by == ("partition",)
-    from airflow_provider._connections import eventhub_settings
+    from dagster_eventhub_ingest.airflow_provider._connections import eventhub_settings
 
     hub = eventhub_settings(Conn(password=EH, schema="t"))
     config = ingest_config(
@@ -233,7 +237,7 @@ def test_store_sink_and_options() -> None:
 
 
 def test_owner_ids_of_tries() -> None:
-    from airflow_provider.operators import earlier_try_is_dead, owner_id_for
+    from dagster_eventhub_ingest.airflow_provider.operators import earlier_try_is_dead, owner_id_for
 
     key = ("dag", "scheduled__2026-01-01T00:05:00+00:00", "ingest", 3)
     try1, try2 = owner_id_for(*key, 1), owner_id_for(*key, 2)
@@ -274,8 +278,8 @@ def test_lag_trigger_waits_until_caught_up_with_async_clients(
     make_eventhub: Callable[..., Any],
     blob_store_settings: StoreSettings,
 ) -> None:
-    from airflow_provider._lag import alag_per_partition, lag_per_partition
-    from airflow_provider.triggers import EventHubLagTrigger
+    from dagster_eventhub_ingest.airflow_provider._lag import alag_per_partition, lag_per_partition
+    from dagster_eventhub_ingest.airflow_provider.triggers import EventHubLagTrigger
 
     hub = make_eventhub(partitions=3)
     _set_connections(monkeypatch, hub, blob_store_settings)
@@ -291,7 +295,7 @@ def test_lag_trigger_waits_until_caught_up_with_async_clients(
     # Caught up: nothing is checkpointed, so it keeps polling...
     caught_up = EventHubLagTrigger(max_lag_events=0, poll_interval=0.2, partition_ids=["0", "1"])
     classpath, kwargs = caught_up.serialize()
-    assert classpath == "airflow_provider.triggers.EventHubLagTrigger"
+    assert classpath == "dagster_eventhub_ingest.airflow_provider.triggers.EventHubLagTrigger"
     assert "SharedAccessKey" not in json.dumps(kwargs)  # the trigger row holds conn ids only
 
     store = PartitionStore(blob_store_settings.backend(), hub.settings().hub_ref())
@@ -325,7 +329,7 @@ def test_lag_trigger_reports_a_bad_setup_as_an_error_event(
     make_eventhub: Callable[..., Any],
     blob_store_settings: StoreSettings,
 ) -> None:
-    from airflow_provider.triggers import EventHubLagTrigger
+    from dagster_eventhub_ingest.airflow_provider.triggers import EventHubLagTrigger
 
     hub = make_eventhub(partitions=2)
     _set_connections(monkeypatch, hub, blob_store_settings)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.errors import ConfigurationError
 from tests.airflow.conftest import connection_env
 
 pytestmark = [pytest.mark.airflow]
@@ -44,7 +44,7 @@ BAD_OPTIONS = [
 
 @pytest.mark.parametrize(("options", "message"), BAD_OPTIONS)
 def test_bad_options_fail_at_construction(options: dict[str, Any], message: str) -> None:
-    from airflow_provider.operators import EventHubIngestOperator
+    from dagster_eventhub_ingest.airflow_provider.operators import EventHubIngestOperator
 
     with pytest.raises(ConfigurationError) as err:
         EventHubIngestOperator(task_id="ingest", options=options)
@@ -54,7 +54,7 @@ def test_bad_options_fail_at_construction(options: dict[str, Any], message: str)
 @pytest.mark.parametrize(("options", "message"), BAD_OPTIONS)
 def test_bad_options_fail_in_partial(options: dict[str, Any], message: str) -> None:
     """K mapped copies (``partial().expand()``) are built only when they run: checked here."""
-    from airflow_provider.operators import EventHubIngestOperator
+    from dagster_eventhub_ingest.airflow_provider.operators import EventHubIngestOperator
 
     with pytest.raises(ConfigurationError) as err:
         EventHubIngestOperator.partial(task_id="ingest", options=options)
@@ -62,7 +62,7 @@ def test_bad_options_fail_in_partial(options: dict[str, Any], message: str) -> N
 
 
 def test_the_message_is_the_one_execute_gives() -> None:
-    from airflow_provider._connections import ingest_config
+    from dagster_eventhub_ingest.airflow_provider._connections import ingest_config
 
     with pytest.raises(ConfigurationError) as err:
         ingest_config(None, None, None, {"max_events": 7})  # type: ignore[arg-type]
@@ -77,7 +77,7 @@ def test_a_dag_file_with_a_bad_option_fails_to_parse(tmp_path: Path) -> None:
             """
             from datetime import datetime
             from airflow.sdk import DAG
-            from airflow_provider.operators import EventHubIngestOperator
+            from dagster_eventhub_ingest.airflow_provider.operators import EventHubIngestOperator
 
             with DAG("bad_options", schedule=None, start_date=datetime(2026, 1, 1)):
                 EventHubIngestOperator.partial(
@@ -89,7 +89,10 @@ def test_a_dag_file_with_a_bad_option_fails_to_parse(tmp_path: Path) -> None:
     bag = DagBag(dag_folder=str(tmp_path))
     assert not bag.dags
     (error,) = bag.import_errors.values()
-    assert error.rstrip().splitlines()[-1] == f"resources.errors.ConfigurationError: {UNKNOWN_KEY}"
+    assert (
+        error.rstrip().splitlines()[-1]
+        == f"dagster_eventhub_ingest.resources.errors.ConfigurationError: {UNKNOWN_KEY}"
+    )
 
 
 def test_templated_values_are_checked_once_rendered(
@@ -97,7 +100,7 @@ def test_templated_values_are_checked_once_rendered(
 ) -> None:
     from airflow.sdk.exceptions import AirflowFailException
 
-    from airflow_provider.operators import EventHubIngestOperator
+    from dagster_eventhub_ingest.airflow_provider.operators import EventHubIngestOperator
 
     options = {
         "strategy": "{{ params.strategy }}",

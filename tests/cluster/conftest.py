@@ -14,7 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from emulator.spark_cluster import ConnectServer, executor_venv, standalone_cluster
+from dagster_eventhub_ingest.emulator.spark_cluster import (
+    ConnectServer,
+    executor_venv,
+    standalone_cluster,
+)
 
 
 @dataclass

@@ -18,11 +18,14 @@ import dagster as dg
 def main(args: dict) -> dict:
     from dagster_pyspark import PySparkResource
 
-    from dagster_project.assets import IngestOptions
-    from dagster_project.component import build_eventhub_ingest_defs
-    from dagster_project.resources import SinkResource, local_pyspark_resource
-    from emulator.spark_cluster import APP_CONF
-    from resources.settings import EventHubSettings, StoreSettings
+    from dagster_eventhub_ingest.dagster_project.assets import IngestOptions
+    from dagster_eventhub_ingest.dagster_project.component import build_eventhub_ingest_defs
+    from dagster_eventhub_ingest.dagster_project.resources import (
+        SinkResource,
+        local_pyspark_resource,
+    )
+    from dagster_eventhub_ingest.emulator.spark_cluster import APP_CONF
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings, StoreSettings
     from tests.fixtures.dagster import eventhub_resource, store_resource
 
     if args["engine"] == "connect":

@@ -19,10 +19,10 @@ import pytest
 import yaml
 from azure.storage.blob import ContainerClient
 
-from emulator.azurite import ROOT
-from emulator.spark_cluster import APP_CONF, spark_env
-from resources.settings import StoreSettings
-from resources.store import PartitionStore
+from dagster_eventhub_ingest.emulator.azurite import ROOT
+from dagster_eventhub_ingest.emulator.spark_cluster import APP_CONF, spark_env
+from dagster_eventhub_ingest.resources.settings import StoreSettings
+from dagster_eventhub_ingest.resources.store import PartitionStore
 from tests.cluster.conftest import Cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
@@ -42,7 +42,12 @@ def _ehingest(
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
         [
-            *(sys.executable, "-m", "cli.main", *(["-v"] if verbose else [])),
+            *(
+                sys.executable,
+                "-m",
+                "dagster_eventhub_ingest.cli.main",
+                *(["-v"] if verbose else []),
+            ),
             *("run", "--config", str(config), *args),
         ],
         cwd=ROOT,
@@ -147,7 +152,8 @@ def test_exactly_once_with_a_crash_after_write_then_rerun(
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "complete" in rerun.stdout
     # On the standalone cluster the executors' readers told the driver what they read (an
-    # accumulator: ops.write's `reader` statistics); Spark Connect has none and observes them.
+    # accumulator: dagster_eventhub_ingest.ops.write's `reader` statistics); Spark Connect has none
+    # and observes them.
     expected = "statistics by reader" if engine == "standalone" else "statistics by observe"
     assert expected in rerun.stderr, rerun.stderr[-3000:]
     assert "do not cover the batch" not in rerun.stderr
@@ -174,7 +180,8 @@ def test_code_not_shipped_is_named_as_a_missing_module(
     env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
     done = _ehingest(cluster, config, env)
     assert done.returncode == 2, done.stderr[-3000:]
-    assert "cannot import 'resources' (ModuleNotFoundError)" in done.stderr
+    assert "cannot import 'dagster_eventhub_ingest' (ModuleNotFoundError)" in done.stderr
+    assert "spark.ehingest.shipCode" in done.stderr
     assert "check that the location" not in done.stderr
     assert _checkpoints(azurite_connection_string, container_name, hub) == {}
 

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG
 
-from airflow_provider import EventHubIngestOperator
+from dagster_eventhub_ingest.airflow_provider import EventHubIngestOperator
 
 with DAG(
     dag_id="eventhub_ingest_retry",
