@@ -67,7 +67,14 @@ class _SnapshotBackend:
     def list(self, prefix: str) -> list[BlobRecord]:
         return [r for r in self.records if r.name.startswith(prefix)]
 
-    def put(self, name: str, metadata: Mapping[str, str], *, etag: str | None) -> None:
+    def put(
+        self,
+        name: str,
+        metadata: Mapping[str, str],
+        *,
+        etag: str | None,
+        deadline: datetime | None = None,
+    ) -> None:
         raise NotImplementedError("read-only snapshot")
 
     def delete(self, name: str, *, etag: str | None = None) -> bool:

@@ -1349,7 +1349,12 @@ def _run_parts(
     finally:
         importer.join()
     me = OwnerInstance.current(attempt)
-    store = PartitionStore(config.store.backend(), config.eventhub.hub_ref(), instance=me.token())
+    store = PartitionStore(
+        config.store.backend(),
+        config.eventhub.hub_ref(),
+        instance=me.token(),
+        lease_expiry=timedelta(seconds=config.lease_expiry_seconds),
+    )
     ingestor = SparkIngestor(
         spark,
         config.eventhub,

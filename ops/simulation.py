@@ -143,7 +143,14 @@ class _TruthBackend(InMemoryBackend):
         self.last_holder: dict[str, str] = {}
         self.moves = 0
 
-    def put(self, name: str, metadata: Mapping[str, str], *, etag: str | None) -> BlobRecord | None:
+    def put(
+        self,
+        name: str,
+        metadata: Mapping[str, str],
+        *,
+        etag: str | None,
+        deadline: datetime | None = None,
+    ) -> BlobRecord | None:
         record = super().put(name, metadata, etag=etag)
         if record is not None and name.startswith(self._prefix):
             pid = name[len(self._prefix) :]

@@ -29,7 +29,7 @@ import binascii
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
@@ -44,7 +44,7 @@ from azure.core.exceptions import (
     ServiceRequestError,
     ServiceResponseError,
 )
-from azure.storage.blob import ContainerClient, LinearRetry
+from azure.storage.blob import ContainerClient
 
 from dagster_eventhub_ingest.resources.credentials import (
     make_async_credential,
@@ -58,6 +58,12 @@ from dagster_eventhub_ingest.resources.errors import (
     redact,
 )
 from dagster_eventhub_ingest.resources.store import BlobRecord
+from dagster_eventhub_ingest.resources.store_retry import (
+    AsyncStoreRetryPolicy,
+    RetryLog,
+    StoreRetryPolicy,
+    call_options,
+)
 
 if TYPE_CHECKING:
     from azure.core.pipeline import PipelineResponse
@@ -69,10 +75,8 @@ __all__ = ["AzureBlobBackend", "aio_container_client", "alist_blobs", "container
 
 logger = logging.getLogger(__name__)
 
-# Bounded and short on purpose: a run that cannot reach its store should fail within seconds
-# with a clear message, not hang for the SDK's default ~2 minutes of exponential back-off.
-RETRY_TOTAL = 3
-RETRY_BACKOFF_SECONDS = 1
+# Short on purpose: a run that cannot reach its store should fail within seconds with a clear
+# message (retries: dagster_eventhub_ingest.resources.store_retry).
 CONNECTION_TIMEOUT_SECONDS = 3
 READ_TIMEOUT_SECONDS = 20
 CLOCK_REFRESH_SECONDS = 30.0
@@ -138,13 +142,15 @@ def _endpoint(client: Any) -> str:
 
 
 def container_client(settings: StoreSettings, **client_kwargs: Any) -> ContainerClient:
-    """A ``ContainerClient`` for ``settings`` with the bounded retries and timeouts below.
+    """A ``ContainerClient`` for ``settings`` with the store's retry policy
+    (:class:`~dagster_eventhub_ingest.resources.store_retry.StoreRetryPolicy`) and the timeouts
+    above.
 
     No request is made; :meth:`AzureBlobBackend.from_settings` checks the container. Errors
     name the field, never the secret.
     """
     client: ContainerClient = _container_client(
-        ContainerClient, LinearRetry, make_credential, settings, client_kwargs
+        ContainerClient, StoreRetryPolicy, make_credential, settings, client_kwargs
     )
     return client
 
@@ -153,11 +159,14 @@ def aio_container_client(settings: StoreSettings, **client_kwargs: Any) -> Async
     """:func:`container_client` from ``azure.storage.blob.aio`` (needs aiohttp), for an event
     loop (Airflow's triggerer): the same checks, retries, timeouts and credential options."""
     from azure.storage.blob.aio import ContainerClient as AioContainerClient
-    from azure.storage.blob.aio import LinearRetry as AioLinearRetry
 
     try:
         client: AsyncContainerClient = _container_client(
-            AioContainerClient, AioLinearRetry, make_async_credential, settings, client_kwargs
+            AioContainerClient,
+            AsyncStoreRetryPolicy,
+            make_async_credential,
+            settings,
+            client_kwargs,
         )
     except ImportError as exc:  # the SDK builds its aiohttp transport here
         raise ConfigurationError(
@@ -177,9 +186,7 @@ def _container_client(
     # The sync and aio classes take the same arguments; only their retry policy and credential
     # are of their own kind.
     kwargs: dict[str, Any] = {
-        "retry_policy": retry_class(
-            backoff=RETRY_BACKOFF_SECONDS, retry_total=RETRY_TOTAL, random_jitter_range=0
-        ),
+        "retry_policy": retry_class(),
         "connection_timeout": CONNECTION_TIMEOUT_SECONDS,
         "read_timeout": READ_TIMEOUT_SECONDS,
     }
@@ -218,16 +225,19 @@ async def alist_blobs(settings: StoreSettings, prefix: str) -> list[BlobRecord]:
     """
     client = aio_container_client(settings)
     endpoint = _endpoint(client)
+    log = RetryLog()
     try:
         async with client:
             return [
                 BlobRecord(b.name, _metadata(b.metadata), _etag(b.etag), b.last_modified)
-                async for b in client.list_blobs(name_starts_with=prefix, include=["metadata"])
+                async for b in client.list_blobs(
+                    name_starts_with=prefix, include=["metadata"], **call_options(log)
+                )
             ]
     except ResourceNotFoundError:
         return []  # no container yet: nothing was ever checkpointed
     except AzureError as exc:
-        raise _translate(exc, "list", prefix, settings.container, endpoint) from exc
+        raise _translate(exc, "list", prefix, settings.container, endpoint, log) from exc
     except Exception as exc:  # the aio transport's own errors: a poll loop retries them
         raise StoreUnavailableError(
             f"Blob Storage failed (list {prefix!r} in container {settings.container!r} at "
@@ -244,9 +254,10 @@ def _container_missing(exc: ResourceNotFoundError) -> bool:
 
 
 def _translate(
-    exc: AzureError, action: str, name: str, container: str, endpoint: str
+    exc: AzureError, action: str, name: str, container: str, endpoint: str, log: RetryLog
 ) -> EventHubIngestError:
-    """One of our error types for an Azure error (sync or aio); the message names no secret."""
+    """One of our error types for an Azure error (sync or aio); the message names no secret
+    and says how many retries the call really made (``log``)."""
     target = "" if name == container else f" {name!r} in"
     # "create container" + " container 'x'" would say it twice.
     verb = action.removesuffix(" container") if not target else action
@@ -257,7 +268,7 @@ def _translate(
     if isinstance(exc, ServiceRequestError | ServiceResponseError):
         reason = (str(exc.message or type(exc).__name__).splitlines() or ["?"])[0][:200]
         return StoreUnavailableError(
-            f"Blob Storage did not answer ({what}) after {RETRY_TOTAL} retries: {reason}. "
+            f"Blob Storage did not answer ({what}) {log.describe()}: {reason}. "
             "Check that the account URL / BlobEndpoint is right, that the service is "
             "running, and that this machine can reach it (network, firewall, private "
             "endpoint, proxy)."
@@ -277,8 +288,8 @@ def _translate(
         )
     if status is None or status >= 500 or status in (408, 429):
         return StoreUnavailableError(
-            f"Blob Storage failed ({what}) after {RETRY_TOTAL} retries: HTTP {status} "
-            f"{code}. The service is busy or unhealthy; retry later."
+            f"Blob Storage failed ({what}) {log.describe()}: HTTP {status} {code}. The "
+            "service is busy or unhealthy; retry later."
         )
     return EventHubIngestError(f"Blob Storage refused to {what}: HTTP {status} {code}")
 
@@ -331,8 +342,9 @@ class AzureBlobBackend:
 
     def ensure_container(self, *, create: bool) -> None:
         """Check the container exists (and sync the clock); create it when ``create`` is True."""
+        log = RetryLog()
         try:
-            self._client.get_container_properties(raw_response_hook=self._on_response)
+            self._client.get_container_properties(**self._options(log))
             return
         except ResourceNotFoundError as exc:
             if not create:
@@ -342,14 +354,15 @@ class AzureBlobBackend:
                     f"{self.container}`) or set create_container=True in the store settings"
                 ) from exc
         except AzureError as exc:
-            raise self._translate(exc, "check container", self.container) from exc
+            raise self._translate(exc, "check container", self.container, log) from exc
+        log = RetryLog()
         try:
-            self._client.create_container(raw_response_hook=self._on_response)
+            self._client.create_container(**self._options(log))
             logger.info("created container %s at %s", self.container, self.endpoint)
         except ResourceExistsError:
             pass  # a peer created it between our check and our create
         except AzureError as exc:
-            raise self._translate(exc, "create container", self.container) from exc
+            raise self._translate(exc, "create container", self.container, log) from exc
 
     def close(self) -> None:
         """Close the HTTP connections."""
@@ -400,10 +413,13 @@ class AzureBlobBackend:
         with self._lock:
             stale = self._offset is None or time.monotonic() - self._synced_at > self._clock_refresh
         if stale:
+            log = RetryLog()
             try:
-                self._client.get_container_properties(raw_response_hook=self._on_response)
+                self._client.get_container_properties(**self._options(log))
             except AzureError as exc:
-                raise self._translate(exc, "read the service clock from", self.container) from exc
+                raise self._translate(
+                    exc, "read the service clock from", self.container, log
+                ) from exc
         with self._lock:
             assert self._offset is not None
             return datetime.fromtimestamp(time.monotonic() + self._offset, UTC)
@@ -411,82 +427,75 @@ class AzureBlobBackend:
     # -- BlobBackend ---------------------------------------------------------------------------
     def get(self, name: str) -> BlobRecord | None:
         """The blob with its metadata, or None if it does not exist."""
+        log = RetryLog()
         try:
-            props = self._client.get_blob_client(name).get_blob_properties(
-                raw_response_hook=self._on_response
-            )
+            props = self._client.get_blob_client(name).get_blob_properties(**self._options(log))
         except ResourceNotFoundError as exc:
             if _container_missing(exc):
-                raise self._translate(exc, "read", name) from exc
+                raise self._translate(exc, "read", name, log) from exc
             return None
         except AzureError as exc:
-            raise self._translate(exc, "read", name) from exc
+            raise self._translate(exc, "read", name, log) from exc
         return BlobRecord(name, _metadata(props.metadata), _etag(props.etag), props.last_modified)
 
     def list(self, prefix: str) -> list[BlobRecord]:
         """Every blob whose name starts with ``prefix``, with metadata (all pages)."""
+        log = RetryLog()
         try:
             return [
                 BlobRecord(b.name, _metadata(b.metadata), _etag(b.etag), b.last_modified)
-                for b in self._iter(prefix)
+                for b in self._client.list_blobs(
+                    name_starts_with=prefix, include=["metadata"], **self._options(log)
+                )
             ]
         except AzureError as exc:
-            raise self._translate(exc, "list", prefix) from exc
+            raise self._translate(exc, "list", prefix, log) from exc
 
-    def _iter(self, prefix: str) -> Iterator[Any]:
-        return iter(
-            self._client.list_blobs(
-                name_starts_with=prefix,
-                include=["metadata"],
-                raw_response_hook=self._on_response,
-            )
-        )
+    def put(
+        self,
+        name: str,
+        metadata: Mapping[str, str],
+        *,
+        etag: str | None,
+        deadline: datetime | None = None,
+    ) -> BlobRecord | None:
+        """Create-only (``etag=None``) or If-Match metadata write; None when the race was lost.
 
-    def put(self, name: str, metadata: Mapping[str, str], *, etag: str | None) -> BlobRecord | None:
-        """Create-only (``etag=None``) or If-Match metadata write; None when the race was lost."""
+        ``deadline`` (store clock): retry no later than this (what is left of the lease the
+        write is made on); at least one attempt is made.
+        """
         blob = self._client.get_blob_client(name)
-        attempts = [1]
-
-        def count(**_kwargs: Any) -> None:
-            attempts[0] += 1  # the storage retry policy calls it before each retry
-
+        log = RetryLog()
+        options = self._options(log, deadline)
         self._tls.retried = False
         try:
             if etag is None:
                 result = blob.upload_blob(
-                    b"",
-                    metadata=dict(metadata),
-                    if_none_match="*",
-                    retry_hook=count,
-                    raw_response_hook=self._on_response,
+                    b"", metadata=dict(metadata), if_none_match="*", **options
                 )
             else:
-                result = blob.set_blob_metadata(
-                    dict(metadata),
-                    if_match=etag,
-                    retry_hook=count,
-                    raw_response_hook=self._on_response,
-                )
+                result = blob.set_blob_metadata(dict(metadata), if_match=etag, **options)
         except (ResourceExistsError, ResourceModifiedError):
-            self._conflict(attempts[0])
+            self._conflict(log)
             return None
         except ResourceNotFoundError as exc:
             if _container_missing(exc):
-                raise self._translate(exc, "write", name) from exc
-            self._conflict(attempts[0])  # deleted meanwhile: the ETag we hold is gone
+                raise self._translate(exc, "write", name, log) from exc
+            self._conflict(log)  # deleted meanwhile: the ETag we hold is gone
             return None
         except HttpResponseError as exc:
             if exc.status_code == 412:  # some service versions raise it as a plain error
-                self._conflict(attempts[0])
+                self._conflict(log)
                 return None
-            raise self._translate(exc, "write", name) from exc
+            raise self._translate(exc, "write", name, log) from exc
         except AzureError as exc:
-            raise self._translate(exc, "write", name) from exc
+            raise self._translate(exc, "write", name, log) from exc
         return BlobRecord(name, dict(metadata), _etag(result["etag"]), result["last_modified"])
 
     def delete(self, name: str, *, etag: str | None = None) -> bool:
         """Delete a blob (If-Match when ``etag`` is given); False if the condition failed."""
-        kwargs: dict[str, Any] = {"raw_response_hook": self._on_response}
+        log = RetryLog()
+        kwargs = self._options(log)
         if etag is not None:
             kwargs["if_match"] = etag
         try:
@@ -496,18 +505,26 @@ class AzureBlobBackend:
             return False
         except ResourceNotFoundError as exc:
             if _container_missing(exc):
-                raise self._translate(exc, "delete", name) from exc
+                raise self._translate(exc, "delete", name, log) from exc
             self._conflict()
             return False
         except AzureError as exc:
-            raise self._translate(exc, "delete", name) from exc
+            raise self._translate(exc, "delete", name, log) from exc
         return True
 
     # -- helpers -------------------------------------------------------------------------------
-    def _conflict(self, attempts: int = 1) -> None:
-        # A condition that failed on a retry may have failed because the first attempt was
+    def _options(self, log: RetryLog, deadline: datetime | None = None) -> dict[str, Any]:
+        """Per-call options: the response hook (clock, counts), the retry log, the deadline."""
+        until = None
+        if deadline is not None:
+            until = time.monotonic() + max(0.0, (deadline - self.now()).total_seconds())
+        return {"raw_response_hook": self._on_response, **call_options(log, until)}
+
+    def _conflict(self, put: RetryLog | None = None) -> None:
+        # A put whose condition failed on a retry may have failed because the first attempt was
         # applied and only its response was lost: the store then reads the blob to tell.
-        self._tls.retried = attempts > 1
+        if put is not None:
+            self._tls.retried = put.retries > 0
         with self._lock:
             self.conflicts += 1
 
@@ -515,6 +532,8 @@ class AzureBlobBackend:
         """True when this thread's last ``put`` lost its condition on a retried attempt."""
         return bool(getattr(self._tls, "retried", False))
 
-    def _translate(self, exc: AzureError, action: str, name: str) -> EventHubIngestError:
+    def _translate(
+        self, exc: AzureError, action: str, name: str, log: RetryLog
+    ) -> EventHubIngestError:
         """One of our error types for an Azure error; the message names no secret."""
-        return _translate(exc, action, name, self.container, self.endpoint)
+        return _translate(exc, action, name, self.container, self.endpoint, log)

@@ -49,7 +49,15 @@ class InMemoryBackend:
             self.operations += 1
             return [b for n, b in sorted(self._blobs.items()) if n.startswith(prefix)]
 
-    def put(self, name: str, metadata: Mapping[str, str], *, etag: str | None) -> BlobRecord | None:
+    def put(
+        self,
+        name: str,
+        metadata: Mapping[str, str],
+        *,
+        etag: str | None,
+        deadline: datetime | None = None,
+    ) -> BlobRecord | None:
+        # ``deadline`` bounds retries; a call here never fails transiently.
         with self._lock:
             self.operations += 1
             current = self._blobs.get(name)

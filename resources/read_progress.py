@@ -155,13 +155,12 @@ class ProgressWriter:
         self._last = now
         try:
             if self._client is None:
-                from azure.storage.blob import LinearRetry
-
                 from dagster_eventhub_ingest.resources.blob_store import container_client
+                from dagster_eventhub_ingest.resources.store_retry import StoreRetryPolicy
 
                 self._client = container_client(
                     self.target.store,
-                    retry_policy=LinearRetry(retry_total=0, backoff=0, random_jitter_range=0),
+                    retry_policy=StoreRetryPolicy(retry_total=0),
                     connection_timeout=_WRITE_TIMEOUT_SECONDS,
                     read_timeout=_WRITE_TIMEOUT_SECONDS,
                 )

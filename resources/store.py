@@ -79,6 +79,10 @@ HUB_CREATED_KEY = "ehihubcreated"
 RESET_KEY = "ehireset"
 GENERATION_KEY = "ehigeneration"
 LANDED_KEY = "ehilanded"
+#: Store-clock time kept between the last retry of a write on a held lease and the lease's
+#: expiry: HTTP dates have one-second resolution, and this client's clock lags the service's
+#: by up to one second (docs/store.md, "Expiry on the store's clock").
+LEASE_MARGIN = timedelta(seconds=2)
 _OUR_KEYS = (
     EPOCH_KEY,
     INTENT_START_KEY,
@@ -123,11 +127,20 @@ class BlobBackend(Protocol):
         """Every blob whose name starts with ``prefix``, with metadata."""
         ...
 
-    def put(self, name: str, metadata: Mapping[str, str], *, etag: str | None) -> BlobRecord | None:
+    def put(
+        self,
+        name: str,
+        metadata: Mapping[str, str],
+        *,
+        etag: str | None,
+        deadline: datetime | None = None,
+    ) -> BlobRecord | None:
         """Write metadata by compare-and-set; None when the condition failed (a lost race).
 
         ``etag=None`` means create-only (``If-None-Match: *``); otherwise ``If-Match: etag``
-        (a blob deleted meanwhile is also a lost race). Replaces all metadata.
+        (a blob deleted meanwhile is also a lost race). Replaces all metadata. ``deadline``
+        (store clock; the store passes it only for a write on a held lease): a backend that
+        retries transient failures stops retrying by then.
         """
         ...
 
@@ -268,15 +281,27 @@ class PartitionStore:
         (``dagster_eventhub_ingest.ops.balancing.liveness``), recorded on
             every lease it claims and on its heartbeat, so two processes given the same owner
             id can tell each other apart; None records none.
+        lease_expiry: the leases' expiry. Given, a write on a held lease (renew, intent,
+            checkpoint, release) is retried only while the lease is still valid, with
+            :data:`LEASE_MARGIN` to spare (docs/store.md, "Transient errors"): a retried
+            renewal never lets the lease expire unnoticed. None: each call's own budget.
 
     Losing a race when claiming or releasing is a normal result (``None`` / ``False``); using a
     lease that another owner has taken raises :class:`OwnershipLostError`.
     """
 
-    def __init__(self, backend: BlobBackend, hub: HubRef, *, instance: str | None = None) -> None:
+    def __init__(
+        self,
+        backend: BlobBackend,
+        hub: HubRef,
+        *,
+        instance: str | None = None,
+        lease_expiry: timedelta | None = None,
+    ) -> None:
         self.backend = backend
         self.hub = hub
         self.instance = instance
+        self.lease_expiry = lease_expiry
 
     # -- reading -------------------------------------------------------------------------------
     def now(self) -> datetime:
@@ -442,7 +467,13 @@ class PartitionStore:
             else:
                 metadata[key] = value
         name = self._ownership_name(own.partition_id)
-        written = self.backend.put(name, metadata, etag=own.etag)
+        if self.lease_expiry is None:
+            written = self.backend.put(name, metadata, etag=own.etag)
+        else:
+            # Retrying past this, the lease may already be another owner's: the write then
+            # fails its condition anyway, and the caller must hear of the outage in time.
+            deadline = own.last_modified + self.lease_expiry - LEASE_MARGIN
+            written = self.backend.put(name, metadata, etag=own.etag, deadline=deadline)
         if written is None:
             written = self._confirm(name, metadata)
         if written is None:

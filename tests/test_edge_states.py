@@ -402,6 +402,7 @@ def test_messages_do_not_repeat_words() -> None:
 
     from dagster_eventhub_ingest.cli.config import parse_config
     from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend
+    from dagster_eventhub_ingest.resources.store_retry import RetryLog
 
     raw = {
         "eventhub": {"connection_string": "${EH}", "eventhub_name": "h"},
@@ -414,7 +415,9 @@ def test_messages_do_not_repeat_words() -> None:
     from azure.storage.blob import ContainerClient
 
     backend = AzureBlobBackend(ContainerClient.from_connection_string(ST_CONN_LOCAL, "ccc"))
-    msg = str(backend._translate(ServiceRequestError("refused"), "create container", "ccc"))
+    msg = str(
+        backend._translate(ServiceRequestError("refused"), "create container", "ccc", RetryLog())
+    )
     assert "container container" not in msg and "create container 'ccc'" in msg
     backend.close()
 

@@ -184,3 +184,80 @@ def test_a_driver_killed_mid_write_leaves_staging_that_the_rerun_removes(
     assert "removed staging" in (tmp_path / "rerun.log").read_text()
     assert list(out.glob(".spark-staging-*")) == []
     assert_exactly_once(landed_events(out), sent_events(sent))
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_runs_at_20_percent_throttling_finish_and_land_every_event_once(
+    make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
+) -> None:
+    """Two concurrent ``ehingest run`` processes whose every store request has a one-in-five
+    chance of a 429 or 503 (with and without Retry-After): both finish (exit 0), in several
+    cycles each, and the sink holds every event once."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from tests.faultproxy import HttpFaultProxy
+
+    hub = make_eventhub(partitions=4)
+    sent = {p: [f"{p}-{i}-".encode() * 8 for i in range(300)] for p in hub.partition_ids}
+    for pid, bodies in sent.items():
+        hub.send(pid, bodies)
+    out = tmp_path / "out"
+    upstream = _port(azurite_connection_string, "BlobEndpoint")
+    root = Path(__file__).resolve().parent.parent
+    with HttpFaultProxy(("127.0.0.1", upstream), throttle=0.2, retry_after=0.5, seed=5) as proxy:
+        proxy.statuses = (429, 503)
+        env = {
+            **{k: v for k, v in os.environ.items() if k != "EHINGEST_FAULT"},
+            "THR_EH_CONN": hub.connection_string,
+            "THR_ST_CONN": azurite_connection_string.replace(f":{upstream}/", f":{proxy.port}/"),
+        }
+        cfg = tmp_path / "run.yaml"
+        cfg.write_text(
+            yaml.safe_dump(
+                {
+                    "eventhub": {
+                        "eventhub_name": hub.name,
+                        "credential": {"connection_string_env": "THR_EH_CONN"},
+                    },
+                    "store": {
+                        "container": container_name,
+                        "credential": {"connection_string_env": "THR_ST_CONN"},
+                    },
+                    "sink": {"format": "parquet", "path": str(out)},
+                    "max_events_per_cycle": 100,
+                    "lease_expiry_seconds": 20,
+                    "report_lag_seconds": False,
+                    "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": 1}},
+                }
+            )
+        )
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "dagster_eventhub_ingest.cli.main",
+                    "run",
+                    "--config",
+                    str(cfg),
+                    "--owner",
+                    f"throttled-{i}",
+                    "--no-progress",
+                ],
+                cwd=root,
+                env=env,
+                stdout=(tmp_path / f"run{i}.log").open("wb"),
+                stderr=subprocess.STDOUT,
+            )
+            for i in range(2)
+        ]
+        codes = [p.wait(600) for p in procs]
+        logs = [(tmp_path / f"run{i}.log").read_text() for i in range(2)]
+        assert codes == [0, 0], "\n\n".join(log[-3000:] for log in logs)
+        assert proxy.throttled >= 10, proxy.throttled
+    assert_exactly_once(landed_events(out), sent_events(sent))

@@ -14,7 +14,7 @@ from azure.core.pipeline import PipelineRequest
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
 from dagster_eventhub_ingest.emulator import azurite as services
-from dagster_eventhub_ingest.resources import blob_store
+from dagster_eventhub_ingest.resources import store_retry
 from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend
 from dagster_eventhub_ingest.resources.errors import (
     ConfigurationError,
@@ -239,7 +239,8 @@ def test_unreachable_endpoint_fails_fast_after_bounded_retries(container_name: s
     assert f"127.0.0.1:{port}" in message
     assert "did not answer" in message and "Check that the account URL" in message
     assert services.AZURITE_KEY not in message
-    assert len(attempts) == blob_store.RETRY_TOTAL + 1
+    assert len(attempts) == store_retry.CONNECT_RETRIES + 1
+    assert f"after {store_retry.CONNECT_RETRIES} retries over" in message
     assert elapsed < 15
     assert err.value.retryable
 
