@@ -3,10 +3,13 @@
 The file is :class:`dagster_eventhub_ingest.resources.config.IngestSpec` (the same keys as a
 Component's defs.yaml) plus a ``spark`` section; it is validated completely before any Azure call.
 Secrets come only from the environment: credentials name their environment variable
-(``connection_string_env``), and any other value may contain ``${ENV_VAR}``. A literal secret
-(``AccountKey=``, ``SharedAccessKey=``, ``SharedAccessSignature=``, ``sig=``) written in the file is
-rejected, so config files can be committed. Every error names the key, the (redacted) value and what
-is valid.
+(``connection_string_env``), and any other value may contain ``${ENV_VAR}`` (read by
+:func:`dagster_eventhub_ingest.resources.config.expand_env`: an unset variable, or one empty
+inside a longer value, is an error). The YAML is read by
+:func:`~dagster_eventhub_ingest.resources.config.load_yaml`, which refuses alias bombs. A
+literal secret (``AccountKey=``, ``SharedAccessKey=``, ``SharedAccessSignature=``, ``sig=``)
+written in the file is rejected, so config files can be committed. Every error names the key,
+the (redacted) value and what is valid.
 
 Example (docs/example-config.yaml has every key)::
 
@@ -40,20 +43,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import Field
 
 from dagster_eventhub_ingest.ops.run import IngestConfig
 from dagster_eventhub_ingest.resources.config import (
+    ENV_REFERENCE,
     ConfigDeprecationWarning,
     IngestSpec,
     SparkConfig,
+    expand_env,
+    load_yaml,
 )
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, redact
 
 __all__ = ["CliConfig", "CliSpec", "load_config", "parse_config"]
 
-_ENV_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # Secret-bearing keys of Azure connection strings and SAS query strings (as
 # dagster_eventhub_ingest.resources.errors).
 _SECRET_RE = re.compile(
@@ -93,7 +97,7 @@ def _check_no_literal_secret(node: Any, key: str) -> None:
         for i, v in enumerate(node):
             _check_no_literal_secret(v, f"{key}[{i}]")
     elif isinstance(node, str):
-        literal = _ENV_RE.sub("", node)
+        literal = ENV_REFERENCE.sub("", node)
         match = _SECRET_RE.search(literal)
         if match and match.group(2):
             raise ConfigurationError(
@@ -119,32 +123,12 @@ def _check_storage_options_from_env(raw: Mapping[str, Any]) -> None:
         )
     for key, value in options.items():
         name = str(key).lower().removeprefix("azure_storage_").removeprefix("azure_")
-        if name in SECRET_OPTION_KEYS and not _ENV_RE.search(str(value)):
+        if name in SECRET_OPTION_KEYS and not ENV_REFERENCE.search(str(value)):
             env = f"SINK_{name.upper()}"
             raise ConfigurationError(
                 f"sink.storage_options.{key}: a secret must come from the environment; set "
                 f"{env}=... and write '{key}: ${{{env}}}' in the file"
             )
-
-
-def _interpolate(node: Any, key: str, env: Mapping[str, str]) -> Any:
-    if isinstance(node, Mapping):
-        return {k: _interpolate(v, f"{key}.{k}" if key else str(k), env) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_interpolate(v, f"{key}[{i}]", env) for i, v in enumerate(node)]
-    if isinstance(node, str):
-
-        def sub(m: re.Match[str]) -> str:
-            name = m.group(1)
-            if name not in env:
-                raise ConfigurationError(
-                    f"{key}: environment variable {name} (from '${{{name}}}') is not set; "
-                    "export it before running"
-                )
-            return env[name]
-
-        return _ENV_RE.sub(sub, node)
-    return node
 
 
 def _old_connection_string(doc: dict[str, Any], section: str) -> str | None:
@@ -158,7 +142,7 @@ def _old_connection_string(doc: dict[str, Any], section: str) -> str | None:
         raise ConfigurationError(
             f"{section}: give either connection_string or credential, not both"
         )
-    match = _ENV_RE.fullmatch(raw) if isinstance(raw, str) else None
+    match = ENV_REFERENCE.fullmatch(raw) if isinstance(raw, str) else None
     new = f"connection_string_env: {match.group(1)}" if match else "connection_string_env: VAR"
     warnings.warn(
         f"{section}.connection_string is deprecated; write {section}.credential: {{{new}}} "
@@ -185,11 +169,11 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> CliConfig:
     doc = dict(raw)
     old = {section: _old_connection_string(doc, section) for section in _SECTIONS}
     conns = {
-        section: _interpolate(value, f"{section}.connection_string", env_map)
+        section: expand_env(value, f"{section}.connection_string", env_map)
         for section, value in old.items()
         if value is not None
     }
-    doc = _interpolate(doc, "", env_map)
+    doc = expand_env(doc, "", env_map)
     spec = CliSpec.from_dict(doc)
     ingest = IngestConfig.from_spec(spec, env_map, connection_strings=conns)
     spark = spec.spark
@@ -210,10 +194,4 @@ def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = No
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigurationError(f"--config: cannot read {str(p)!r}: {exc.strerror}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigurationError(
-            f"--config {str(p)!r}: not valid YAML: {redact(str(exc))}"
-        ) from None
-    return parse_config(raw, env)
+    return parse_config(load_yaml(text, where=f"--config {str(p)!r}"), env)

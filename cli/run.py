@@ -1,12 +1,10 @@
 """``ehingest run``: one processor run outside Dagster (cron, Airflow, a shell).
 
-Exit codes follow the errors' ``retryable`` flag (the same flag Dagster's retry policy reads):
-0 every target partition reached its bound; 1 the run ended with partitions behind
-(``run_timeout_seconds``, a lost lease: run again); 2 an error retrying cannot fix (bad
-configuration or arguments, data loss, a corrupt blob, a sink that refuses for good: permission
-denied, a full disk, a bad path: fix it first); 3 a transient failure (a service unreachable, a
-sink write that failed for a transient cause such as a timeout, a storage 5xx or a lost
-executor: retrying later may help). The message says which.
+Exit codes are :mod:`dagster_eventhub_ingest.cli.exit_codes`' (one table for ``run`` and
+``status``), following the errors' ``retryable`` flag (the same flag Dagster's retry policy
+reads): 0 every target partition reached its bound; 1 the run ended with partitions behind; 2
+retrying cannot help; 3 retrying later may help; 130/143 stopped by SIGINT/SIGTERM, leases
+released. The message says which.
 
 Progress goes to stderr while the run works: a bar on a terminal, one line per update
 otherwise (logs, CI). ``--json`` prints the run report as JSON on stdout (for Airflow, scripts),
@@ -27,6 +25,13 @@ from typing import Any, TextIO
 
 import click
 
+from dagster_eventhub_ingest.cli.exit_codes import (
+    EXIT_CONFIG,
+    EXIT_FAILED,
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    exit_code_for,
+)
 from dagster_eventhub_ingest.cli.options import config_option, partition_option
 from dagster_eventhub_ingest.resources.config import ON_CHECKPOINT_AHEAD
 from dagster_eventhub_ingest.resources.errors import (
@@ -36,21 +41,12 @@ from dagster_eventhub_ingest.resources.errors import (
     redact,
 )
 
-__all__ = ["ProgressPrinter", "exit_code_for", "format_report", "report_json", "run"]
-
-EXIT_OK, EXIT_INCOMPLETE, EXIT_CONFIG, EXIT_FAILED = 0, 1, 2, 3
+__all__ = ["ProgressPrinter", "format_report", "report_json", "run"]
 
 
 def default_owner_id() -> str:
     """A unique owner id per process: host, pid and a random suffix."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-def exit_code_for(exc: BaseException) -> int:
-    """The exit code for an error: 3 if retrying may help (``retryable``), else 2."""
-    if isinstance(exc, EventHubIngestError):
-        return EXIT_FAILED if exc.retryable else EXIT_CONFIG
-    return EXIT_FAILED  # unexpected: may be transient
 
 
 def report_json(report: object) -> dict[str, Any]:

@@ -23,9 +23,13 @@ __all__ = ["status"]
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @partition_option("Only these partition ids.")
 def status(config_path: str, as_json: bool, partitions: tuple[str, ...]) -> None:
-    """Show each partition's owner, checkpoint, last enqueued event, lag and pending intent."""
+    """Show each partition's owner, checkpoint, last enqueued event, lag and pending intent.
+
+    Exit codes are ``ehingest run``'s (docs/run.md): 0 printed, 2 retrying cannot help (a
+    corrupt blob, bad configuration), 3 retrying later may help (a service unreachable).
+    """
     from dagster_eventhub_ingest.cli.config import load_config
-    from dagster_eventhub_ingest.cli.run import EXIT_CONFIG, EXIT_FAILED
+    from dagster_eventhub_ingest.cli.exit_codes import exit_code_for
     from dagster_eventhub_ingest.ops.status import partition_status
     from dagster_eventhub_ingest.resources.hub_client import EventHubClient
     from dagster_eventhub_ingest.resources.store import PartitionStore
@@ -43,10 +47,11 @@ def status(config_path: str, as_json: bool, partitions: tuple[str, ...]) -> None
         )
     except (ConfigurationError, RangeError) as exc:
         click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_CONFIG)
+        sys.exit(exit_code_for(exc))
     except EventHubIngestError as exc:
-        click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
-        sys.exit(EXIT_FAILED)
+        hint = "retrying later may help" if exc.retryable else "retrying cannot help"
+        click.echo(f"error: {type(exc).__name__}: {exc} ({hint})", err=True)
+        sys.exit(exit_code_for(exc))
     if as_json:
         click.echo(json.dumps([r.to_json() for r in rows], indent=2))
         return

@@ -22,6 +22,7 @@ __all__ = [
     "EventHubUnavailableError",
     "OwnershipLostError",
     "RangeError",
+    "RunCancelledError",
     "SinkError",
     "StoreUnavailableError",
     "did_you_mean",
@@ -119,3 +120,16 @@ class SinkError(EventHubIngestError):
     def __init__(self, message: str, *, retryable: bool = False) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class RunCancelledError(EventHubIngestError):
+    """Raised when a run was asked to stop (SIGTERM, SIGINT, an orchestrator's kill): it read
+    nothing further, released its leases with their pending intents kept and stopped the Spark
+    work it started; running again continues where it stopped (``signal``: the signal that
+    asked, if one did)."""
+
+    retryable = True
+
+    def __init__(self, message: str, *, signal: int | None = None) -> None:
+        super().__init__(message)
+        self.signal = signal

@@ -8,6 +8,7 @@ message is redacted.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -326,12 +327,44 @@ def partition_by_problem(columns: Sequence[str]) -> str | None:
     return None
 
 
+#: Characters Spark and Hadoop read as a glob pattern in a path (``*``, ``?``, ``[...]``,
+#: ``{a,b}``, ``\`` escapes): the batch would be written under the literal name, then never
+#: found when the run reads it back to verify it.
+GLOB_CHARACTERS = "*?[]{}\\"
+
+
+def sink_path_problem(path: str) -> str | None:
+    """What is wrong with a sink path on its own (empty, the file system's root, a glob), or
+    None. Paths are refused rather than escaped: Spark's writers and readers do not agree on
+    escapes, and a folder name needs none of these characters."""
+    if not path.strip():
+        return f"{path!r} is empty; give the folder or URI events land in"
+    bare = path.strip().rstrip("/")
+    if bare in ("", "file:", "file://") or re.fullmatch(r"[A-Za-z]:\\?", bare):
+        return (
+            f"{path!r} is the root of the file system; give a folder of its own (was it "
+            "built from an empty variable?)"
+        )
+    found = sorted({c for c in path if c in GLOB_CHARACTERS})
+    if found:
+        return (
+            f"{path!r} holds {' '.join(repr(c) for c in found)}, which Spark reads as a glob "
+            "pattern: the batch would be written, then never found when verified. Name the "
+            "folder without " + ", ".join(repr(c) for c in GLOB_CHARACTERS)
+        )
+    return None
+
+
 def sink_place_problem(
     fmt: str, path: str | None, table: str | None, storage_options: Mapping[str, str]
 ) -> str | None:
     """What is wrong with where a sink writes (``key: what`` names the key), or None."""
     if (path is None) == (table is None):
         return f"give exactly one of path or table (got path={path!r}, table={table!r})"
+    if path is not None:
+        problem = sink_path_problem(path)
+        if problem:
+            return f"path: {problem}"
     if fmt == DELTALAKE_FORMAT and path is None:
         return (
             f"format {DELTALAKE_FORMAT!r} needs a path (a Delta table location), not "

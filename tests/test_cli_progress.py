@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import io
+import re
+import signal
+from pathlib import Path
 
-from dagster_eventhub_ingest.cli.run import EXIT_CONFIG, EXIT_FAILED, ProgressPrinter, exit_code_for
+from dagster_eventhub_ingest.cli.exit_codes import (
+    EXIT_CODES,
+    EXIT_CONFIG,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    exit_code_for,
+)
+from dagster_eventhub_ingest.cli.run import ProgressPrinter
 from dagster_eventhub_ingest.ops.progress import PartitionProgress, RunProgress
 from dagster_eventhub_ingest.resources.errors import (
     ConfigurationError,
     DataLossError,
     EventHubUnavailableError,
+    RunCancelledError,
     SinkError,
     StoreUnavailableError,
 )
@@ -64,6 +76,18 @@ def test_exit_code_follows_the_retryable_flag() -> None:
     assert exit_code_for(RuntimeError("x")) == EXIT_FAILED
     assert exit_code_for(SinkError("x")) == EXIT_CONFIG  # one raised on purpose: a layout
     assert exit_code_for(SinkError("x", retryable=True)) == EXIT_FAILED
+    assert exit_code_for(RunCancelledError("x", signal=signal.SIGTERM)) == EXIT_TERMINATED == 143
+    assert exit_code_for(RunCancelledError("x", signal=signal.SIGINT)) == EXIT_INTERRUPTED == 130
+
+
+def test_exit_codes_are_one_table_and_docs_run_md_shows_it() -> None:
+    text = (Path(__file__).resolve().parent.parent / "docs" / "run.md").read_text()
+    section = text.split("### Exit codes", 1)[1].split("\n#", 1)[0]
+    documented = {int(c): m for c, m in re.findall(r"^\| (\d+) \| (.+) \|$", section, re.M)}
+    assert documented == EXIT_CODES
+    # Every code `run` and `status` exit with is one of them, and means one thing.
+    codes = {exit_code_for(e) for e in (ConfigurationError("x"), StoreUnavailableError("x"))}
+    assert codes <= set(EXIT_CODES) and len(codes) == 2
 
 
 # What Spark, Hadoop, ABFS and delta-rs say when a write fails, as write_batch receives it.

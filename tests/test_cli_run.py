@@ -91,6 +91,44 @@ def test_run_and_status_from_the_command_line(
     assert "Eby8vdM02" not in refused.stderr
 
 
+def test_run_and_status_exit_with_the_same_code_for_the_same_corrupt_state(
+    make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
+) -> None:
+    """A checkpoint blob edited by hand: both commands name the blob and exit 2 (retrying
+    cannot help), and neither writes anything."""
+    from azure.storage.blob import BlobServiceClient
+
+    from dagster_eventhub_ingest.cli.exit_codes import EXIT_CONFIG
+
+    hub = make_eventhub(partitions=2)
+    for pid in hub.partition_ids:
+        hub.send(pid, [f"{pid}-{i}".encode() for i in range(3)])
+    env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
+    config = {
+        "eventhub": {"connection_string": "${EH_CONN}", "eventhub_name": hub.name},
+        "store": {"connection_string": "${ST_CONN}", "container": container_name},
+        "sink": {"format": "parquet", "path": str(tmp_path / "out")},
+        "spark": {"master": "local[1]"},
+    }
+    path = tmp_path / "ehingest.yaml"
+    path.write_text(yaml.safe_dump(config))
+    service = BlobServiceClient.from_connection_string(azurite_connection_string)
+    container = service.get_container_client(container_name)
+    container.create_container()
+    name = hub.settings().hub_ref().prefix("checkpoint") + "1"
+    container.upload_blob(name, b"", metadata={"sequencenumber": "twelve", "offset": "0"})
+    before = {b.name: b.etag for b in container.list_blobs()}
+
+    run = ehingest("run", "--config", str(path), "--owner", "corrupt", env=env)
+    status = ehingest("status", "--config", str(path), env=env)
+    for done in (run, status):
+        assert done.returncode == EXIT_CONFIG, done.stderr[-3000:]
+        assert "CorruptStoreStateError" in done.stderr and repr(name) in done.stderr
+        assert "retrying cannot help" in done.stderr and "Traceback" not in done.stderr
+    assert {b.name: b.etag for b in container.list_blobs()} == before
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_unknown_spark_data_source_is_a_config_error_before_any_claim(
     make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
 ) -> None:

@@ -281,6 +281,36 @@ CASES: list[tuple[str, dict[str, Any], dict[str, str], str]] = [
         "store.create_container: 'yes' must be true or false",
     ),
     (
+        "path-empty-variable",
+        {"sink.path": "${SINK_ROOT}/telemetry"},
+        {"SINK_ROOT": ""},
+        "sink.path: environment variable SINK_ROOT (from '${SINK_ROOT}') is empty inside "
+        "'${SINK_ROOT}/telemetry': a path built from it would point somewhere else (e.g. "
+        "'${SINK_ROOT}/x' becomes '/x', at the root of the file system). Set it, or write the "
+        "value without it",
+    ),
+    (
+        "path-only-an-empty-variable",
+        {"sink.path": "${SINK_ROOT}"},
+        {"SINK_ROOT": " "},
+        "sink.path: ' ' is empty; give the folder or URI events land in",
+    ),
+    (
+        "path-root",
+        {"sink.path": "/"},
+        {},
+        "sink.path: '/' is the root of the file system; give a folder of its own (was it built "
+        "from an empty variable?)",
+    ),
+    (
+        "path-glob",
+        {"sink.path": "/data/telemetry[2026]"},
+        {},
+        "sink.path: '/data/telemetry[2026]' holds '[' ']', which Spark reads as a glob pattern: "
+        "the batch would be written, then never found when verified. Name the folder without "
+        "'*', '?', '[', ']', '{', '}', '\\\\'",
+    ),
+    (
         "literal-secret",
         {"store.note": "AccountKey=topsecret"},
         {},
@@ -353,3 +383,38 @@ def test_the_base_document_is_valid(setting: dict[str, Any]) -> None:
     doc = _base(setting["hub"].name, "t-valid", str(setting["tmp"] / "out"))
     cfg = parse_config(doc, setting["env"])
     assert cfg.ingest.eventhub.eventhub_name == setting["hub"].name
+
+
+def _alias_bomb(levels: int = 9) -> str:
+    """A billion laughs: under 400 bytes that expand to 9**levels values."""
+    lines = ['lol0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels):
+        lines.append(f"lol{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_an_alias_bomb_is_refused_at_once_and_writes_nothing(setting: dict[str, Any]) -> None:
+    """Nine nested aliases (~400 bytes, 387 million values once expanded) beside a valid
+    config: refused in well under a second, before any Azure call; the check walks each
+    distinct value once."""
+    import time
+
+    container = f"t-{uuid.uuid4().hex[:20]}"
+    sink = setting["tmp"] / "out"
+    doc = yaml.safe_dump(_base(setting["hub"].name, container, str(sink)))
+    bomb = _alias_bomb()
+    assert len(bomb) < 1024
+    path = setting["tmp"] / "ehingest.yaml"
+    path.write_text(doc + bomb)
+    before = _containers(setting["service"])
+    started = time.monotonic()
+    result = CliRunner().invoke(main, ["run", "--config", str(path)], env=setting["env"])
+    took = time.monotonic() - started
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip() == (
+        f"error: --config {str(path)!r}: its aliases (*name) expand to more than 10,000 "
+        "values; a configuration holds a few hundred. Write the values out, or use fewer nested "
+        "aliases"
+    )
+    assert took < 2.0, took
+    assert _containers(setting["service"]) == before and not sink.exists()

@@ -287,3 +287,42 @@ def test_resources_check_an_env_var_value_when_it_is_set(monkeypatch: pytest.Mon
     assert result.output_for_node("probe") == "leases-x"
     with pytest.raises(ConfigurationError, match=r"^container: 'Bad_Name' is not a valid Blob"):
         PartitionStoreResource(container="Bad_Name", credential=StoreConnectionString())
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        ("/data/t[1]", "which Spark reads as a glob pattern"),
+        ("/data/*", "which Spark reads as a glob pattern"),
+        ("/", "is the root of the file system"),
+        ("", "is empty"),
+    ],
+)
+def test_every_surface_refuses_a_dangerous_sink_path(path: str, why: str) -> None:
+    """The check lives in the model (resources/settings.py's sink_path_problem), so the YAML
+    (CLI, defs.yaml), the Dagster resource and hand-built settings refuse the same path with the
+    same words (the Airflow connection is read by SinkConfig too: tests/airflow)."""
+    from dagster_eventhub_ingest.dagster_project.resources import SinkResource
+    from dagster_eventhub_ingest.resources.settings import SinkSettings
+
+    surfaces = {
+        "yaml": lambda: IngestSpec.from_dict(spec(sink={"path": path})),
+        "resource": lambda: SinkResource(path=path).settings(),
+        "settings": lambda: SinkSettings(path=path),
+    }
+    for name, build in surfaces.items():
+        with pytest.raises(ConfigurationError) as info:
+            build()
+        assert why in str(info.value) and "path" in str(info.value), (name, str(info.value))
+
+
+def test_env_references_are_expanded_once_and_empty_ones_refused_inside_a_value() -> None:
+    from dagster_eventhub_ingest.resources.config import expand_env
+
+    env = {"ROOT": "/lake", "EMPTY": "", "OPTS": ""}
+    doc = {"sink": {"path": "${ROOT}/t"}, "spark": {"conf": {"x": "${OPTS}"}}}
+    assert expand_env(doc, "", env) == {"sink": {"path": "/lake/t"}, "spark": {"conf": {"x": ""}}}
+    with pytest.raises(ConfigurationError, match=r"^sink\.path: environment variable EMPTY "):
+        expand_env({"sink": {"path": "${EMPTY}/t"}}, "", env)
+    with pytest.raises(ConfigurationError, match=r"^a\[0\]: environment variable NOPE .* not set"):
+        expand_env({"a": ["x${NOPE}"]}, "", env)

@@ -30,6 +30,9 @@ Credentials have one shape everywhere: a connection string named by an environme
         account_url: https://myaccount.blob.core.windows.net
         managed_identity_client_id: 00000000-0000-0000-0000-000000000000
 
+YAML text and ``${VAR}`` references are read by :func:`load_yaml` and :func:`expand_env`,
+which refuse alias bombs and variables that are empty inside a longer value.
+
 Errors raised by :meth:`StrictModel.from_dict` are
 :class:`~dagster_eventhub_ingest.resources.errors.ConfigurationError` whose message names the key
 path, the (redacted) value and what is valid.
@@ -71,6 +74,13 @@ from dagster_eventhub_ingest.resources.config._run import (
     check_strategy_options,
 )
 from dagster_eventhub_ingest.resources.config._sink import OUTPUT_COLUMNS, SinkConfig
+from dagster_eventhub_ingest.resources.config._sources import (
+    ENV_REFERENCE,
+    MAX_YAML_DEPTH,
+    MAX_YAML_VALUES,
+    expand_env,
+    load_yaml,
+)
 from dagster_eventhub_ingest.resources.config._spark import (
     DEFAULT_SPARK_MASTER,
     SparkConfig,
@@ -91,8 +101,11 @@ from dagster_eventhub_ingest.resources.settings import (
 __all__ = [
     "DEFAULT_SPARK_MASTER",
     "DELTALAKE_FORMAT",
+    "ENV_REFERENCE",
     "MAX_PREFETCH",
     "MAX_READERS_PER_PARTITION",
+    "MAX_YAML_DEPTH",
+    "MAX_YAML_VALUES",
     "ON_CHECKPOINT_AHEAD",
     "ON_DATA_LOSS",
     "OUTPUT_COLUMNS",
@@ -124,7 +137,9 @@ __all__ = [
     "StrategyName",
     "StrictModel",
     "check_strategy_options",
+    "expand_env",
     "format_validation_error",
+    "load_yaml",
     "spark_conf_strings",
     "unknown_key_message",
 ]
