@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
@@ -40,6 +43,9 @@ from dagster_eventhub_ingest.resources.errors import (
     RangeError,
     redact,
 )
+
+if TYPE_CHECKING:
+    from dagster_eventhub_ingest.ops.cancel import Cancellation
 
 __all__ = ["ProgressPrinter", "format_report", "report_json", "run"]
 
@@ -235,12 +241,36 @@ def run(
     """Bring the hub's partitions up to date in the sink, exactly once, then exit.
 
     Exit code 0 only if every target partition reached this run's bound; 2 when retrying
-    cannot help, 3 when it may.
+    cannot help, 3 when it may; 143/130 when SIGTERM/SIGINT stopped it (docs/run.md, "Exit
+    codes"). A first SIGTERM or SIGINT stops the run cleanly: no further read, leases released
+    with their intents kept, the Spark session and its JVM ended; a second one ends the process
+    at once (the leases then expire).
     """
+    from dagster_eventhub_ingest.ops.cancel import Cancellation
+
+    cancel = Cancellation()
+    restore = _stop_on_signals(cancel)
+    try:
+        _run(config_path, owner_id, partitions, on_checkpoint_ahead, as_json, progress, cancel)
+    finally:
+        restore()
+
+
+def _run(
+    config_path: str,
+    owner_id: str | None,
+    partitions: tuple[str, ...],
+    on_checkpoint_ahead: str | None,
+    as_json: bool,
+    progress: bool,
+    cancel: Cancellation,
+) -> None:
     import dataclasses
 
     from dagster_eventhub_ingest.cli.config import load_config
     from dagster_eventhub_ingest.ops.progress import PhaseClock
+    from dagster_eventhub_ingest.resources.errors import RunCancelledError
+    from dagster_eventhub_ingest.resources.spark_session import OwnedSession
 
     try:
         cfg = load_config(config_path)
@@ -259,17 +289,24 @@ def run(
     clock.add("startup", process_age_seconds(), time.process_time())
     owner = owner_id or default_owner_id()
     printer = ProgressPrinter(sys.stderr) if progress else None
+    # The session starts only if there is something to read; it and its JVM end with the run.
+    session = OwnedSession(cfg.spark_factory())
     try:
         report = run_ingestion(
             cfg.ingest,
             None,
             owner_id=owner,
             partition_ids=list(partitions) or None,
-            spark_factory=cfg.spark_factory(),
+            spark_factory=session.get,
             on_progress=printer,
             progress_interval=1.0 if printer is not None and printer.tty else 5.0,
             phases=clock,
+            cancel=cancel,
         )
+    except RunCancelledError as exc:
+        _close(printer)
+        click.echo(f"stopped: {exc}", err=True)
+        sys.exit(exit_code_for(exc))
     except (ConfigurationError, RangeError) as exc:
         _close(printer)
         click.echo(f"error: {exc}", err=True)
@@ -283,12 +320,41 @@ def run(
         _close(printer)
         click.echo(f"error: {type(exc).__name__}: {redact(str(exc))[:2000]}", err=True)
         sys.exit(EXIT_FAILED)
+    finally:
+        # A stopped run must exit within seconds: its JVM does not finish writing a class-data
+        # archive then.
+        session.close(keep_archive=not cancel.cancelled)
     _close(printer)
     if as_json:
         click.echo(json.dumps(report_json(report), indent=2))
     else:
         click.echo(format_report(report))
     sys.exit(EXIT_OK if report.complete else EXIT_INCOMPLETE)
+
+
+def _stop_on_signals(cancel: Cancellation) -> Callable[[], None]:
+    """SIGTERM and SIGINT cancel the run (this command owns its process); a second one ends the
+    process at once. Returns what puts the previous handlers back."""
+    kinds = (signal.SIGTERM, signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None  # only the main thread may set handlers (an embedding caller)
+    previous = {sig: signal.getsignal(sig) for sig in kinds}
+
+    def handler(signum: int, frame: object) -> None:
+        if cancel.cancelled:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        cancel.cancel(f"{signal.Signals(signum).name} received", signum=signum)
+
+    for sig in kinds:
+        signal.signal(sig, handler)
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore
 
 
 def _close(printer: ProgressPrinter | None) -> None:

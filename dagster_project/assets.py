@@ -33,7 +33,11 @@ from dagster_eventhub_ingest.dagster_project.metadata import (
     materialization_plan,
     partition_metadata,
 )
-from dagster_eventhub_ingest.dagster_project.resources import session_or_factory
+from dagster_eventhub_ingest.dagster_project.resources import (
+    LocalPySparkResource,
+    session_or_factory,
+)
+from dagster_eventhub_ingest.ops.cancel import Cancellation
 from dagster_eventhub_ingest.ops.run import IngestConfig, ReplaySpec, RunReport, run_ingestion
 from dagster_eventhub_ingest.resources.config import (
     AssetPolicies,
@@ -388,6 +392,9 @@ def build_eventhub_ingest_asset(
     ) -> Iterator[dg.AssetMaterialization | dg.AssetCheckResult]:
         targets = list(context.partition_keys)
         resources = context.resources
+        # Dagster's Terminate raises DagsterExecutionInterruptedError in this thread; the run
+        # waits on its own thread, so it winds down cleanly (ops/cancel.py) before it is raised.
+        cancel = Cancellation()
         try:
             eventhub = getattr(resources, keys.eventhub)
             store = getattr(resources, keys.partition_store)
@@ -429,8 +436,15 @@ def build_eventhub_ingest_asset(
                 # A step retry keeps the run id as owner id and starts after the failed
                 # attempt ended: it takes that attempt's leases over at once.
                 attempt=context.retry_number,
+                cancel=cancel,
             )
-        except EventHubIngestError as exc:
+        except BaseException as exc:
+            pyspark = getattr(resources, keys.pyspark, None)
+            if cancel.cancelled and isinstance(pyspark, LocalPySparkResource):
+                # Stopped: end the session and its JVM now, not after a class-data archive.
+                pyspark.stop_session(keep_archive=False)
+            if not isinstance(exc, EventHubIngestError):
+                raise
             if exc.retryable:
                 raise  # the RetryPolicy retries it, with backoff
             raise dg.Failure(

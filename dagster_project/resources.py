@@ -41,7 +41,7 @@ from typing import Any
 
 import dagster as dg
 from dagster_pyspark import PySparkResource
-from pydantic import BaseModel, Field, ValidatorFunctionWrapHandler, field_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidatorFunctionWrapHandler, field_validator
 
 from dagster_eventhub_ingest.resources.config import (
     EventHubConfig,
@@ -60,6 +60,7 @@ from dagster_eventhub_ingest.resources.spark_kind import DEFAULT_SPARK_MASTER
 from dagster_eventhub_ingest.resources.spark_session import (
     LOCAL_PINS,
     SPARK_CONF_DIR,
+    OwnedSession,
     session_defaults,
 )
 from dagster_eventhub_ingest.resources.store import HubRef, PartitionStore
@@ -296,6 +297,11 @@ class LocalPySparkResource(PySparkResource):
     (``spark.remote``) the driver host and executor Python stay the user's; the project's code is
     shipped to the executors when the ``eventhubs`` source is registered. The environment only
     matters for the first session of a process (when the JVM starts).
+
+    When the run's step ends (success, failure or Terminate), the session it started is stopped,
+    with the local driver's JVM and its Python workers when the step's process had no JVM before
+    (:class:`~dagster_eventhub_ingest.resources.spark_session.OwnedSession`): no JVM outlives
+    its step. A session that was already running in the process is left as it was.
     """
 
     log_level: str = Field(
@@ -314,6 +320,19 @@ class LocalPySparkResource(PySparkResource):
             os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_CONF_DIR", str(SPARK_CONF_DIR))
 
+    _owned: OwnedSession | None = PrivateAttr(default=None)
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        self.stop_session()
+
+    def stop_session(self, *, keep_archive: bool = True) -> None:
+        """Stop what this resource started (idempotent); ``keep_archive=False`` when in a hurry
+        (a terminated run: the JVM does not finish writing its class-data archive)."""
+        owned, self._owned = self._owned, None
+        self._spark_session = None
+        if owned is not None:
+            owned.close(keep_archive=keep_archive)
+
     def engine(self) -> SparkConfig:
         """Where this resource's executors run, from its config alone (no session started)."""
         return _engine(self.spark_config)
@@ -324,7 +343,9 @@ class LocalPySparkResource(PySparkResource):
         from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
 
         if self._spark_session is None:
-            session = self._start()
+            if self._owned is None:
+                self._owned = OwnedSession(self._start)
+            session = self._owned.get()
             # Spark Connect has no SparkContext (and refuses any JVM access).
             if not is_connect_session(session):
                 session.sparkContext.setLogLevel(self.log_level)

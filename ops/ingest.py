@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any, Protocol
@@ -121,6 +122,9 @@ class SparkIngestor:
         self.receive_timeout_seconds = receive_timeout_seconds
         self.prefetch = prefetch
         self.max_readers_per_partition = max_readers_per_partition
+        # Every Spark operation of ingest() carries it, so interrupt() stops exactly those.
+        self._tag = f"ehingest-{uuid.uuid4().hex[:12]}"
+        self._interrupted = False
 
     @property
     def spark(self) -> SparkSession:
@@ -200,6 +204,17 @@ class SparkIngestor:
             return os.path.abspath(self.sink.path)
         return self.sink.path or self.sink.table
 
+    def interrupt(self) -> None:
+        """Interrupt the Spark jobs :meth:`ingest` has in flight (from any thread; the run's
+        cancellation calls it). The write they belong to fails and is not committed, or was
+        already: the run replays its intent either way."""
+        self._interrupted = True
+        session = self._spark if self._spark is not None else None
+        if session is None and self._ready.is_set():
+            session = self._started
+        if session is not None:
+            _Tags(session).cancel(self._tag)
+
     def prepare(self) -> None:
         """Have the session running (start it, or wait for :meth:`start_early`'s start): the run
         calls it after claiming and before recording intents, see
@@ -250,14 +265,23 @@ class SparkIngestor:
         from Spark's planner process (~2 s of a cold run); the readers still find events that
         expired since (DataLossError).
         """
+        from dagster_eventhub_ingest.resources.errors import RunCancelledError
         from dagster_eventhub_ingest.resources.spark_source._stats import read_stats_accumulator
 
-        # What each reader read, through an accumulator where the session has them (classic):
-        # the write then observes no statistics and verifies by a row count
-        # (dagster_eventhub_ingest.ops.write). A read that may skip expired events keeps the
-        # statistics of what the sink holds.
-        with nullcontext() if expired_before else read_stats_accumulator(self.spark) as stats:
-            return self._ingest(ranges, expired_before, generations, partition_infos, stats)
+        spark = self.spark
+        tags = _Tags(spark)
+        tags.add(self._tag)  # this thread's jobs, until removed
+        try:
+            if self._interrupted:
+                raise RunCancelledError("interrupted before the read started")
+            # What each reader read, through an accumulator where the session has them
+            # (classic): the write then observes no statistics and verifies by a row count
+            # (dagster_eventhub_ingest.ops.write). A read that may skip expired events keeps
+            # the statistics of what the sink holds.
+            with nullcontext() if expired_before else read_stats_accumulator(spark) as stats:
+                return self._ingest(ranges, expired_before, generations, partition_infos, stats)
+        finally:
+            tags.remove(self._tag)
 
     def _ingest(
         self,
@@ -328,6 +352,38 @@ class SparkIngestor:
             raise
         self._location = result.output_location
         return dict(result.partitions)
+
+
+class _Tags:
+    """Tag the calling thread's Spark jobs, and cancel the jobs of a tag from any thread.
+
+    A classic session tags jobs on its SparkContext (``SparkSession.interruptTag`` there does
+    not reach the jobs of a DataFrame write); Spark Connect tags operations on the session.
+    """
+
+    def __init__(self, spark: SparkSession) -> None:
+        from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
+
+        self._spark = spark
+        self._connect = is_connect_session(spark)
+
+    def add(self, tag: str) -> None:
+        if self._connect:
+            self._spark.addTag(tag)
+        else:
+            self._spark.sparkContext.addJobTag(tag)
+
+    def remove(self, tag: str) -> None:
+        if self._connect:
+            self._spark.removeTag(tag)
+        else:
+            self._spark.sparkContext.removeJobTag(tag)
+
+    def cancel(self, tag: str) -> None:
+        if self._connect:
+            self._spark.interruptTag(tag)
+        else:
+            self._spark.sparkContext.cancelJobsWithTag(tag)
 
 
 def _unwrap(exc: Exception) -> Exception:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict, InstanceOf
 
+from dagster_eventhub_ingest.ops.cancel import Cancellation
 from dagster_eventhub_ingest.ops.fault import fault_point, fault_timer, pause_point
 from dagster_eventhub_ingest.ops.hub import HubClient, PartitionInfo
 from dagster_eventhub_ingest.ops.ingest import Ingestor
@@ -329,7 +330,11 @@ class Processor:
         preflight: called once before the first claim, only when there is something to do
             (the sink layout check: a run with nothing to read does not look at the sink).
         clock: where the phases' times go (``RunReport.phases``); a new one by default.
-        sleep / monotonic: injectable for tests.
+        cancel: a request to stop (:mod:`dagster_eventhub_ingest.ops.cancel`): the run checks it
+            before each claim and each read, and waits on it instead of sleeping; a stopped run
+            raises ``RunCancelledError`` after releasing its leases (intents kept).
+        sleep / monotonic: injectable for tests (``sleep`` default: a wait that a cancellation
+            ends).
     """
 
     def __init__(
@@ -347,7 +352,8 @@ class Processor:
         progress_interval: float = 10.0,
         preflight: Callable[[], None] | None = None,
         clock: PhaseClock | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        cancel: Cancellation | None = None,
+        sleep: Callable[[float], None] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if not owner_id:
@@ -360,7 +366,8 @@ class Processor:
         self.claim = claim
         self.heartbeat = heartbeat
         self.log = _Log(log)
-        self.sleep = sleep
+        self.cancel = cancel if cancel is not None else Cancellation()
+        self.sleep: Callable[[float], object] = sleep if sleep is not None else self.cancel.wait
         self.monotonic = monotonic
         self.hub_desc = store.hub.describe()
         self._last_cp: dict[str, int | None] = {}
@@ -396,6 +403,7 @@ class Processor:
                 return self._final_report(
                     targets, bounds, infos, reports, 0, started, replay=False, fresh=(infos, cps)
                 )
+        self.cancel.check("before claiming")
         start_early = getattr(self.ingestor, "start_early", None)
         if start_early is not None:
             # Something to read: the session starts while the run checks the sink and claims
@@ -484,6 +492,7 @@ class Processor:
         with keeper:
             try:
                 while True:
+                    self.cancel.check("before claiming")
                     with self.clock.phase("claims"):
                         owns = self.store.list_ownership()
                         cps = self.store.list_checkpoints(owns)
@@ -525,6 +534,12 @@ class Processor:
                 # Pending intents stay on the blobs: whoever claims next replays them.
                 with self.clock.phase("checkpoint"):
                     keeper.release_all(leaving=True)
+                if self.cancel.cancelled:
+                    self.log.warning(
+                        f"run stopped hub={self.hub_desc} owner={self.owner_id} "
+                        f"({self.cancel.reason}): leases released, pending intents kept for "
+                        "the next run"
+                    )
         self._emit("finished")
         with self.clock.phase("report"):
             return self._final_report(
@@ -571,8 +586,14 @@ class Processor:
                 f"replay hub={self.hub_desc} partition={pid} owner={self.owner_id} "
                 f"range=[{start}, {end}] (checkpoint not moved)"
             )
-        with self.clock.phase("read_write"):
-            results = self._ingest(ranges, None, gens, infos) if ranges else {}
+        self.cancel.check("before reading")
+        try:
+            with self.clock.phase("read_write"):
+                results = self._ingest(ranges, None, gens, infos) if ranges else {}
+        except Exception as exc:
+            if self.cancel.cancelled:
+                raise self.cancel.error("while replaying") from exc
+            raise
         for pid, result in results.items():
             reports[pid].add(result, self.owner_id)
             self.progress.partitions[pid].landed_events += result.events
@@ -628,6 +649,7 @@ class Processor:
             # timed as spark_start.
             with self.clock.active():
                 prepare()
+        self.cancel.check("before recording intents")
         with self.clock.phase("planning"):
             steps, replayed, gens = self._plan_cycle(keeper, claimed, bounds, infos, reports)
         fault_point("after_intent")
@@ -640,11 +662,16 @@ class Processor:
         }
         results: dict[str, PartitionWriteStats] = {}
         if ranges:
+            self.cancel.check("before reading")
             try:
                 with self.clock.phase("read_write"):
                     results = self._ingest(ranges, expired, gens, infos)
-            except DataLossError:
-                if self.config.on_data_loss != "skip":
+            except Exception as exc:
+                if self.cancel.cancelled:
+                    # The write was interrupted, not committed (or committed, then its
+                    # verification was): either way the intents stay and are replayed.
+                    raise self.cancel.error("while reading and writing") from exc
+                if not isinstance(exc, DataLossError) or self.config.on_data_loss != "skip":
                     raise
                 # Retention moved since the snapshot: look again; the intents stay and the next
                 # cycle plans them against the new earliest event.
@@ -1133,6 +1160,7 @@ def _default_claim(
     joined_at: list[float] | None = None,
     expected_peers: Callable[[], Collection[str]] | None = None,
     run_log: RunLog | None = None,
+    cancel: Cancellation | None = None,
 ) -> ClaimFn:
     """The claim cycle of ``dagster_eventhub_ingest.ops.balancing`` with this run's strategy and
     expiry.
@@ -1140,7 +1168,8 @@ def _default_claim(
     ``joined_at``: holds when (``time.monotonic``) the run wrote its heartbeat, once it has;
     the first claim then waits only what is left of ``join_grace_seconds``, so the hub
     snapshot taken meanwhile is not added to the grace. ``run_log``: where takeovers and
-    dropped claims also go (the run's event log).
+    dropped claims also go (the run's event log). ``cancel``: ends the grace's wait early, and
+    then nothing is claimed.
     """
     from dagster_eventhub_ingest.ops.balancing import claim_cycle, get_strategy
 
@@ -1153,8 +1182,13 @@ def _default_claim(
         if first[0] and joined_at:
             left = config.join_grace_seconds - (time.monotonic() - joined_at[0])
             if left > 0:
-                time.sleep(left)
+                if cancel is None:
+                    time.sleep(left)
+                else:
+                    cancel.wait(left)
         first[0] = False
+        if cancel is not None:
+            cancel.check("before claiming")
         return claim_cycle(
             store,
             owner_id,
@@ -1185,6 +1219,7 @@ def run_ingestion(
     attempt: int | None = None,
     phases: PhaseClock | None = None,
     expected_peers: Callable[[], Collection[str]] | None = None,
+    cancel: Cancellation | None = None,
 ) -> RunReport:
     """Bring ``partition_ids`` (default: all) up to their snapshot bound, exactly once.
 
@@ -1212,6 +1247,15 @@ def run_ingestion(
             partitions (Dagster: runs launched, not yet heartbeating); they count as peers
             when this run claims, so it leaves them their share
             (dagster_eventhub_ingest.ops.balancing.cycle).
+        cancel: a request to stop (:class:`dagster_eventhub_ingest.ops.cancel.Cancellation`;
+            the CLI's signal handlers and Airflow's ``on_kill`` make one). The run works on a
+            thread of its own and waits for it here, so an exception the host raises in this
+            thread (Dagster's Terminate: ``DagsterExecutionInterruptedError``; a
+            ``KeyboardInterrupt``) stops it the same way and is raised again once it wound
+            down. Stopped, the run reads nothing further (its Spark jobs are interrupted),
+            releases its leases with their pending intents, and raises ``RunCancelledError``.
+            The session it was given (or the caller's factory started) is the caller's to stop
+            (``dagster_eventhub_ingest.resources.spark_session.OwnedSession``).
 
     Returns:
         The run report; ``complete`` is True iff every target reached its bound.
@@ -1224,10 +1268,57 @@ def run_ingestion(
         CheckpointAheadError: a checkpoint the hub cannot have produced (re-created hub).
         EventHubUnavailableError / StoreUnavailableError: a service is unreachable.
         SinkError: the sink cannot be written.
+        RunCancelledError: the run was asked to stop (``cancel``), and stopped cleanly.
     """
+    stop = cancel if cancel is not None else Cancellation()
+    return stop.run(
+        lambda: _run(
+            config,
+            spark,
+            owner_id=owner_id,
+            partition_ids=partition_ids,
+            replay=replay,
+            is_owner_dead=is_owner_dead,
+            log=log,
+            spark_factory=spark_factory,
+            on_progress=on_progress,
+            progress_interval=progress_interval,
+            attempt=attempt,
+            phases=phases,
+            expected_peers=expected_peers,
+            cancel=stop,
+        )
+    )
+
+
+def _run(
+    config: IngestConfig,
+    spark: SparkSession | None,
+    *,
+    owner_id: str,
+    partition_ids: Sequence[str] | None,
+    replay: ReplaySpec | None,
+    is_owner_dead: Callable[[str], bool] | None,
+    log: Any,
+    spark_factory: Callable[[], SparkSession] | None,
+    on_progress: ProgressFn | None,
+    progress_interval: float,
+    attempt: int | None,
+    phases: PhaseClock | None,
+    expected_peers: Callable[[], Collection[str]] | None,
+    cancel: Cancellation,
+) -> RunReport:
+    """:func:`run_ingestion`'s work, on the run's own thread."""
+    if spark is not None:
+        # A classic session is active per thread; Spark finds Python data sources (the Delta
+        # writer) through the calling thread's active session.
+        from dagster_eventhub_ingest.resources.spark_session import make_active
+
+        make_active(spark)
     clock = phases if phases is not None else PhaseClock()
     with clock.phase("management"):
         hub, store, ingestor, me = _run_parts(config, spark, spark_factory, attempt, owner_id)
+    cancel.on_cancel(ingestor.interrupt)
 
     def preflight() -> None:
         from dagster_eventhub_ingest.ops.sink_checks import check_sink_layout
@@ -1241,6 +1332,7 @@ def run_ingestion(
         "progress_interval": progress_interval,
         "preflight": preflight,
         "clock": clock,
+        "cancel": cancel,
     }
     if replay is not None:
         processor = Processor(config, store, hub, ingestor, claim=lambda targets: {}, **common)
@@ -1258,7 +1350,7 @@ def run_ingestion(
     # Takeovers, dropped claims and owner-id takeovers reach the run's event log too.
     run_log = _Log(log).extra_only()
     claim = _default_claim(
-        config, store, owner_id, is_owner_dead, joined_at, expected_peers, run_log
+        config, store, owner_id, is_owner_dead, joined_at, expected_peers, run_log, cancel
     )
     beat: list[Heartbeat] = []
 

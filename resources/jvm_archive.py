@@ -65,6 +65,7 @@ __all__ = [
     "current_plan",
     "finish_dump",
     "finish_dumps",
+    "gateway_process",
     "plan_archive",
     "start_with_archive",
     "switched_off",
@@ -303,7 +304,7 @@ def start_with_archive(
 
 def _mapped(archive: Path) -> bool:
     """Whether this process's Spark JVM has ``archive`` mapped (True where it cannot tell)."""
-    proc = _gateway_process()
+    proc = gateway_process()
     maps = Path(f"/proc/{getattr(proc, 'pid', '-')}/maps")
     try:
         return str(archive) in maps.read_text()
@@ -343,7 +344,7 @@ def finish_dump(plan: ArchivePlan, wait: float = _DUMP_WAIT_SECONDS) -> bool:
     """
     if plan.dump_to is None:
         return False
-    proc = _gateway_process()
+    proc = gateway_process()
     if proc is not None and proc.poll() is None:
         with contextlib.suppress(OSError, ValueError):
             if proc.stdin is not None:
@@ -366,7 +367,8 @@ def finish_dump(plan: ArchivePlan, wait: float = _DUMP_WAIT_SECONDS) -> bool:
     return True
 
 
-def _gateway_process() -> Any:
+def gateway_process() -> Any:
+    """The ``Popen`` of the JVM this process launched for PySpark, or None."""
     from pyspark import SparkContext
 
     gateway = SparkContext._gateway

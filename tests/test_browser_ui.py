@@ -16,8 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -29,7 +27,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from dagster_eventhub_ingest.emulator.azurite import free_port, wait_for_port
+from tests.fixtures.dagster import dagster_dev
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -55,41 +53,6 @@ def artifacts() -> Path:
     path.mkdir(parents=True, exist_ok=True)
     print(f"\nscreenshots: {path}", flush=True)
     return path
-
-
-@contextlib.contextmanager
-def dagster_dev(env: dict[str, str], log: Path) -> Iterator[str]:
-    """`dagster dev` on 127.0.0.1 in its own process group; SIGINT stops it (then TERM/KILL)."""
-    port = free_port()
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("dagster")),
-                "dev",
-                "-w",
-                "workspace.yaml",
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(port),
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            wait_for_port(port, timeout=180, proc=proc)
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            for sig, wait in ((signal.SIGINT, 20), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-                if proc.poll() is not None:
-                    break
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, sig)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(wait)
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +164,8 @@ def test_ui_backfill_lands_every_event_once_and_shows_every_partition(
     }
     step = [0]
 
-    with dagster_dev(env, artifacts / "dagster-dev.log") as url:
+    with dagster_dev(env, artifacts / "dagster-dev.log") as dev:
+        url = dev.url
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
 
         def shot(name: str) -> None:
