@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import signal
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -23,11 +24,14 @@ from dagster_eventhub_ingest.resources.errors import (
     ConfigurationError,
     EventHubIngestError,
     RangeError,
+    RunCancelledError,
     redact,
 )
 
 if TYPE_CHECKING:
     from airflow.sdk.definitions.mappedoperator import OperatorPartial
+
+    from dagster_eventhub_ingest.ops.cancel import Cancellation
 
 __all__ = ["EventHubIngestOperator", "owner_id_for", "report_to_json"]
 
@@ -129,6 +133,14 @@ class EventHubIngestOperator(BaseOperator):
     ends with partitions behind (``run_timeout_seconds``, a lost lease) pushes its report and
     fails, so a retry continues.
 
+    Killed (SIGTERM to the task, which Airflow turns into :meth:`on_kill`; an
+    ``execution_timeout``): the run stops reading, releases its leases with their intents kept
+    (the next try takes over at once) and fails the try. Whatever the outcome, the local Spark
+    session the task started is stopped with its JVM and Python workers before ``execute``
+    returns: the task's process then exits at once, which is what makes Airflow record the
+    state the task reported (a process still alive past ``task_success_overtime`` is killed,
+    and a killed process is retried even after ``AirflowFailException``).
+
     Args:
         eventhub_conn_id / store_conn_id / sink_conn_id: the connections (docs/airflow.md).
         partition_ids: target partitions (templated); default every partition.
@@ -181,6 +193,9 @@ class EventHubIngestOperator(BaseOperator):
             spark_factory = hook.get_spark_factory()
         except ConfigurationError as exc:
             raise AirflowFailException(f"{type(exc).__name__}: {exc}") from None
+        from dagster_eventhub_ingest.ops.cancel import Cancellation
+        from dagster_eventhub_ingest.resources.spark_session import OwnedSession
+
         key = (ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number)
         owner = owner_id_for(*key)
         self.log.info(
@@ -190,6 +205,10 @@ class EventHubIngestOperator(BaseOperator):
             owner,
             "" if self.copy_index is None else f" (copy {self.copy_index})",
         )
+        cancel = Cancellation()
+        self._cancel: Cancellation | None = cancel
+        session = OwnedSession(spark_factory)
+        cancel.on_force(lambda: session.close(keep_archive=False, wait=2.0))
         try:
             report = run_ingestion(
                 config,
@@ -198,8 +217,11 @@ class EventHubIngestOperator(BaseOperator):
                 partition_ids=partition_list(self.partition_ids),
                 is_owner_dead=earlier_try_is_dead(*key),
                 log=self.log,
-                spark_factory=spark_factory,
+                spark_factory=session.get,
+                cancel=cancel,
             )
+        except RunCancelledError as exc:
+            raise AirflowException(f"stopped: {exc}") from None
         except (ConfigurationError, RangeError) as exc:
             raise AirflowFailException(f"{type(exc).__name__}: {exc}") from None
         except EventHubIngestError as exc:
@@ -210,6 +232,11 @@ class EventHubIngestOperator(BaseOperator):
             raise
         except Exception as exc:  # anything unexpected still leaves without a secret
             raise AirflowException(f"{type(exc).__name__}: {redact(str(exc))[:2000]}") from None
+        finally:
+            # Nothing of the run may outlive execute (see the class docstring); a stopped run
+            # does not wait for its JVM to write a class-data archive.
+            session.close(keep_archive=not cancel.cancelled)
+            self._cancel = None
         payload = report_to_json(report)
         self.log.info(
             "owner=%s wrote %d events (%d bytes) in %d cycles -> %s; %s",
@@ -228,3 +255,10 @@ class EventHubIngestOperator(BaseOperator):
                 "checkpoints"
             )
         return payload
+
+    def on_kill(self) -> None:
+        """Stop the running ingestion cleanly (Airflow calls it on SIGTERM and on a timeout):
+        only asks, from Airflow's signal handler; ``execute`` winds the run down and fails."""
+        cancel: Cancellation | None = getattr(self, "_cancel", None)
+        if cancel is not None:
+            cancel.cancel("Airflow killed the task (on_kill)", signum=signal.SIGTERM)

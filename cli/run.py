@@ -291,6 +291,9 @@ def _run(
     printer = ProgressPrinter(sys.stderr) if progress else None
     # The session starts only if there is something to read; it and its JVM end with the run.
     session = OwnedSession(cfg.spark_factory())
+    # A stopped run that does not wind down in time (a Spark planner, a commit) is unblocked
+    # by ending its session.
+    cancel.on_force(lambda: session.close(keep_archive=False, wait=2.0))
     try:
         report = run_ingestion(
             cfg.ingest,

@@ -411,9 +411,12 @@ def build_eventhub_ingest_asset(
                 sink=sink_settings,
                 **run_options.model_dump(),
             )
-            spark, spark_factory = session_or_factory(
-                getattr(resources, keys.pyspark), ingest_config.sink
-            )
+            pyspark = getattr(resources, keys.pyspark)
+            spark, spark_factory = session_or_factory(pyspark, ingest_config.sink)
+            if isinstance(pyspark, LocalPySparkResource):
+                # A stopped run that does not wind down in time is unblocked by ending the
+                # session it waits on (ops/cancel.py).
+                cancel.on_force(lambda: pyspark.stop_session(keep_archive=False))
             context.log.info(
                 f"run {context.run.run_id} ingesting "
                 f"{ingest_config.eventhub.hub_ref().describe()} partitions {targets} "

@@ -37,9 +37,13 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: How long a cancelled run may take to wind down (interrupt Spark, release leases) before the
-#: caller gives up waiting; with the session's stop after it, a process exits within 15 s.
-CANCEL_GRACE_SECONDS = 10.0
+#: How long a stopped run may take to wind down by itself (its Spark jobs interrupted, its
+#: leases released) before the :meth:`Cancellation.on_force` hooks end what it waits on (the
+#: Spark session: a planner or a commit in the JVM cannot be interrupted otherwise).
+CANCEL_GRACE_SECONDS = 6.0
+#: How long it may take after that, to release its leases; then the caller stops waiting (the
+#: leases expire). Both together, and the JVM's end, keep a stopped process under 15 s.
+FORCE_GRACE_SECONDS = 5.0
 _POLL_SECONDS = 0.1
 _REPEAT_SECONDS = 1.0
 
@@ -53,6 +57,7 @@ class Cancellation:
         #: The signal that asked, when one did (the CLI's exit code says which).
         self.signal: int | None = None
         self._hooks: list[Callable[[], None]] = []
+        self._force: list[Callable[[], None]] = []
         self._lock = threading.Lock()
 
     def cancel(self, reason: str, *, signum: int | None = None) -> None:
@@ -93,9 +98,16 @@ class Cancellation:
         with self._lock:
             self._hooks.append(hook)
 
-    def _run_hooks(self) -> None:
+    def on_force(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` (e.g. close the Spark session the run uses) once, when a stopped run
+        did not wind down within the grace of :meth:`run`: what the run waits on then fails,
+        and it releases its leases. Registered by whoever owns that resource."""
         with self._lock:
-            hooks = list(self._hooks)
+            self._force.append(hook)
+
+    def _run_hooks(self, force: bool = False) -> None:
+        with self._lock:
+            hooks = list(self._force if force else self._hooks)
         for hook in hooks:
             self._call(hook)
 
@@ -106,12 +118,19 @@ class Cancellation:
         except Exception:  # winding down goes on: the run stops at its next check anyway
             logger.warning("a cancellation hook failed", exc_info=logger.isEnabledFor(logging.INFO))
 
-    def run(self, work: Callable[[], T], *, grace: float = CANCEL_GRACE_SECONDS) -> T:
+    def run(
+        self,
+        work: Callable[[], T],
+        *,
+        grace: float = CANCEL_GRACE_SECONDS,
+        force_grace: float = FORCE_GRACE_SECONDS,
+    ) -> T:
         """``work()`` on a worker thread, waited for here; see the module's docstring.
 
         An exception raised in this thread while waiting (the host's interrupt) cancels the
-        work; once it ended (or ``grace`` seconds passed) that exception is raised again.
-        Otherwise returns what ``work`` returned, or raises what it raised.
+        work. A cancelled work still running after ``grace`` seconds is forced (the
+        :meth:`on_force` hooks), and given ``force_grace`` more. Then the host's exception is
+        raised again, if there was one; otherwise what ``work`` returned or raised.
         """
         outcome: list[T] = []
         failure: list[BaseException] = []
@@ -127,25 +146,38 @@ class Cancellation:
         worker.start()
         interrupt: BaseException | None = None
         deadline: float | None = None
+        forced = False
         fired = 0.0
         while worker.is_alive():
             try:
                 worker.join(_POLL_SECONDS)
-                if self.cancelled and worker.is_alive():
-                    now = time.monotonic()
-                    if deadline is None:
-                        deadline = now + grace
-                    if now - fired >= _REPEAT_SECONDS:
-                        fired = now
-                        self._run_hooks()
-                if deadline is not None and time.monotonic() > deadline:
+                if not (self.cancelled and worker.is_alive()):
+                    continue
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + grace
+                if not forced and now - fired >= _REPEAT_SECONDS:
+                    fired = now
+                    self._run_hooks()
+                if now <= deadline:
+                    continue
+                if not forced:
+                    forced = True
                     logger.warning(
-                        "the run did not wind down within %.0f s of being stopped (%s); its "
-                        "leases expire after lease_expiry_seconds",
+                        "the run did not wind down within %.0f s of being stopped (%s); "
+                        "ending its Spark session",
                         grace,
                         self.reason,
                     )
-                    break
+                    self._run_hooks(force=True)
+                    deadline = time.monotonic() + force_grace
+                    continue
+                logger.warning(
+                    "the run did not wind down after its Spark session ended (%s); its "
+                    "leases expire after lease_expiry_seconds",
+                    self.reason,
+                )
+                break
             except BaseException as exc:  # the host's interrupt, raised in this thread
                 if interrupt is None:
                     interrupt = exc

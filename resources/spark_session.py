@@ -396,8 +396,8 @@ class OwnedSession:
     (the ``ehingest`` CLI, the Airflow operator, Dagster's local PySpark resource). A session
     that was running already (a notebook's, a test's) is used and left as it was.
 
-    Thread-safe: :meth:`close` waits for a start in progress on another thread (the run's early
-    start) and then stops what it started.
+    Thread-safe: :meth:`close` may come from another thread while the session starts (the run's
+    early start) or is in use; it returns once what was started is stopped.
 
     Args:
         factory: starts (or returns, ``getOrCreate``) the session.
@@ -408,15 +408,24 @@ class OwnedSession:
 
         self._factory = factory
         self._lock = threading.Lock()
+        self._stopping = threading.Lock()
         self._started = threading.Event()
         self._starting = False
         self._closed = False
+        self._keep_archive = True
+        self._children_before: set[int] = set()
         self._session: SparkSession | None = None
         self._stop_context = False
         self._end_jvm = False
 
     def get(self) -> SparkSession:
-        """The session, started on the first call."""
+        """The session, started on the first call.
+
+        Raises:
+            RunCancelledError: :meth:`close` came first.
+        """
+        import psutil
+
         with self._lock:
             if self._session is not None:
                 return self._session
@@ -425,6 +434,7 @@ class OwnedSession:
 
                 raise RunCancelledError("the Spark session was closed before it started")
             self._starting = True
+            self._children_before = {p.pid for p in psutil.Process().children()}
         try:
             had_context, had_jvm = _running_driver()
             session = self._factory()
@@ -440,38 +450,64 @@ class OwnedSession:
             with self._lock:
                 self._starting = False
             self._started.set()
-        if closed:
-            self._stop(keep_archive=False)
+        if closed:  # closed while it started: stop it now
+            self._stop()
         return session
 
     def close(self, *, keep_archive: bool = True, wait: float = 30.0) -> None:
-        """Stop what :meth:`get` started (idempotent). ``keep_archive``: let a JVM that writes
-        its class-data archive at exit finish writing it (up to minutes, once per machine);
-        False (a cancelled run, in a hurry) ends it at once. ``wait``: how long to wait for a
-        start in progress."""
+        """Stop what :meth:`get` started (idempotent), and return once it is stopped.
+
+        ``keep_archive``: let a JVM that writes its class-data archive at exit finish writing
+        it (up to minutes, once per machine); False (a stopped run, in a hurry) ends the JVM
+        at once. ``wait``: how long to let a start in progress finish; a JVM still starting
+        after it is killed.
+        """
         with self._lock:
             self._closed = True
+            self._keep_archive = self._keep_archive and keep_archive
             starting = self._starting
-        if starting:
-            self._started.wait(wait)  # get() stops it itself if it finishes after this
-        self._stop(keep_archive=keep_archive)
+        if starting and not self._started.wait(wait):
+            self._kill_starting()
+        self._stop()
 
-    def _stop(self, *, keep_archive: bool) -> None:
-        with self._lock:
-            session, self._session = self._session, None
-            stop_context, end_jvm = self._stop_context, self._end_jvm
-        if session is None:
-            return
+    def _stop(self) -> None:
+        with self._stopping:  # one stop at a time; a second close() returns after the first
+            with self._lock:
+                session, self._session = self._session, None
+                stop_context, end_jvm = self._stop_context, self._end_jvm
+                keep_archive = self._keep_archive
+            if session is None:
+                return
+            import logging
+
+            log = logging.getLogger(__name__)
+            # In a hurry, ending the JVM stops the context with it (its shutdown hook).
+            if stop_context and (keep_archive or not end_jvm):
+                try:
+                    session.stop()
+                except Exception:  # a JVM that already died: ending it below is what is left
+                    log.debug("stopping the Spark session failed", exc_info=True)
+            if end_jvm:
+                end_local_driver(keep_archive=keep_archive)
+
+    def _kill_starting(self) -> None:
+        """Kill a local driver JVM this session's start launched and that still starts."""
+        import contextlib
         import logging
 
-        log = logging.getLogger(__name__)
-        if stop_context:
-            try:
-                session.stop()
-            except Exception:  # a JVM that already died: ending it below is what is left
-                log.debug("stopping the Spark session failed", exc_info=True)
-        if end_jvm:
-            end_local_driver(keep_archive=keep_archive)
+        import psutil
+
+        for child in psutil.Process().children():
+            with contextlib.suppress(psutil.Error):
+                if child.pid not in self._children_before and child.name() == "java":
+                    logging.getLogger(__name__).warning(
+                        "the Spark driver (pid %s) was still starting when the session was "
+                        "closed; killing it",
+                        child.pid,
+                    )
+                    for proc in [*child.children(recursive=True), child]:
+                        with contextlib.suppress(psutil.Error):
+                            proc.kill()
 
 
 def _running_driver() -> tuple[bool, bool]:
@@ -490,8 +526,10 @@ def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECOND
     The JVM's stdin is closed (PySpark's own way of telling its gateway the driver is gone; the
     JVM then exits, writing its class-data archive if it was to, see
     :mod:`dagster_eventhub_ingest.resources.jvm_archive`); whatever of it and its children is
-    still running after ``wait`` seconds is terminated, then killed. Only for a JVM this process
-    launched (``SparkContext._gateway.proc``); a no-op without one.
+    still running after ``wait`` seconds is terminated, then killed. ``keep_archive=False`` (in
+    a hurry): what still runs after one second is killed, an archive being written with it.
+    Only for a JVM this process launched (``SparkContext._gateway.proc``); a no-op without
+    one.
     """
     import contextlib
     import logging
@@ -514,8 +552,9 @@ def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECOND
     with contextlib.suppress(OSError, ValueError):
         if proc.stdin is not None:
             proc.stdin.close()
-    alive = _wait_gone(tree, wait)
-    for stage in ("terminate", "kill"):
+    # In a hurry, a JVM writing its class-data archive at exit is not waited for.
+    alive = _wait_gone(tree, wait if keep_archive else min(wait, 1.0))
+    for stage in ("terminate", "kill") if keep_archive else ("kill",):
         if not alive:
             break
         log.warning(

@@ -10,7 +10,9 @@ A task instance whose worker is gone (no heartbeat) is failed and, with retries 
 ``up_for_retry``; then the run continues with the same loop ``dag.test()`` runs (its own
 ``_run_task``), so the retry is try 2 of the same task instance in the same DAG run.
 
-Prints ``RESULT {"state": ..., "run_id": ..., "tis": {"task[map_index]": [state, try]}}``.
+Prints ``RESULT {"state": ..., "run_id": ..., "tis": {"task[map_index]": [state, try]},
+"left": [...]}``: ``left`` names the processes this one still has below it once the DAG run
+ended (a task must leave none: no Spark JVM, no Python worker).
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ def _result(dr: Any) -> dict[str, Any]:
         f"{ti.task_id}[{ti.map_index}]": [str(ti.state), ti.try_number]
         for ti in dr.get_task_instances()
     }
-    result = {"state": str(dr.state), "run_id": dr.run_id, "tis": states}
+    import psutil
+
+    left = sorted(f"{p.name()}({p.pid})" for p in psutil.Process().children(recursive=True))
+    result = {"state": str(dr.state), "run_id": dr.run_id, "tis": states, "left": left}
     print("RESULT " + json.dumps(result), flush=True)
     return result
 

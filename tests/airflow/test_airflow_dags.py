@@ -253,3 +253,123 @@ def test_bad_connection_fails_the_task_clearly(
         assert "TOPSECRETVALUE" not in logs
     else:
         assert "give exactly one of path or table" in logs
+
+
+def _spawn_dag(
+    dag_id: str, logical_date: datetime, log: Path, extra_env: dict[str, str]
+) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "EHINGEST_FAULT"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.airflow._run_dag", "test", dag_id, logical_date.isoformat()],
+        cwd=ROOT,
+        env={**env, **extra_env},
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own group: cleaned up whatever happens
+    )
+
+
+def _result_of(out: str) -> dict[str, Any]:
+    [line] = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
+    return json.loads(line.removeprefix("RESULT "))
+
+
+@pytest.mark.slow
+def test_sigterm_mid_read_stops_the_task_and_another_run_takes_over_at_once(
+    airflow_db: str, env: dict[str, Any], spark: Any, tmp_path: Path
+) -> None:
+    """SIGTERM to the process running the task (what a worker's pod deletion sends; Airflow
+    turns it into on_kill): the try stops within 15 s, fails without leaving a JVM or Python
+    worker behind, releases its leases with their intents kept; another DAG run (another owner)
+    claims them at once (they would expire after 10 minutes) and lands every event once."""
+    import time
+
+    from tests.processes import spark_processes, still_running
+
+    for pid in env["hub"].partition_ids:  # enough to read for a while, slowed down below
+        more = [f"p{pid}-x{i}-{os.urandom(3).hex()}" for i in range(600)]
+        env["hub"].send(pid, more)
+        env["sent"][pid] += more
+    store = env["store"]
+    log = tmp_path / "killed.log"
+    first = _spawn_dag(
+        "eventhub_ingest_once",
+        datetime(2026, 2, 1, tzinfo=UTC),
+        log,
+        {"EHINGEST_SLOW_READ_SECONDS": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 420
+        while True:
+            assert first.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            intents = [o for o in store.list_ownership().values() if o.intent is not None]
+            workers = [p for p in spark_processes(first.pid) if p.name().startswith("python")]
+            if intents and workers:
+                break
+            time.sleep(0.2)
+        time.sleep(2)  # the readers are receiving
+        tree = spark_processes(first.pid)
+        sent_at = time.monotonic()
+        os.kill(first.pid, signal.SIGTERM)
+        first.wait(60)
+        took = time.monotonic() - sent_at
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    out = log.read_text(errors="replace")
+    result = _result_of(out)
+    assert result["tis"] == {"ingest[-1]": ["failed", 1]}, out[-3000:]
+    assert "stopped: the run stopped" in out, out[-3000:]
+    assert took < 15, (took, out[-3000:])
+    assert still_running(tree) == [] and result["left"] == [], (result, out[-2000:])
+    print(f"airflow SIGTERM mid-read: the try ended {took:.1f} s after the signal")
+    owns = store.list_ownership()
+    pending = {p: o for p, o in owns.items() if o.intent is not None}
+    assert pending and all(o.is_released for o in owns.values()), owns
+    assert all(o.intent.owner_id.endswith("-try1") for o in pending.values())  # type: ignore[union-attr]
+
+    # Another DAG run of the same DAG: a new owner, claiming released leases at once.
+    from tests.airflow.dags.eventhub_ingest_once import dag
+
+    dr = dag.test(logical_date=datetime(2026, 2, 2, tzinfo=UTC))
+    assert str(dr.state) == "success", _states(dr)
+    [report] = _reports(dag.dag_id, dr.run_id).values()
+    assert report["complete"] is True
+    _assert_sink_holds_exactly(spark, env["sink"], env["sent"])
+    assert all(o.intent is None for o in store.list_ownership().values())
+
+
+def test_a_failure_that_is_not_retried_ends_the_tasks_jvm_before_the_task_does(
+    airflow_db: str, env: dict[str, Any], tmp_path: Path
+) -> None:
+    """A configuration error found while the task's local Spark starts (the sink's layout on
+    disk differs from partition_by): the task fails without a retry (AirflowFailException, and
+    the DAG allows one retry) and, when its DAG run ends, its process has no JVM or Python
+    worker left, so nothing keeps it alive past Airflow's task_success_overtime (a process
+    killed for that is retried whatever the task reported)."""
+    import time
+
+    from tests.processes import spark_processes
+
+    assert env["sink"].path is not None
+    (Path(env["sink"].path) / "partition=0" / "eh_batch=0-0-9").mkdir(parents=True)
+    log = tmp_path / "fail.log"
+    proc = _spawn_dag("eventhub_ingest_retry", datetime(2026, 3, 1, tzinfo=UTC), log, {})
+    seen_java = False
+    try:
+        while proc.poll() is None:
+            seen_java = seen_java or any(p.name() == "java" for p in spark_processes(proc.pid))
+            time.sleep(0.05)
+        proc.wait(420)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    out = log.read_text(errors="replace")
+    result = _result_of(out)
+    assert result["tis"] == {"ingest[-1]": ["failed", 1]}, out[-3000:]  # not retried
+    assert "partitioned by ['partition', 'eh_batch'] on disk" in out, out[-3000:]
+    assert seen_java, "the failure should come while the task's Spark starts"
+    assert result["left"] == [], result

@@ -344,3 +344,41 @@ def test_lag_trigger_reports_a_bad_setup_as_an_error_event(
         "Airflow connection 'no_such_conn' (Event Hubs) is not defined" in event.payload["message"]
     )
     assert "AIRFLOW_CONN_NO_SUCH_CONN" in event.payload["message"]
+
+
+@pytest.mark.integration
+def test_the_async_store_client_retries_throttling_as_the_sync_one(
+    blob_store_settings: StoreSettings, azurite_connection_string: str
+) -> None:
+    """The triggerer's listing (azure.storage.blob.aio) through the HTTP fault proxy: 503s and
+    429s with Retry-After are retried, and a wait past the budget is refused, counted."""
+    import re
+    import time
+
+    from dagster_eventhub_ingest.resources.blob_store import alist_blobs
+    from dagster_eventhub_ingest.resources.errors import StoreUnavailableError
+    from dagster_eventhub_ingest.resources.store import HubRef
+    from tests.faultproxy import HttpFaultProxy
+
+    hub = HubRef("ns.example", "hub", "$Default")
+    store = PartitionStore(blob_store_settings.backend(), hub)
+    assert store.claim("0", "me", None) is not None
+    match = re.search(r"BlobEndpoint=http://127\.0\.0\.1:(\d+)/", azurite_connection_string)
+    assert match is not None
+    upstream = int(match.group(1))
+    with HttpFaultProxy(("127.0.0.1", upstream)) as proxy:
+        settings = StoreSettings(
+            container=blob_store_settings.container,
+            connection_string=azurite_connection_string.replace(f":{upstream}/", f":{proxy.port}/"),
+        )
+        proxy.throttle_next(1, 503, retry_after=None)
+        proxy.throttle_next(1, 429, retry_after=1)
+        started = time.monotonic()
+        records = asyncio.run(alist_blobs(settings, hub.prefix("ownership")))
+        assert [r.name.rsplit("/", 1)[-1] for r in records] == ["0"]
+        assert [r.status for r in proxy.log] == [503, 429, None]
+        assert time.monotonic() - started >= 1.0  # the Retry-After was waited for
+        proxy.throttle_next(1, 429, retry_after=60)
+        with pytest.raises(StoreUnavailableError) as err:
+            asyncio.run(alist_blobs(settings, hub.prefix("ownership")))
+        assert "without a retry (the next wait, 60.0 s, would pass" in str(err.value)
