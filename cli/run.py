@@ -14,6 +14,7 @@ planning, Spark start, read/write, verify, checkpoint and report (``-v`` logs th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -22,7 +23,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -246,101 +247,87 @@ def run(
     with their intents kept, the Spark session and its JVM ended; a second one ends the process
     at once (the leases then expire).
     """
-    from dagster_eventhub_ingest.ops.cancel import Cancellation
-
-    cancel = Cancellation()
-    restore = _stop_on_signals(cancel)
-    try:
-        _run(config_path, owner_id, partitions, on_checkpoint_ahead, as_json, progress, cancel)
-    finally:
-        restore()
-
-
-def _run(
-    config_path: str,
-    owner_id: str | None,
-    partitions: tuple[str, ...],
-    on_checkpoint_ahead: str | None,
-    as_json: bool,
-    progress: bool,
-    cancel: Cancellation,
-) -> None:
     import dataclasses
 
     from dagster_eventhub_ingest.cli.config import load_config
+    from dagster_eventhub_ingest.ops.cancel import Cancellation
     from dagster_eventhub_ingest.ops.progress import PhaseClock
     from dagster_eventhub_ingest.resources.errors import RunCancelledError
     from dagster_eventhub_ingest.resources.spark_session import OwnedSession
 
-    try:
-        cfg = load_config(config_path)
-        if on_checkpoint_ahead is not None:
-            cfg = dataclasses.replace(
-                cfg,
-                ingest=cfg.ingest.replace(on_checkpoint_ahead=on_checkpoint_ahead),
+    cancel = Cancellation()
+    with _stopped_by_signals(cancel):
+        try:
+            cfg = load_config(config_path)
+            if on_checkpoint_ahead is not None:
+                cfg = dataclasses.replace(
+                    cfg,
+                    ingest=cfg.ingest.replace(on_checkpoint_ahead=on_checkpoint_ahead),
+                )
+        except ConfigurationError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_CONFIG)
+        from dagster_eventhub_ingest.ops.run import run_ingestion
+
+        clock = PhaseClock()
+        # Interpreter start, imports and the config file: part of every scheduled run's cost.
+        clock.add("startup", process_age_seconds(), time.process_time())
+        owner = owner_id or default_owner_id()
+        printer = ProgressPrinter(sys.stderr) if progress else None
+        # The session starts only if there is something to read; it and its JVM end with the run.
+        session = OwnedSession(cfg.spark_factory())
+        # A stopped run that does not wind down in time (a Spark planner, a commit) is unblocked
+        # by ending its session.
+        cancel.on_force(lambda: session.close(keep_archive=False, wait=2.0))
+        try:
+            report = run_ingestion(
+                cfg.ingest,
+                None,
+                owner_id=owner,
+                partition_ids=list(partitions) or None,
+                spark_factory=session.get,
+                on_progress=printer,
+                progress_interval=1.0 if printer is not None and printer.tty else 5.0,
+                phases=clock,
+                cancel=cancel,
             )
-    except ConfigurationError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_CONFIG)
-    from dagster_eventhub_ingest.ops.run import run_ingestion
-
-    clock = PhaseClock()
-    # Interpreter start, imports and the config file: part of every scheduled run's cost.
-    clock.add("startup", process_age_seconds(), time.process_time())
-    owner = owner_id or default_owner_id()
-    printer = ProgressPrinter(sys.stderr) if progress else None
-    # The session starts only if there is something to read; it and its JVM end with the run.
-    session = OwnedSession(cfg.spark_factory())
-    # A stopped run that does not wind down in time (a Spark planner, a commit) is unblocked
-    # by ending its session.
-    cancel.on_force(lambda: session.close(keep_archive=False, wait=2.0))
-    try:
-        report = run_ingestion(
-            cfg.ingest,
-            None,
-            owner_id=owner,
-            partition_ids=list(partitions) or None,
-            spark_factory=session.get,
-            on_progress=printer,
-            progress_interval=1.0 if printer is not None and printer.tty else 5.0,
-            phases=clock,
-            cancel=cancel,
-        )
-    except RunCancelledError as exc:
+        except RunCancelledError as exc:
+            _close(printer)
+            click.echo(f"stopped: {exc}", err=True)
+            sys.exit(exit_code_for(exc))
+        except (ConfigurationError, RangeError) as exc:
+            _close(printer)
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_CONFIG)
+        except EventHubIngestError as exc:
+            _close(printer)
+            hint = "retrying later may help" if exc.retryable else "retrying cannot help"
+            click.echo(f"error: {type(exc).__name__}: {exc} ({hint})", err=True)
+            sys.exit(exit_code_for(exc))
+        except Exception as exc:  # anything unexpected still leaves without a secret
+            _close(printer)
+            click.echo(f"error: {type(exc).__name__}: {redact(str(exc))[:2000]}", err=True)
+            sys.exit(EXIT_FAILED)
+        finally:
+            # A stopped run must exit within seconds: its JVM does not finish writing a class-data
+            # archive then.
+            session.close(keep_archive=not cancel.cancelled)
         _close(printer)
-        click.echo(f"stopped: {exc}", err=True)
-        sys.exit(exit_code_for(exc))
-    except (ConfigurationError, RangeError) as exc:
-        _close(printer)
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_CONFIG)
-    except EventHubIngestError as exc:
-        _close(printer)
-        hint = "retrying later may help" if exc.retryable else "retrying cannot help"
-        click.echo(f"error: {type(exc).__name__}: {exc} ({hint})", err=True)
-        sys.exit(exit_code_for(exc))
-    except Exception as exc:  # anything unexpected still leaves without a secret
-        _close(printer)
-        click.echo(f"error: {type(exc).__name__}: {redact(str(exc))[:2000]}", err=True)
-        sys.exit(EXIT_FAILED)
-    finally:
-        # A stopped run must exit within seconds: its JVM does not finish writing a class-data
-        # archive then.
-        session.close(keep_archive=not cancel.cancelled)
-    _close(printer)
-    if as_json:
-        click.echo(json.dumps(report_json(report), indent=2))
-    else:
-        click.echo(format_report(report))
-    sys.exit(EXIT_OK if report.complete else EXIT_INCOMPLETE)
+        if as_json:
+            click.echo(json.dumps(report_json(report), indent=2))
+        else:
+            click.echo(format_report(report))
+        sys.exit(EXIT_OK if report.complete else EXIT_INCOMPLETE)
 
 
-def _stop_on_signals(cancel: Cancellation) -> Callable[[], None]:
-    """SIGTERM and SIGINT cancel the run (this command owns its process); a second one ends the
-    process at once. Returns what puts the previous handlers back."""
+@contextlib.contextmanager
+def _stopped_by_signals(cancel: Cancellation) -> Iterator[None]:
+    """In the block, SIGTERM and SIGINT cancel the run (this command owns its process); a second
+    one ends the process at once. The previous handlers are put back after it."""
     kinds = (signal.SIGTERM, signal.SIGINT)
     if threading.current_thread() is not threading.main_thread():
-        return lambda: None  # only the main thread may set handlers (an embedding caller)
+        yield  # only the main thread may set handlers (an embedding caller)
+        return
     previous = {sig: signal.getsignal(sig) for sig in kinds}
 
     def handler(signum: int, frame: object) -> None:
@@ -352,12 +339,11 @@ def _stop_on_signals(cancel: Cancellation) -> Callable[[], None]:
 
     for sig in kinds:
         signal.signal(sig, handler)
-
-    def restore() -> None:
+    try:
+        yield
+    finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-
-    return restore
 
 
 def _close(printer: ProgressPrinter | None) -> None:

@@ -135,12 +135,17 @@ class Cancellation:
         outcome: list[T] = []
         failure: list[BaseException] = []
         context = contextvars.copy_context()
+        # Waited on instead of Thread.join: an exception raised in a join's wait marks the
+        # thread as ended though it still runs (CPython's bpo-45274 handling).
+        ended = threading.Event()
 
         def target() -> None:
             try:
                 outcome.append(context.run(work))
             except BaseException as exc:
                 failure.append(exc)
+            finally:
+                ended.set()
 
         worker = threading.Thread(target=target, name="ehingest-run", daemon=True)
         worker.start()
@@ -148,10 +153,9 @@ class Cancellation:
         deadline: float | None = None
         forced = False
         fired = 0.0
-        while worker.is_alive():
+        while not ended.is_set():
             try:
-                worker.join(_POLL_SECONDS)
-                if not (self.cancelled and worker.is_alive()):
+                if ended.wait(_POLL_SECONDS) or not self.cancelled:
                     continue
                 now = time.monotonic()
                 if deadline is None:

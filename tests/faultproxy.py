@@ -43,7 +43,19 @@ from types import TracebackType
 __all__ = ["FaultProxy", "HttpFaultProxy", "ProxiedRequest"]
 
 
-class FaultProxy:
+class _Proxy:
+    """What both proxies share: used as a context manager, always stopped."""
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class FaultProxy(_Proxy):
     """Forward 127.0.0.1:<port> to ``upstream`` (host, port) with injectable faults."""
 
     def __init__(self, upstream: tuple[str, int], *, cut_after_bytes: int | None = None) -> None:
@@ -65,11 +77,6 @@ class FaultProxy:
     def __enter__(self) -> FaultProxy:
         self._thread.start()
         return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def drop_response_after(self, marker: bytes) -> None:
         """Swallow the response to the next request containing ``marker`` (then close)."""
@@ -168,7 +175,7 @@ class ProxiedRequest:
 _ERROR_CODES = {429: "TooManyRequests", 503: "ServerBusy", 500: "OperationTimedOut"}
 
 
-class HttpFaultProxy:
+class HttpFaultProxy(_Proxy):
     """Forward HTTP/1.1 on 127.0.0.1:<port> to ``upstream`` (host, port); throttle some of it."""
 
     def __init__(
@@ -206,11 +213,6 @@ class HttpFaultProxy:
     def __enter__(self) -> HttpFaultProxy:
         self._thread.start()
         return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def stop(self) -> None:
         """Stop serving and close the listener."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import sys
 import tempfile
 import threading
 import time
@@ -27,7 +26,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from tests.fixtures.dagster import dagster_dev
+from tests.fixtures.dagster import dagster_dev, defs_yaml_env
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -147,21 +146,8 @@ def test_ui_backfill_lands_every_event_once_and_shows_every_partition(
     for pid, n in SENT.items():
         hub.send(pid, [f"p{pid}-e{i}" for i in range(n)])
     home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     sink = tmp_path / "sink"
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "DAGSTER_DISABLE_TELEMETRY": "1",
-        "EVENTHUB_NAME": hub.name,
-        "EVENTHUB_CONNECTION_STRING": hub.connection_string,
-        "AZURE_STORAGE_CONNECTION_STRING": azurite_connection_string,
-        "EHINGEST_CONTAINER": container_name,
-        "EHINGEST_SINK_PATH": str(sink),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_PYTHON": sys.executable,
-    }
+    env = defs_yaml_env(home, hub, azurite_connection_string, container_name, sink)
     step = [0]
 
     with dagster_dev(env, artifacts / "dagster-dev.log") as dev:

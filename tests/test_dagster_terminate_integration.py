@@ -9,8 +9,6 @@ second run takes over at once (no wait for the lease expiry) and lands every eve
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +19,7 @@ import pytest
 
 from dagster_eventhub_ingest.resources.settings import StoreSettings
 from dagster_eventhub_ingest.resources.store import PartitionStore
-from tests.fixtures.dagster import dagster_dev
+from tests.fixtures.dagster import dagster_dev, defs_yaml_env
 from tests.landed import assert_exactly_once, landed_events, sent_events
 from tests.processes import descendants, spark_processes, still_running
 
@@ -67,20 +65,9 @@ def test_a_terminated_run_releases_its_leases_ends_its_jvm_and_is_taken_over_at_
     for pid, bodies in sent.items():
         hub.send(pid, bodies)
     home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     sink = tmp_path / "sink"
     env = {
-        **{k: v for k, v in os.environ.items() if k != "EHINGEST_FAULT"},
-        "DAGSTER_HOME": str(home),
-        "DAGSTER_DISABLE_TELEMETRY": "1",
-        "EVENTHUB_NAME": hub.name,
-        "EVENTHUB_CONNECTION_STRING": hub.connection_string,
-        "AZURE_STORAGE_CONNECTION_STRING": azurite_connection_string,
-        "EHINGEST_CONTAINER": container_name,
-        "EHINGEST_SINK_PATH": str(sink),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_PYTHON": sys.executable,
+        **defs_yaml_env(home, hub, azurite_connection_string, container_name, sink),
         # Each reader sleeps this long per batch received: the read lasts long enough to stop.
         "EHINGEST_SLOW_READ_SECONDS": "3",
     }
