@@ -277,9 +277,21 @@ class _SqlPreparation:
         self._thread = threading.Thread(target=self._run, name="ehingest-sql-prepare", daemon=True)
 
     def start(self) -> None:
+        _PREPARING.add(self)
         self._thread.start()
 
+    def join(self, timeout: float) -> None:
+        """Wait for the preparation's JVM calls to end (before the JVM is ended under them)."""
+        self.done.set()
+        self._thread.join(timeout)
+
     def _run(self) -> None:
+        try:
+            self._prepare()
+        finally:
+            _PREPARING.discard(self)
+
+    def _prepare(self) -> None:
         import logging
         import time
 
@@ -305,6 +317,10 @@ class _SqlPreparation:
             log.debug("preparing Spark SQL beside the driver's start failed", exc_info=True)
         # py4j closes this thread's own connection when the thread ends (its thread-local
         # finalizer), as for any Python thread that called into the JVM.
+
+
+#: Preparations still running (at most one per JVM start): a JVM is not ended under them.
+_PREPARING: set[_SqlPreparation] = set()
 
 
 def local_spark_session(
@@ -543,6 +559,8 @@ def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECOND
     proc = jvm_archive.gateway_process()
     if proc is None:
         return
+    for preparation in list(_PREPARING):  # its calls would fail loudly in a dying JVM
+        preparation.join(5.0)
     try:
         tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
     except psutil.Error:
