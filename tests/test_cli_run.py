@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -91,6 +92,24 @@ def test_run_and_status_from_the_command_line(
     assert "Eby8vdM02" not in refused.stderr
 
 
+def _small_run(
+    hub: Any, store_conn: str, container: str, tmp_path: Path, sink_format: str, events: int
+) -> tuple[Path, dict[str, str]]:
+    """``events`` per partition of ``hub``, and a config file (local[1], a sink under
+    ``tmp_path/out``) with the environment it reads."""
+    for pid in hub.partition_ids:
+        hub.send(pid, [f"{pid}-{i}".encode() for i in range(events)])
+    config = {
+        "eventhub": {"connection_string": "${EH_CONN}", "eventhub_name": hub.name},
+        "store": {"connection_string": "${ST_CONN}", "container": container},
+        "sink": {"format": sink_format, "path": str(tmp_path / "out")},
+        "spark": {"master": "local[1]"},
+    }
+    path = tmp_path / "ehingest.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path, {"EH_CONN": hub.connection_string, "ST_CONN": store_conn}
+
+
 def test_run_and_status_exit_with_the_same_code_for_the_same_corrupt_state(
     make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
 ) -> None:
@@ -101,17 +120,7 @@ def test_run_and_status_exit_with_the_same_code_for_the_same_corrupt_state(
     from dagster_eventhub_ingest.cli.exit_codes import EXIT_CONFIG
 
     hub = make_eventhub(partitions=2)
-    for pid in hub.partition_ids:
-        hub.send(pid, [f"{pid}-{i}".encode() for i in range(3)])
-    env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
-    config = {
-        "eventhub": {"connection_string": "${EH_CONN}", "eventhub_name": hub.name},
-        "store": {"connection_string": "${ST_CONN}", "container": container_name},
-        "sink": {"format": "parquet", "path": str(tmp_path / "out")},
-        "spark": {"master": "local[1]"},
-    }
-    path = tmp_path / "ehingest.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path, env = _small_run(hub, azurite_connection_string, container_name, tmp_path, "parquet", 3)
     service = BlobServiceClient.from_connection_string(azurite_connection_string)
     container = service.get_container_client(container_name)
     container.create_container()
@@ -135,17 +144,9 @@ def test_an_unknown_spark_data_source_is_a_config_error_before_any_claim(
     from azure.storage.blob import BlobServiceClient
 
     hub = make_eventhub(partitions=2)
-    for pid in hub.partition_ids:
-        hub.send(pid, [f"{pid}-{i}".encode() for i in range(5)])
-    env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
-    config = {
-        "eventhub": {"connection_string": "${EH_CONN}", "eventhub_name": hub.name},
-        "store": {"connection_string": "${ST_CONN}", "container": container_name},
-        "sink": {"format": "com.example.NoSuchSource", "path": str(tmp_path / "out")},
-        "spark": {"master": "local[1]"},
-    }
-    path = tmp_path / "ehingest.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path, env = _small_run(
+        hub, azurite_connection_string, container_name, tmp_path, "com.example.NoSuchSource", 5
+    )
     done = ehingest("run", "--config", str(path), "--owner", "probe", env=env)
     assert done.returncode == 2, done.stderr[-3000:]
     err = done.stderr
