@@ -23,7 +23,8 @@ from dagster_eventhub_ingest.resources.credentials import (
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, did_you_mean, redact
 from dagster_eventhub_ingest.resources.store import HubRef
 
-#: Column names as in azure-event-hubs-spark, so existing queries keep working.
+#: Column names as in azure-event-hubs-spark, so existing queries keep working, and ``amqpBody``
+#: (a body that is not data sections, as received).
 EVENT_COLUMNS = (
     "body",
     "partition",
@@ -34,6 +35,7 @@ EVENT_COLUMNS = (
     "partitionKey",
     "properties",
     "systemProperties",
+    "amqpBody",
 )
 
 #: Sink format for Delta tables written by delta-rs (``deltalake``), without Spark jars.
@@ -43,7 +45,7 @@ DELTALAKE_FORMAT = "deltalake"
 SPARK_FORMATS: tuple[str, ...] = ("parquet", "delta", "orc", "avro", "json", "iceberg", "hudi")
 #: The output columns a sink may be partitioned by (scalars; not the body or the maps).
 PARTITION_COLUMNS: tuple[str, ...] = tuple(
-    c for c in EVENT_COLUMNS if c not in ("body", "properties", "systemProperties")
+    c for c in EVENT_COLUMNS if c not in ("body", "properties", "systemProperties", "amqpBody")
 )
 
 if TYPE_CHECKING:

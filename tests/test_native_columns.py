@@ -32,6 +32,7 @@ from dagster_eventhub_ingest.resources.spark_source import (
     read_range,
 )
 from dagster_eventhub_ingest.resources.spark_source._events import ColumnRows, _ArrowBuilder
+from dagster_eventhub_ingest.resources.spark_source._message import decode_event
 from dagster_eventhub_ingest.resources.spark_source._schema import _arrow_schema
 from tests.test_spark_source_amqp import (
     _pull_all,
@@ -111,8 +112,8 @@ def python_path(frames: list[bytes]) -> tuple[pa.RecordBatch, list[bytes]]:
     for f in frames:
         kind, fields = _amqp.decode_frame(memoryview(f)[8:])
         assert kind == 0x14
-        message = _amqp.decode_payload(fields[11])
-        builder.add_message(message, message.message_annotations[b"x-opt-sequence-number"])
+        event = decode_event(bytes(fields[11]))
+        builder.add_event(event, event.seq)
         tags.append(fields[2])
     return builder.flush(), tags
 
@@ -219,19 +220,22 @@ def test_the_events_event_hubs_sends_are_all_taken(native: Any) -> None:
 @pytest.mark.parametrize(
     "odd",
     [
-        event_message(0, application_properties={"k": 1.5}),  # str(float): Python's to write
-        event_message(0, application_properties={"k": [1, 2]}),  # str(list): Python's too
-        event_message(0, properties=Properties(user_id=b"\xff\xfe")),  # not UTF-8: replaced
-        event_message(0, extra={b"x-opt-other": _typed(AMQPTypes.double, 0.1)}),
+        event_message(0, application_properties={"k": [1, 2]}),  # a list: JSON, Python's
+        event_message(0, application_properties={"k": {"a": 1}}),  # a map: JSON, Python's
+        event_message(0, application_properties={"k": (5, "described")}),  # described
+        event_message(0, application_properties={"k": 5e-324}),  # subnormal: Java's 2 digits
+        event_message(0, application_properties={"k": _typed(AMQPTypes.timestamp, -(2**50))}),
+        event_message(0, properties=Properties(to=b"\xff\xfe")),  # a string not UTF-8
         Message(message_annotations={b"x-opt-offset": "1"}, data=[b"no sequence number"]),
         event_message(0, offset=_typed(AMQPTypes.long, 5)),  # an offset the service never sends
-        event_message(0, pkey=_typed(AMQPTypes.binary, b"\xff\xfe")),  # not UTF-8: replaced
+        event_message(0, pkey=_typed(AMQPTypes.binary, b"\xff\xfe")),  # a binary partition key
         event_message(0, when=_typed(AMQPTypes.boolean, True)),  # a time that is not one
         Message(message_annotations={b"x-opt-sequence-number": _typed(AMQPTypes.long, 0)}, value=5),
         Message(
             message_annotations={b"x-opt-sequence-number": _typed(AMQPTypes.long, 0)},
             sequence=[[1, 2]],
         ),
+        Message(message_annotations={b"x-opt-sequence-number": _typed(AMQPTypes.long, 0)}),
         event_message(0, when=_typed(AMQPTypes.timestamp, 2**62)),  # past 64-bit microseconds
     ],
 )
@@ -606,7 +610,7 @@ def test_native_runs_leave_pyamqps_state_as_the_python_path_does(
         if type(item) is ColumnRows:
             builder.add_rows(item)
         else:
-            builder.add_message(item, item.message_annotations[b"x-opt-sequence-number"])
+            builder.add_message(item, item.seq)
     assert builder.flush().column("body").to_pylist() == items
 
 

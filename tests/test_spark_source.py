@@ -406,7 +406,7 @@ def test_a_readers_summary_is_what_its_batches_hold(messages: list[Any], every: 
     ]
     assert builder.summary() == (
         len(rows),
-        sum(len(r["body"]) for r in rows),
+        sum(len(r["body"] or b"") for r in rows),
         rows[0]["sequenceNumber"],
         rows[-1]["sequenceNumber"],
         rows[-1]["offset"],

@@ -48,6 +48,11 @@ def python_path_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 # -- the decoder: strict equality -----------------------------------------------------------------
 
 
+def event_fields(event: Any) -> tuple[Any, ...]:
+    """Every field of a decoded event (``_message.Event``)."""
+    return tuple(getattr(event, name) for name in type(event).__slots__)
+
+
 def same(a: Any, b: Any) -> bool:
     """Equal values of identical types, all the way down (True is not 1, NaN is NaN)."""
     if type(a) is not type(b):
@@ -893,7 +898,8 @@ def test_buffer_reads_leaves_other_transports_alone(
 
 
 class Spy:
-    """Counts what the cuts did during a read: sockets buffered, refills, decodes, fallbacks."""
+    """Counts what the cuts did during a read: sockets buffered, refills, messages the reader
+    decoded from their bytes, pyamqp's own decodes (fallbacks)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.sockets: list[_amqp.BufferedSocket] = []
@@ -921,7 +927,7 @@ class Spy:
         _amqp._bind()
         for owner, name, counter in [
             (_amqp.BufferedSocket, "_fill", "refills"),
-            (_amqp, "_decode", "decoded"),
+            (_amqp, "decode_event", "decoded"),
             (_amqp, "_sdk_decode_payload", "fallbacks"),
             (_amqp, "_decode_frame", "frames"),
             (_amqp, "_sdk_decode_frame", "frame_fallbacks"),
@@ -1209,13 +1215,18 @@ def test_transfers_taken_inline_leave_pyamqps_state_and_messages(
     inline_flows, flows[0] = flows[0], 0
     monkeypatch.setattr(_receiver, "fast_transfers", lambda *_, **__: False)
     plain, plain_state = _pull_all(hub.settings(), len(items))
-    assert inline_flows == flows[0] == len(items) // 64
+    plain_flows, flows[0] = flows[0], 0
+    # pyamqp's own transfers too: its link decodes (the reader's _RawTransfer off)
+    monkeypatch.setattr(_receiver, "raw_transfers", lambda *_, **__: False)
+    pyamqps, pyamqps_state = _pull_all(hub.settings(), len(items))
+    assert inline_flows == plain_flows == flows[0] == len(items) // 64
     assert inline_state.pop("inline") == "_TransferListen"
-    assert plain_state.pop("inline") == "NoneType"
-    assert inline_state == plain_state
+    assert plain_state.pop("inline") == pyamqps_state.pop("inline") == "NoneType"
+    assert inline_state == plain_state == pyamqps_state
     assert inline_state["link"][0] == len(items) and inline_state["buffered"] == 0
-    assert [m.data for m in inline] == [[body] for body in items]
-    assert all(same(a, b) for a, b in zip(inline, plain, strict=True))
+    assert [m.body for m in inline] == items
+    assert [event_fields(m) for m in inline] == [event_fields(m) for m in plain]
+    assert [m.data for m in pyamqps] == [[body] for body in items]
 
 
 @pytest.mark.integration

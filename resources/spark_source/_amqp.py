@@ -38,6 +38,7 @@ import uuid
 from typing import Any
 
 from dagster_eventhub_ingest.resources.spark_source._events import _MESSAGE_PROPERTIES, ColumnRows
+from dagster_eventhub_ingest.resources.spark_source._message import decode_event
 
 logger = logging.getLogger(__name__)
 
@@ -748,6 +749,88 @@ def fast_transfers(handler: Any, consumer: Any, *, columns: bool = False) -> boo
     return True
 
 
+def raw_transfers(handler: Any, consumer: Any) -> bool:
+    """Hand the pull's messages over as their bytes decoded by the reader (once per link).
+
+    pyamqp decodes strings, symbols and binaries alike to ``bytes`` (the connector tells them
+    apart) and raises on an AMQP char or decimal32/64, which would stop the partition at that
+    event, link after link. So the pull's own link gets :class:`_RawTransfer` as its
+    ``_incoming_transfer``: pyamqp's counting, then
+    :func:`~dagster_eventhub_ingest.resources.spark_source._message.decode_event` instead of
+    pyamqp's decoder. Only where the functions a transfer passes through are the proven ones
+    (:data:`_TRANSFER_SOURCE_SHA256`), the link is not traced and its client hands each
+    message to ``consumer``'s buffer and nothing else. Returns whether the link's transfers
+    are ours.
+    """
+    link: Any = getattr(handler, "_link", None)
+    if link is None or not hasattr(link, "__dict__"):
+        return False
+    current = vars(link).get("_incoming_transfer")
+    if type(current) is _RawTransfer:
+        return True
+    proven = transfer_path_proven()
+    cls = type(link)
+    if (
+        current is not None  # something else replaced it
+        or not proven
+        or link.network_trace
+        or cls._incoming_transfer is not proven["ReceiverLink._incoming_transfer"]
+        or cls._process_incoming_message is not proven["ReceiverLink._process_incoming_message"]
+        or getattr(type(handler), "_message_received", None)
+        is not proven["ReceiveClient._message_received"]
+        or getattr(type(consumer), "_message_received", None)
+        is not proven["EventHubConsumer._message_received"]
+        or getattr(handler, "_streaming_receive", False) is not True
+        or getattr(handler, "_message_received_callback", None) != consumer._message_received
+        or link._on_transfer != handler._message_received
+    ):
+        return False
+    link._incoming_transfer = _RawTransfer(link)
+    return True
+
+
+class _RawTransfer:
+    """pyamqp's ``ReceiverLink._incoming_transfer`` for one link, the message decoded by the
+    reader (:func:`raw_transfers`): the same credit, delivery count, tags and assembly of a
+    message in several frames, the same disposition when one is due."""
+
+    __slots__ = ("_link",)
+
+    def __init__(self, link: Any) -> None:
+        self._link = link
+
+    def __call__(self, frame: Any) -> None:
+        link = self._link
+        more = frame[5]
+        if not more:
+            link.current_link_credit -= 1
+            link.delivery_count += 1
+        link.received_delivery_id = frame[1]
+        if link.received_delivery_id is not None:
+            link._first_frame = frame
+        if link._received_payload or more:
+            link._received_payload.extend(frame[11])
+        if more:
+            return
+        first = link._first_frame
+        link._received_delivery_tags.add(first[2])
+        if link._received_payload:
+            payload = bytes(link._received_payload)
+            link._received_payload = bytearray()
+        else:
+            payload = bytes(frame[11])
+        state = link._process_incoming_message(first, decode_event(payload))
+        if not frame[4] and state:  # not settled, and the callback gave a state
+            link._outgoing_disposition(
+                first=first[1],
+                last=first[1],
+                delivery_tag=first[2],
+                settled=True,
+                state=state,
+                batchable=None,
+            )
+
+
 class _TransferListen:
     """pyamqp's ``Connection.listen`` for the pull's connection, with plain transfers inline.
 
@@ -892,14 +975,10 @@ class _TransferListen:
             if delivery_id is not None:
                 link._first_frame = fields
             tags.add(link._first_frame[2])
-            payload = fields[11]
-            try:
-                message = _decode(payload)
-            except Exception:
-                message = _sdk_decode_payload(memoryview(payload))
-            # ReceiveClient._message_received -> EventHubConsumer._message_received; it returns
-            # no delivery state, so no disposition follows.
-            append(message)
+            # The message from its bytes (never raises); ReceiveClient._message_received ->
+            # EventHubConsumer._message_received; it returns no delivery state, so no
+            # disposition follows.
+            append(decode_event(bytes(fields[11])))
             _renew_window(session)
         if taken:
             now = time.time()

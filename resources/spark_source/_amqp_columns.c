@@ -24,6 +24,9 @@
 #include <Python.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MAX_DATA 8   /* data sections per message before the Python path takes the frame */
@@ -46,15 +49,17 @@ typedef struct {
     Py_ssize_t props_at, props_n, ann_at, ann_n, mprops_at, mprops_n;
 } row;
 
-/* A map entry as the Python path writes it: `_text(key) or ""`, `_text(value)`. Text comes
- * from the frame (a span) or was formatted here (numbers, booleans, UUIDs, fixed names). */
+/* A map entry: its key and value as their texts (resources/spark_source/_values.py `text`).
+ * A text is bytes of the frame (a string or symbol), a binary's bytes written as a JSON array
+ * of signed bytes, a fixed name, or formatted here (numbers, booleans, dates, UUIDs, chars). */
+enum { T_FMT = 0, T_SPAN = 1, T_BYTES = 2 };
+
 typedef struct {
-    span key, value;  /* set: the text is these bytes of the frame */
-    const char *key_name; /* a fixed name (message properties), else NULL */
-    char key_fmt[24], value_fmt[40];
+    span key, value;      /* the frame's bytes of a T_SPAN or T_BYTES text */
+    const char *key_name; /* a fixed name (message properties, column annotations), else NULL */
+    char key_fmt[24], value_fmt[48];
     uint8_t key_fmt_len, value_fmt_len;
-    uint8_t key_kind;  /* the Python key's class: 0 None, 1 bytes, 2 int (duplicates) */
-    uint8_t value_null;
+    uint8_t key_kind, value_kind; /* T_FMT (or key_name), T_SPAN, T_BYTES */
 } entry;
 
 typedef struct {
@@ -313,112 +318,260 @@ static int read_text(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end, span *out)
     return read_bytes_text(b, i, end, c, out);
 }
 
-static int is_bytes(uint8_t c) {
-    return c == 0xA0 || c == 0xA1 || c == 0xA3 || c == 0xB0 || c == 0xB1 || c == 0xB3;
-}
-
 static int is_integer(uint8_t c) {
     switch (c) {
     case 0x43: case 0x44: case 0x50: case 0x51: case 0x52: case 0x53: case 0x54: case 0x55:
-    case 0x60: case 0x61: case 0x70: case 0x71: case 0x80: case 0x81: case 0x83:
+    case 0x60: case 0x61: case 0x70: case 0x71: case 0x80: case 0x81:
         return 1;
     default:
         return 0;
     }
 }
 
-/* An integer (or a timestamp: pyamqp decodes it to its int) as Python's str(int) writes it. */
+/* An integer as Python's str(int) writes it (constructor c read; ulong with all 64 bits). */
 static int format_integer(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end, uint8_t c, char *out) {
-    if (c == 0x80) { /* ulong: all 64 bits */
+    if (c == 0x80) {
         if (*i + 8 > end) return -1;
         uint64_t v = ((uint64_t)be32(b + *i) << 32) | be32(b + *i + 4);
         *i += 8;
         return snprintf(out, 24, "%llu", (unsigned long long)v);
     }
     int64_t v;
-    if (c == 0x83) {
-        if (*i + 8 > end) return -1;
-        v = be64(b + *i);
-        *i += 8;
-    } else {
-        (*i)--; /* read_int reads the constructor itself */
-        if (read_int(b, i, end, &v) < 0) return -1;
-    }
+    (*i)--; /* read_int reads the constructor itself */
+    if (read_int(b, i, end, &v) < 0) return -1;
     return snprintf(out, 24, "%lld", (long long)v);
 }
 
-/* A map key as the Python path writes it: `_text(key) or ""`. */
-static int read_key(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end, entry *e) {
-    if (*i >= end) return -1;
-    uint8_t c = b[(*i)++];
-    if (c == 0x40) {
-        e->key_kind = 0;
-        return 0;
+/* Java's Double.toString (19+: the shortest decimal), as _values.java_double writes it; -1 for
+ * a subnormal (the Python path finds Java's two digits for those). */
+static int java_double(double x, char *out) {
+    if (isnan(x)) return sprintf(out, "\"NaN\"");
+    if (isinf(x)) return sprintf(out, x > 0 ? "\"Infinity\"" : "\"-Infinity\"");
+    if (x == 0.0) return sprintf(out, signbit(x) ? "-0.0" : "0.0");
+    double a = fabs(x);
+    if (a < 2.2250738585072014e-308) return -1;
+    /* repr's digits: "0.001", "123.456", "123", "1e+20", "1.5e-07" */
+    char *r = PyOS_double_to_string(a, 'r', 0, 0, NULL);
+    if (!r) {
+        PyErr_Clear();
+        return -1;
     }
-    if (is_bytes(c)) {
-        e->key_kind = 1;
-        return read_bytes_text(b, i, end, c, &e->key);
+    char digits[32];
+    int nd = 0, whole = 0, seen_point = 0;
+    const char *p = r;
+    for (; *p && *p != 'e' && nd < 31; p++) {
+        if (*p == '.') {
+            seen_point = 1;
+            continue;
+        }
+        whole += !seen_point;
+        digits[nd++] = *p;
     }
-    if (is_integer(c) && c != 0x83) {
-        int n = format_integer(b, i, end, c, e->key_fmt);
-        if (n < 0) return -1;
-        e->key_fmt_len = (uint8_t)n;
-        e->key_kind = 2;
-        return 0;
+    int scale = *p == 'e' ? atoi(p + 1) : 0;
+    PyMem_Free(r);
+    int lz = 0;
+    while (lz < nd - 1 && digits[lz] == '0') lz++;
+    int point = whole - 1 - lz + scale; /* the exponent of the first significant digit */
+    const char *d = digits + lz;
+    nd -= lz;
+    while (nd > 1 && d[nd - 1] == '0') nd--;
+    char *o = out;
+    if (x < 0) *o++ = '-';
+    if (a >= 1e-3 && a < 1e7) {
+        if (point >= 0) {
+            for (int k = 0; k <= point; k++) *o++ = k < nd ? d[k] : '0';
+            *o++ = '.';
+            if (nd > point + 1) {
+                for (int k = point + 1; k < nd; k++) *o++ = d[k];
+            } else {
+                *o++ = '0';
+            }
+        } else {
+            *o++ = '0';
+            *o++ = '.';
+            for (int k = 0; k < -point - 1; k++) *o++ = '0';
+            for (int k = 0; k < nd; k++) *o++ = d[k];
+        }
+    } else {
+        *o++ = d[0];
+        *o++ = '.';
+        if (nd > 1) {
+            for (int k = 1; k < nd; k++) *o++ = d[k];
+        } else {
+            *o++ = '0';
+        }
+        o += sprintf(o, "E%d", point);
     }
-    return -1; /* booleans (True == 1 as a key), floats, UUIDs, compound keys */
+    *o = '\0';
+    return (int)(o - out);
 }
 
-/* A value as the Python path writes it: `_text(value)` (None stays null). */
-static int read_value(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end, entry *e) {
+/* A timestamp as json4s writes a java.util.Date, quoted (_values.java_date); -1 before
+ * 1582-10-15, where Java's calendar is the Julian one (the Python path's). */
+static int java_date(int64_t ms, char *out) {
+    if (ms < -12219292800000LL) return -1;
+    int64_t days = ms / 86400000, rest = ms % 86400000;
+    if (rest < 0) {
+        rest += 86400000;
+        days--;
+    }
+    /* Howard Hinnant's civil_from_days */
+    int64_t z = days + 719468;
+    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+    int64_t doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    int64_t mp = (5 * doy + 2) / 153;
+    int day = (int)(doy - (153 * mp + 2) / 5 + 1);
+    int month = (int)(mp < 10 ? mp + 3 : mp - 9);
+    int64_t year = yoe + era * 400 + (month <= 2);
+    int hour = (int)(rest / 3600000), minute = (int)(rest / 60000 % 60);
+    int second = (int)(rest / 1000 % 60), milli = (int)(rest % 1000);
+    return sprintf(out, "\"%04lld-%02d-%02dT%02d:%02d:%02d.%03dZ\"", (long long)year, month, day,
+                   hour, minute, second, milli);
+}
+
+/* The UTF-8 of a char's code point, or its decimal when it is not a Unicode scalar value. */
+static int char_text(uint32_t cp, char *out) {
+    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return sprintf(out, "%u", cp);
+    unsigned char *o = (unsigned char *)out;
+    if (cp < 0x80) {
+        o[0] = (unsigned char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (unsigned char)(0xC0 | (cp >> 6));
+        o[1] = (unsigned char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (unsigned char)(0xE0 | (cp >> 12));
+        o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+        o[2] = (unsigned char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    o[0] = (unsigned char)(0xF0 | (cp >> 18));
+    o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+    o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+    o[3] = (unsigned char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+/* A binary's (or a decimal128's) bytes: a span written as a JSON array of signed bytes. */
+static int read_binary(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end, uint8_t c, span *out) {
+    Py_ssize_t n;
+    if (c == 0x94) {
+        n = 16;
+    } else if (c == 0xA0) {
+        if (*i + 1 > end) return -1;
+        n = b[(*i)++];
+    } else {
+        if (*i + 4 > end) return -1;
+        n = (Py_ssize_t)be32(b + *i);
+        *i += 4;
+    }
+    if (n > end - *i) return -1;
+    out->pos = *i;
+    out->len = n;
+    out->set = 1;
+    *i += n;
+    return 0;
+}
+
+/* A value's text (_values.text) into e's value: strings and symbols from the frame, binaries
+ * as their bytes, the other scalars formatted. -1 for what the Python path writes: lists,
+ * maps, arrays, described values, strings that are not UTF-8, subnormal doubles, dates before
+ * 1582-10-15. `times_in_ms`: a timestamp is its milliseconds (the message properties' times,
+ * as the Java SDK gives them), not a date. */
+static int read_value(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end, entry *e, int times_in_ms) {
     if (*i >= end) return -1;
     uint8_t c = b[(*i)++];
     int n;
-    if (c == 0x40) {
-        e->value_null = 1;
-        return 0;
+    if (c == 0xA1 || c == 0xA3 || c == 0xB1 || c == 0xB3) {
+        e->value_kind = T_SPAN;
+        return read_bytes_text(b, i, end, c, &e->value);
     }
-    if (is_bytes(c)) return read_bytes_text(b, i, end, c, &e->value);
-    if (c == 0x41 || c == 0x42 || c == 0x56) {
+    if (c == 0xA0 || c == 0xB0 || c == 0x94) {
+        e->value_kind = T_BYTES;
+        return read_binary(b, i, end, c, &e->value);
+    }
+    e->value_kind = T_FMT;
+    char *out = e->value_fmt;
+    if (c == 0x40) {
+        n = sprintf(out, "null");
+    } else if (c == 0x41 || c == 0x42 || c == 0x56) {
         int v = c == 0x41;
         if (c == 0x56) {
-            if (*i + 1 > end) return -1;
-            v = b[(*i)++] == 1; /* as pyamqp: any other byte is False */
+            if (*i + 1 > end || b[*i] > 1) return -1;
+            v = b[(*i)++] == 1;
         }
-        n = snprintf(e->value_fmt, sizeof e->value_fmt, "%s", v ? "True" : "False");
+        n = sprintf(out, "%s", v ? "true" : "false");
     } else if (is_integer(c)) {
-        n = format_integer(b, i, end, c, e->value_fmt);
+        n = format_integer(b, i, end, c, out);
+    } else if (c == 0x83 || c == 0x84 || c == 0x82) { /* timestamp, decimal64, double */
+        if (*i + 8 > end) return -1;
+        int64_t bits = be64(b + *i);
+        *i += 8;
+        if (c == 0x82) {
+            double x;
+            memcpy(&x, &bits, 8);
+            n = java_double(x, out);
+        } else if (c == 0x84 || times_in_ms) {
+            n = sprintf(out, "%lld", (long long)bits);
+        } else {
+            n = java_date(bits, out);
+        }
+    } else if (c == 0x72 || c == 0x73 || c == 0x74) { /* float, char, decimal32 */
+        if (*i + 4 > end) return -1;
+        uint32_t bits = be32(b + *i);
+        *i += 4;
+        if (c == 0x72) {
+            float f;
+            memcpy(&f, &bits, 4);
+            n = java_double((double)f, out);
+        } else if (c == 0x73) {
+            n = char_text(bits, out);
+        } else {
+            n = sprintf(out, "%d", (int32_t)bits);
+        }
     } else if (c == 0x98) { /* uuid: str(uuid.UUID(bytes=...)) */
         if (*i + 16 > end) return -1;
         const uint8_t *u = b + *i;
         *i += 16;
-        n = snprintf(e->value_fmt, sizeof e->value_fmt,
-                     "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-                     u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11],
-                     u[12], u[13], u[14], u[15]);
+        n = sprintf(out,
+                    "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                    u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11],
+                    u[12], u[13], u[14], u[15]);
     } else {
-        return -1; /* floats, chars, decimals, lists, maps, arrays, described values */
+        return -1; /* lists, maps, arrays, described values, unknown constructors */
     }
     if (n < 0) return -1;
     e->value_fmt_len = (uint8_t)n;
     return 0;
 }
 
-/* Whether the last entry's key equals an earlier one's of the same map (the Python dict would
- * keep one: the frame is left to the Python path). */
-static int duplicate_key(const uint8_t *b, const entries *E, Py_ssize_t at) {
-    const entry *last = &E->items[E->n - 1];
-    for (Py_ssize_t k = at; k < E->n - 1; k++) {
-        const entry *e = &E->items[k];
-        if (e->key_kind != last->key_kind) continue;
-        if (e->key_kind == 0) return 1;
-        if (e->key_kind == 1 && e->key.len == last->key.len &&
-            memcmp(b + e->key.pos, b + last->key.pos, (size_t)e->key.len) == 0)
-            return 1;
-        if (e->key_kind == 2 && e->key_fmt_len == last->key_fmt_len &&
-            memcmp(e->key_fmt, last->key_fmt, e->key_fmt_len) == 0)
-            return 1;
+/* A key's text (_values.text): strings and symbols from the frame, integers, booleans and null
+ * formatted; -1 for others (binaries, floats, UUIDs, compounds: the Python path's). */
+static int read_key(const uint8_t *b, Py_ssize_t *i, Py_ssize_t end, entry *e) {
+    if (*i >= end) return -1;
+    uint8_t c = b[(*i)++];
+    int n;
+    if (c == 0xA1 || c == 0xA3 || c == 0xB1 || c == 0xB3) {
+        e->key_kind = T_SPAN;
+        return read_bytes_text(b, i, end, c, &e->key);
     }
+    e->key_kind = T_FMT;
+    if (c == 0x40) {
+        n = sprintf(e->key_fmt, "null");
+    } else if (c == 0x41 || c == 0x42) {
+        n = sprintf(e->key_fmt, "%s", c == 0x41 ? "true" : "false");
+    } else if (is_integer(c)) {
+        n = format_integer(b, i, end, c, e->key_fmt);
+    } else {
+        return -1;
+    }
+    if (n < 0) return -1;
+    e->key_fmt_len = (uint8_t)n;
     return 0;
 }
 
@@ -440,22 +593,22 @@ static Py_ssize_t map_head(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, Py_ss
     } else {
         return -1;
     }
-    if (*stop > end || (*count & 1) || *count > *stop - i || *count / 2 > MAX_ENTRIES) return -1;
+    if (*stop > end || *stop < i || (*count & 1) || *count > *stop - i ||
+        *count / 2 > MAX_ENTRIES)
+        return -1;
     return i;
 }
 
 /* A map (map8, map32) of entries, each added to E: the index after it, or -1. */
 static Py_ssize_t map_entries(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, entries *E,
                               Py_ssize_t *count_out) {
-    Py_ssize_t stop, count, at = E->n;
+    Py_ssize_t stop, count;
     i = map_head(b, i, end, &count, &stop);
     if (i < 0) return -1;
     for (Py_ssize_t k = 0; k < count; k += 2) {
         entry *e = new_entry(E);
         if (!e) return -1;
-        if (read_key(b, &i, stop, e) < 0 || duplicate_key(b, E, at) ||
-            read_value(b, &i, stop, e) < 0)
-            return -1;
+        if (read_key(b, &i, stop, e) < 0 || read_value(b, &i, stop, e, 0) < 0) return -1;
     }
     *count_out = count / 2;
     return i == stop ? i : -1;
@@ -471,9 +624,9 @@ static int key_is(const uint8_t *k, Py_ssize_t n, const char *name, size_t len) 
     return (size_t)n == len && memcmp(k, name, len) == 0;
 }
 
-/* The message annotations map at b[i]: the five with columns into the row, every other one an
- * entry of E (systemProperties); the index after it, or -1 when one is of a type the Python
- * path would write differently. */
+/* The message annotations map at b[i]: the five with columns into the row (symbol or string
+ * keys), every other one an entry of E, x-opt-partition-key and x-opt-publisher too
+ * (systemProperties); the index after it, or -1 when one is the Python path's to write. */
 static Py_ssize_t annotations(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, row *r,
                               int *seen_seq, entries *E) {
     Py_ssize_t stop, count;
@@ -481,32 +634,32 @@ static Py_ssize_t annotations(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, ro
     if (i < 0) return -1;
     r->ann_at = E->n;
     for (Py_ssize_t k = 0; k < count; k += 2) {
-        /* The key: the Python path compares symbols, strings and binaries as bytes. */
         if (i >= stop) return -1;
         Py_ssize_t key_at = i;
         uint8_t c = b[i++];
         span key = {0, 0, 0};
-        if (is_bytes(c) && read_bytes_text(b, &i, stop, c, &key) < 0) return -1;
+        int string_key = c == 0xA3 || c == 0xA1 || c == 0xB3 || c == 0xB1;
+        if (string_key && read_bytes_text(b, &i, stop, c, &key) < 0) return -1;
         const uint8_t *name = b + key.pos;
         Py_ssize_t n = key.len;
-        int symbol = c == 0xA3 || c == 0xA1 || c == 0xB3 || c == 0xB1;
-        int known = key.set && (key_is(name, n, K_SEQ, sizeof K_SEQ - 1) ||
-                                key_is(name, n, K_TIME, sizeof K_TIME - 1) ||
-                                key_is(name, n, K_OFFSET, sizeof K_OFFSET - 1) ||
-                                key_is(name, n, K_PKEY, sizeof K_PKEY - 1) ||
-                                key_is(name, n, K_PUBLISHER, sizeof K_PUBLISHER - 1));
-        if (known && !symbol) return -1; /* a binary key with a column's name: left alone */
+        const char *column = NULL;
+        if (string_key) {
+            if (key_is(name, n, K_SEQ, sizeof K_SEQ - 1)) column = K_SEQ;
+            else if (key_is(name, n, K_TIME, sizeof K_TIME - 1)) column = K_TIME;
+            else if (key_is(name, n, K_OFFSET, sizeof K_OFFSET - 1)) column = K_OFFSET;
+            else if (key_is(name, n, K_PKEY, sizeof K_PKEY - 1)) column = K_PKEY;
+            else if (key_is(name, n, K_PUBLISHER, sizeof K_PUBLISHER - 1)) column = K_PUBLISHER;
+        }
         if (i >= stop) return -1;
-        if (!known) { /* systemProperties: `_text(key) or ""`, `_text(value)` */
+        if (column == NULL) { /* systemProperties: text(key), text(value) */
             entry *e = new_entry(E);
             i = key_at;
-            if (!e || read_key(b, &i, stop, e) < 0 || duplicate_key(b, E, r->ann_at) ||
-                read_value(b, &i, stop, e) < 0)
+            if (!e || read_key(b, &i, stop, e) < 0 || read_value(b, &i, stop, e, 0) < 0)
                 return -1;
-        } else if (key_is(name, n, K_SEQ, sizeof K_SEQ - 1)) {
+        } else if (column == K_SEQ) {
             if (read_int(b, &i, stop, &r->seq) < 0) return -1;
             *seen_seq = 1;
-        } else if (key_is(name, n, K_TIME, sizeof K_TIME - 1)) {
+        } else if (column == K_TIME) {
             int64_t ms;
             if (b[i] == 0x40) {
                 r->has_time = 0;
@@ -519,17 +672,28 @@ static Py_ssize_t annotations(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, ro
                 } else if (read_int(b, &i, stop, &ms) < 0) {
                     return -1;
                 }
-                /* microseconds must fit 64 bits; the Python path raises otherwise */
+                /* microseconds must fit 64 bits (the Python path leaves such a time null) */
                 if (ms > INT64_MAX / 1000 || ms < INT64_MIN / 1000) return -1;
                 r->time_ms = ms;
                 r->has_time = 1;
             }
-        } else if (key_is(name, n, K_OFFSET, sizeof K_OFFSET - 1)) {
+        } else if (column == K_OFFSET) {
             if (read_text(b, &i, stop, &r->offset) < 0) return -1;
-        } else if (key_is(name, n, K_PKEY, sizeof K_PKEY - 1)) {
-            if (read_text(b, &i, stop, &r->pkey) < 0) return -1;
         } else {
-            if (read_text(b, &i, stop, &r->publisher) < 0) return -1;
+            span *text = column == K_PKEY ? &r->pkey : &r->publisher;
+            if (read_text(b, &i, stop, text) < 0) return -1;
+            /* the connector keeps these two in systemProperties as well */
+            entry *e = new_entry(E);
+            if (!e) return -1;
+            e->key_name = column;
+            e->key_kind = T_FMT;
+            if (text->set) {
+                e->value_kind = T_SPAN;
+                e->value = *text;
+            } else {
+                e->value_kind = T_FMT;
+                e->value_fmt_len = (uint8_t)sprintf(e->value_fmt, "null");
+            }
         }
     }
     r->ann_n = E->n - r->ann_at;
@@ -606,8 +770,9 @@ static int message(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, row *r, entri
                 entry *e = new_entry(E);
                 if (!e) return -1;
                 e->key_name = MESSAGE_PROPERTIES[k];
-                e->key_kind = 1;
-                if (read_value(b, &j, stop, e) < 0) return -1;
+                e->key_kind = T_FMT;
+                /* absolute-expiry-time, creation-time: milliseconds, as the Java SDK's */
+                if (read_value(b, &j, stop, e, k == 8 || k == 9) < 0) return -1;
             }
             if (j != stop) return -1;
             r->mprops_n = E->n - r->mprops_at;
@@ -632,7 +797,8 @@ static int message(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, row *r, entri
             return -1;
         }
     }
-    return (i == end && seen_seq) ? 0 : -1;
+    /* no data section: the body is null (the Python path's) */
+    return (i == end && seen_seq && r->ndata) ? 0 : -1;
 }
 
 /* The transfer performative at b[p] (after its descriptor) to b[end]: 0, the message's start,
@@ -763,21 +929,54 @@ static Py_ssize_t key_text(const uint8_t *b, const entry *e, const char **out) {
         *out = e->key_name;
         return (Py_ssize_t)strlen(e->key_name);
     }
-    if (e->key_kind == 1) {
+    if (e->key_kind == T_SPAN) {
         *out = (const char *)b + e->key.pos;
         return e->key.len;
     }
-    *out = e->key_fmt; /* an integer, or "" for a null key */
+    *out = e->key_fmt;
     return e->key_fmt_len;
 }
 
-static Py_ssize_t value_text(const uint8_t *b, const entry *e, const char **out) {
-    if (e->value.set) {
-        *out = (const char *)b + e->value.pos;
+/* The length of a signed byte's decimal text. */
+static const uint8_t SIGNED_LEN[256] = {
+#define L1(x) (x < 10 ? 1 : x < 100 ? 2 : 3)
+#define LN(x) (x > 246 ? 2 : x > 156 ? 3 : 4) /* 256 - x: 1..9 -> 2, 10..99 -> 3, 100.. -> 4 */
+#define R8(f, x) f(x), f(x + 1), f(x + 2), f(x + 3), f(x + 4), f(x + 5), f(x + 6), f(x + 7)
+    R8(L1, 0),    R8(L1, 8),    R8(L1, 16),   R8(L1, 24),   R8(L1, 32),   R8(L1, 40),
+    R8(L1, 48),   R8(L1, 56),   R8(L1, 64),   R8(L1, 72),   R8(L1, 80),   R8(L1, 88),
+    R8(L1, 96),   R8(L1, 104),  R8(L1, 112),  R8(L1, 120),  R8(LN, 128),  R8(LN, 136),
+    R8(LN, 144),  R8(LN, 152),  R8(LN, 160),  R8(LN, 168),  R8(LN, 176),  R8(LN, 184),
+    R8(LN, 192),  R8(LN, 200),  R8(LN, 208),  R8(LN, 216),  R8(LN, 224),  R8(LN, 232),
+    R8(LN, 240),  R8(LN, 248),
+#undef R8
+#undef LN
+#undef L1
+};
+
+/* The length of a value's text; with `out`, the text is also written there. */
+static Py_ssize_t value_text(const uint8_t *b, const entry *e, char *out) {
+    if (e->value_kind == T_SPAN) {
+        if (out) memcpy(out, b + e->value.pos, (size_t)e->value.len);
         return e->value.len;
     }
-    *out = e->value_fmt;
-    return e->value_fmt_len;
+    if (e->value_kind == T_FMT) {
+        if (out) memcpy(out, e->value_fmt, e->value_fmt_len);
+        return e->value_fmt_len;
+    }
+    /* T_BYTES: [0,-1,0,-128] (_values.byte_array) */
+    const uint8_t *p = b + e->value.pos;
+    Py_ssize_t n = e->value.len, len = 2 + (n ? n - 1 : 0);
+    for (Py_ssize_t k = 0; k < n; k++) len += SIGNED_LEN[p[k]];
+    if (out) {
+        char *o = out;
+        *o++ = '[';
+        for (Py_ssize_t k = 0; k < n; k++) {
+            if (k) *o++ = ',';
+            o += sprintf(o, "%d", (int)(int8_t)p[k]);
+        }
+        *o = ']';
+    }
+    return len;
 }
 
 /* A row's entries of one map column, as (first, count) pairs in E: systemProperties are the
@@ -796,12 +995,12 @@ typedef struct {
     uint8_t *bits;
 } map_out;
 
-/* One walk over the rows' entries of a map column: sums[] gets the entries, key bytes, value
- * bytes and values set; with `o`, each is also written. */
+/* One walk over the rows' entries of a map column: sums[] gets the entries, key bytes and
+ * value bytes; with `o`, each is also written. Values are never null (a null is "null"). */
 static void map_walk(const uint8_t *b, const row *rows, Py_ssize_t n, const entries *E,
                      int system, const map_out *o, Py_ssize_t sums[4]) {
     const char *text;
-    Py_ssize_t at = 0, kat = 0, vat = 0, valid = 0;
+    Py_ssize_t at = 0, kat = 0, vat = 0;
     if (o) o->off[0] = o->ko[0] = o->vo[0] = 0;
     for (Py_ssize_t k = 0; k < n; k++) {
         Py_ssize_t ranges[2][2];
@@ -812,21 +1011,14 @@ static void map_walk(const uint8_t *b, const row *rows, Py_ssize_t n, const entr
                 Py_ssize_t len = key_text(b, e, &text);
                 if (o) memcpy(o->kd + kat, text, (size_t)len);
                 kat += len;
-                if (!e->value_null) {
-                    len = value_text(b, e, &text);
-                    if (o) {
-                        memcpy(o->vd + vat, text, (size_t)len);
-                        o->bits[at >> 3] |= (uint8_t)(1u << (at & 7));
-                    }
-                    vat += len;
-                    valid++;
-                }
+                vat += value_text(b, e, o ? o->vd + vat : NULL);
+                if (o) o->bits[at >> 3] |= (uint8_t)(1u << (at & 7));
                 at++;
                 if (o) o->ko[at] = (int32_t)kat, o->vo[at] = (int32_t)vat;
             }
         if (o) o->off[k + 1] = (int32_t)at;
     }
-    sums[0] = at, sums[1] = kat, sums[2] = vat, sums[3] = valid;
+    sums[0] = at, sums[1] = kat, sums[2] = vat, sums[3] = at;
 }
 
 /* One map column of n rows: (offsets, key offsets, keys, value offsets, values, validity or

@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 import bisect
-import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from dagster_eventhub_ingest.resources.spark_source._message import (
+    _OFFSET,
+    _PKEY,
+    _PUBLISHER,
+    _SEQ,
+    _TIME,
+    MESSAGE_PROPERTY_NAMES,
+    Event,
+)
+from dagster_eventhub_ingest.resources.spark_source._values import text_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -13,13 +23,8 @@ if TYPE_CHECKING:
 
     from dagster_eventhub_ingest.resources.spark_source._stats import SubRangeStats
 
-# Annotations that have their own column; the rest go to systemProperties.
-_SEQ = b"x-opt-sequence-number"
-_OFFSET = b"x-opt-offset"
-_TIME = b"x-opt-enqueued-time"
-_PKEY = b"x-opt-partition-key"
-_PUBLISHER = b"x-opt-publisher"
-_COLUMN_ANNOTATIONS = frozenset({_SEQ, _OFFSET, _TIME, _PKEY, _PUBLISHER})
+# pyamqp's names of the message properties (its ``Properties`` fields), in field order: the
+# SDK's decoded messages name them so (MESSAGE_PROPERTY_NAMES are the connector's).
 _MESSAGE_PROPERTIES = (
     "message_id",
     "user_id",
@@ -35,49 +40,67 @@ _MESSAGE_PROPERTIES = (
     "group_sequence",
     "reply_to_group_id",
 )
+# Annotations removed from systemProperties (they have their own column), as the connector does.
+_DROPPED_ANNOTATIONS = frozenset({_SEQ, _OFFSET, _TIME})
+_US_MAX_MS = (2**63 - 1) // 1000
 
 
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
+def _ms(value: Any) -> int | None:
+    """Milliseconds of an enqueued time as the SDK decoded it (an int, or a datetime)."""
     if isinstance(value, datetime):
-        return value.isoformat()
-    return str(value)
-
-
-def _body_bytes(body: Any) -> bytes:
-    if isinstance(body, bytes):
-        return body
-    if isinstance(body, bytearray | memoryview):
-        return bytes(body)
-    if isinstance(body, str):
-        return body.encode("utf-8")
-    if body is None:
-        return b""
-    if isinstance(body, list | tuple) or hasattr(body, "__next__"):
-        parts = list(body)
-        if all(isinstance(p, bytes | bytearray) for p in parts):
-            return b"".join(parts)
-        body = parts
-    return json.dumps(body, default=str).encode("utf-8")
-
-
-def _message_body(msg: Any) -> bytes:
-    """The body's bytes; the usual event (one or more data sections) without a generator."""
-    data = getattr(msg, "_data_body", None)  # azure-eventhub's data sections, when a data body
-    if type(data) is list and data and all(type(d) is bytes for d in data):
-        return data[0] if len(data) == 1 else b"".join(data)
-    return _body_bytes(msg.body)
-
-
-def _to_ms(value: Any) -> int | None:
-    if value is None:
+        value = int(value.timestamp() * 1000)
+    if type(value) is not int or not -_US_MAX_MS <= value <= _US_MAX_MS:
         return None
-    if isinstance(value, datetime):
-        return int(value.timestamp() * 1000)
-    return int(value)
+    return value
+
+
+def _column_text(value: Any) -> str | None:
+    return None if value is None else text_of(value)
+
+
+def _sdk_other_body(sequence: Any, value: Any, has_value: bool) -> bytes | None:
+    """amqp-sequence / amqp-value sections re-encoded from what the SDK decoded (its public
+    receive keeps no bytes: strings come back as binary there)."""
+    if not sequence and not has_value:
+        return None
+    from azure.eventhub._pyamqp._encode import encode_value
+    from azure.eventhub._pyamqp.types import TYPE, VALUE, AMQPTypes
+
+    out = bytearray()
+    sections = [(0x76, part) for part in sequence or ()]
+    if has_value:
+        sections.append((0x77, value))
+    for code, part in sections:
+        described = ({TYPE: AMQPTypes.ulong, VALUE: code}, {TYPE: None, VALUE: part})
+        encode_value(out, {TYPE: AMQPTypes.described, VALUE: described})
+    return bytes(out)
+
+
+def _sdk_row(data: Any, other_body: bytes | None, ann: Any, app: Any, mprops: Any) -> Event:
+    """An :class:`Event` of a message the SDK decoded (see :func:`_values.text_of`)."""
+    ev = Event()
+    if data:
+        parts = [bytes(d) for d in data]
+        ev.body = parts[0] if len(parts) == 1 else b"".join(parts)
+    ev.amqp_body = other_body
+    ann = ann or {}
+    seq = ann.get(_SEQ)
+    ev.seq = seq if type(seq) is int else None
+    ev.offset = _column_text(ann.get(_OFFSET))
+    ev.time_ms = _ms(ann.get(_TIME))
+    ev.publisher = _column_text(ann.get(_PUBLISHER))
+    ev.partition_key = _column_text(ann.get(_PKEY))
+    if app:
+        ev.properties = [(text_of(k), text_of(v)) for k, v in app.items()]
+    ev.system_properties = [
+        (text_of(k), text_of(v)) for k, v in ann.items() if k not in _DROPPED_ANNOTATIONS
+    ]
+    if mprops is not None:
+        for name, own in zip(_MESSAGE_PROPERTIES, MESSAGE_PROPERTY_NAMES, strict=True):
+            value = getattr(mprops, name, None)
+            if value is not None:
+                ev.system_properties.append((own, text_of(value)))
+    return ev
 
 
 class ColumnRows:
@@ -87,8 +110,9 @@ class ColumnRows:
     returns for a run of plain transfer frames: the sequence numbers and enqueued times (64-bit,
     little-endian), the body and the three string columns (32-bit offsets and values, a validity
     bitmap or None), whether the sequence numbers go up by one, and the two maps (``properties``:
-    application properties; ``systemProperties``: annotations without a column, then message
-    properties), their values as the Python path's ``_text`` writes them.
+    application properties; ``systemProperties``: annotations but the three dropped, then
+    message properties), their texts as :mod:`._values` writes them. The native step takes
+    data bodies only: ``amqpBody`` is null in every row.
     """
 
     __slots__ = (
@@ -202,6 +226,7 @@ class ColumnRows:
                     string_array_of_buffers(n, *self.partition_key),
                     props,
                     system,
+                    pa.nulls(n, schema.field("amqpBody").type),
                 ],
                 schema=schema,
             )
@@ -225,6 +250,9 @@ class _ArrowBuilder:
         self.last_offset: str | None = None
         self.first_time: int | None = None
         self.last_time: int | None = None
+        #: Sequence numbers of events the reader logs, with what is unusual about them
+        #: (``Event.unusual``); the reader takes them as it goes.
+        self.unusual: list[tuple[int, str]] = []
         self._reset()
 
     def summary(self) -> SubRangeStats:
@@ -250,78 +278,71 @@ class _ArrowBuilder:
         self.body_bytes = 0
 
     def _reset_lists(self) -> None:
-        self.body: list[bytes] = []
+        self.body: list[bytes | None] = []
+        self.amqp_body: list[bytes | None] = []
         self.offset: list[str | None] = []
         self.seq: list[int] = []
         self.time_us: list[int | None] = []
         self.publisher: list[str | None] = []
         self.pkey: list[str | None] = []
-        self.props: list[list[tuple[str, str | None]]] = []
-        self.sysprops: list[list[tuple[str, str | None]]] = []
+        self.props: list[list[tuple[str, str]]] = []
+        self.sysprops: list[list[tuple[str, str]]] = []
 
     def __len__(self) -> int:
         return len(self.seq) + self._piece_rows
 
     def add(self, event: EventData, seq: int) -> None:
-        """An ``EventData`` (the SDK's public receive)."""
+        """An ``EventData`` (the SDK's public receive: values as the SDK decoded them)."""
         msg = event.raw_amqp_message
-        self._add(
-            _message_body(msg),
-            msg.annotations or {},
-            msg.application_properties,
-            msg.properties,
+        from azure.eventhub.amqp import AmqpMessageBodyType
+
+        kind = msg.body_type
+        data = getattr(msg, "_data_body", None) if kind == AmqpMessageBodyType.DATA else None
+        other = None
+        if kind == AmqpMessageBodyType.SEQUENCE:
+            other = _sdk_other_body(list(msg.body), None, False)
+        elif kind == AmqpMessageBodyType.VALUE and msg.body is not None:
+            # (the SDK gives no body as a null value: told apart from a null value only by
+            # the bytes, which this path does not have)
+            other = _sdk_other_body(None, msg.body, True)
+        self.add_event(
+            _sdk_row(data, other, msg.annotations, msg.application_properties, msg.properties),
             seq,
         )
 
     def add_message(self, message: Any, seq: int) -> None:
-        """A raw AMQP message as the SDK's consumer decoded it (the fast path's)."""
-        data = message.data
-        if type(data) is list and len(data) == 1 and type(data[0]) is bytes:
-            body = data[0]  # the usual event: one data section
-        elif type(data) is list and data and all(type(d) is bytes for d in data):
-            body = b"".join(data)
-        elif data:
-            body = _body_bytes(data)
-        elif message.sequence:
-            body = _body_bytes(message.sequence)
-        else:
-            body = _body_bytes(message.value)
-        self._add(
-            body,
-            message.message_annotations or {},
-            message.application_properties,
-            message.properties,
-            seq,
-        )
+        """A received message: an :class:`Event` the reader decoded from its bytes, or a pyamqp
+        ``Message`` (values as the SDK decoded them)."""
+        if type(message) is not Event:
+            other = _sdk_other_body(message.sequence, message.value, message.value is not None)
+            message = _sdk_row(
+                message.data,
+                other,
+                message.message_annotations,
+                message.application_properties,
+                message.properties,
+            )
+        self.add_event(message, seq)
 
-    def _add(self, body: bytes, ann: Any, app: Any, mprops: Any, seq: int) -> None:
+    def add_event(self, event: Event, seq: int) -> None:
+        """One decoded event (:func:`._message.decode_event`)."""
+        body = event.body
         self.body.append(body)
-        self.body_bytes += len(body)
+        if body is not None:
+            self.body_bytes += len(body)
+        self.amqp_body.append(event.amqp_body)
         self.seq.append(seq)
-        offset = ann.get(_OFFSET)
-        if type(offset) is bytes:  # as pyamqp decodes an AMQP string
-            offset = offset.decode("utf-8", "replace")
-        self.offset.append(offset if offset is None or type(offset) is str else _text(offset))
-        when = ann.get(_TIME)
-        ms = when if when is None or type(when) is int else _to_ms(when)
+        self.offset.append(event.offset)
+        ms = event.time_ms
         self.time_us.append(None if ms is None else ms * 1000)
-        publisher = ann.get(_PUBLISHER)
-        self.publisher.append(None if publisher is None else _text(publisher))
-        pkey = ann.get(_PKEY)
-        self.pkey.append(None if pkey is None else _text(pkey))
-        self.props.append([(_text(k) or "", _text(v)) for k, v in app.items()] if app else [])
-        if len(ann) > len(_COLUMN_ANNOTATIONS) or not ann.keys() <= _COLUMN_ANNOTATIONS:
-            sysprops = [
-                (_text(k) or "", _text(v)) for k, v in ann.items() if k not in _COLUMN_ANNOTATIONS
-            ]
-        else:
-            sysprops = []  # the usual event: every annotation has its own column
-        if mprops is not None:
-            for name in _MESSAGE_PROPERTIES:
-                value = getattr(mprops, name, None)
-                if value is not None:
-                    sysprops.append((name.replace("_", "-"), _text(value)))
-        self.sysprops.append(sysprops)
+        self.publisher.append(event.publisher)
+        self.pkey.append(event.partition_key)
+        self.props.append(event.properties)
+        self.sysprops.append(event.system_properties)
+        if event.amqp_body is not None:
+            why = event.unusual
+            if why is not None:
+                self.unusual.append((seq, why))
 
     def add_rows(self, rows: ColumnRows, a: int = 0, b: int | None = None) -> None:
         """Rows ``[a, b)`` of a native run (all of it by default), after what was added before.
@@ -387,6 +408,7 @@ class _ArrowBuilder:
                 varbinary_array(self.pkey, pa.string()),
                 map_array(self.props, fields.field("properties").type),
                 map_array(self.sysprops, fields.field("systemProperties").type),
+                varbinary_array(self.amqp_body, fields.field("amqpBody").type),
             ],
             schema=fields,
         )

@@ -12,7 +12,7 @@ from dagster_eventhub_ingest.resources.errors import DataLossError, RangeError
 from dagster_eventhub_ingest.resources.hub_client import EventHubClient, PartitionInfo
 from dagster_eventhub_ingest.resources.ranges import SeqRange
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
-from dagster_eventhub_ingest.resources.spark_source._events import _OFFSET, _SEQ, _text
+from dagster_eventhub_ingest.resources.spark_source._message import _OFFSET, _SEQ
 from dagster_eventhub_ingest.resources.spark_source._options import ReadOptions
 from dagster_eventhub_ingest.resources.spark_source._position import EventPosition
 from dagster_eventhub_ingest.resources.spark_source._range import (
@@ -22,6 +22,7 @@ from dagster_eventhub_ingest.resources.spark_source._range import (
 )
 from dagster_eventhub_ingest.resources.spark_source._read import EventHubsInputPartition
 from dagster_eventhub_ingest.resources.spark_source._receiver import _BatchReceiver
+from dagster_eventhub_ingest.resources.spark_source._values import text_of
 
 if TYPE_CHECKING:
     from azure.eventhub import EventHubConsumerClient
@@ -291,5 +292,6 @@ def _probe(
             if not events:
                 return None
             ann = events[0].raw_amqp_message.annotations or {}
-            return int(ann[_SEQ]), _text(ann.get(_OFFSET)) or ""
+            offset = ann.get(_OFFSET)
+            return int(ann[_SEQ]), "" if offset is None else text_of(offset)
     return None

@@ -49,6 +49,9 @@ _BATCH_ROWS = 8192
 # ... and body bytes: 8192 events of up to 1 MB each would hold GBs in a task, and an Arrow
 # array's 32-bit offsets end at 2 GiB. A batch ends at the first event that reaches this.
 _BATCH_BYTES = 32 * 1024 * 1024
+# Unusual events (a body that is not data, bytes that are not AMQP) a reader logs one by one;
+# the rest are counted and logged once, at the end of its range.
+_UNUSUAL_LOGGED = 10
 
 
 class EventHubsInputPartition(InputPartition):
@@ -166,6 +169,25 @@ def read_range(
             missing,
         )
 
+    unusual = [0, None, None]  # how many, the first and last sequence numbers not logged alone
+
+    def log_unusual() -> None:
+        for seq, why in builder.unusual:
+            if unusual[0] < _UNUSUAL_LOGGED:
+                logger.warning(
+                    "Event Hub %s consumer group %s partition %s: sequence number %d: %s",
+                    settings.eventhub_name,
+                    settings.consumer_group,
+                    rng.partition_id,
+                    seq,
+                    why,
+                )
+            else:
+                unusual[1] = seq if unusual[1] is None else unusual[1]
+                unusual[2] = seq
+            unusual[0] += 1
+        builder.unusual.clear()
+
     with receiver:
         for events in receiver:
             if not events:
@@ -220,6 +242,8 @@ def read_range(
                 expected = seq + 1
                 if len(builder) >= batch_rows or builder.body_bytes >= batch_bytes:
                     yield builder.flush()
+            if builder.unusual:
+                log_unusual()
             if tracker is not None:
                 tracker.update(expected - rng.start)
             if slow:
@@ -233,6 +257,19 @@ def read_range(
     if expected <= rng.end:
         # The partition moved past the range's end without delivering its tail.
         lost(expected, rng.end)
+    if builder.unusual:
+        log_unusual()
+    if unusual[0] > _UNUSUAL_LOGGED:
+        logger.warning(
+            "Event Hub %s consumer group %s partition %s: %d more events with their body or "
+            "their whole message in amqpBody, sequence numbers %s to %s",
+            settings.eventhub_name,
+            settings.consumer_group,
+            rng.partition_id,
+            unusual[0] - _UNUSUAL_LOGGED,
+            unusual[1],
+            unusual[2],
+        )
     if tracker is not None:
         tracker.update(expected - rng.start, final=True)
         tracker.close()

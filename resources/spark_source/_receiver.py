@@ -21,8 +21,10 @@ from dagster_eventhub_ingest.resources.spark_source._amqp import (
     buffer_reads,
     fast_transfers,
     install_decoder,
+    raw_transfers,
 )
-from dagster_eventhub_ingest.resources.spark_source._events import _SEQ, ColumnRows
+from dagster_eventhub_ingest.resources.spark_source._events import ColumnRows
+from dagster_eventhub_ingest.resources.spark_source._message import _SEQ, Event
 
 if TYPE_CHECKING:
     from azure.eventhub import EventData
@@ -251,10 +253,15 @@ class _PartitionPull(_Closable):
 
     @staticmethod
     def sequence_number(message: Any) -> int | None:
-        """The sequence number of a raw message (its ``x-opt-sequence-number`` annotation), or
-        of the last row of a native run
+        """The sequence number of a received message (an
+        :class:`~dagster_eventhub_ingest.resources.spark_source._message.Event`, or a pyamqp
+        message: its ``x-opt-sequence-number`` annotation), or of the last row of a native run
         (:class:`~dagster_eventhub_ingest.resources.spark_source._events.ColumnRows`)."""
-        if type(message) is ColumnRows:
+        kind = type(message)
+        if kind is Event:
+            seq: int | None = message.seq
+            return seq
+        if kind is ColumnRows:
             return message.last_seq
         annotations = message.message_annotations
         return None if annotations is None else annotations.get(_SEQ)
@@ -269,7 +276,8 @@ class _PartitionPull(_Closable):
             try:
                 if consumer._open():
                     handler: Any = consumer._handler
-                    # Once per socket and connection: a reconnect brings new ones.
+                    # Once per link, socket and connection: a reconnect brings new ones.
+                    raw_transfers(handler, consumer)
                     if buffer_reads(handler):
                         fast_transfers(handler, consumer, columns=self._columns)
                     handler.do_work(batch=self._frames(handler))

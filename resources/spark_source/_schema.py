@@ -32,6 +32,9 @@ def eventhubs_schema() -> StructType:
             StructField("partitionKey", StringType()),
             StructField("properties", MapType(StringType(), StringType())),
             StructField("systemProperties", MapType(StringType(), StringType())),
+            # Not the connector's: an amqp-value / amqp-sequence body (body is null then), or a
+            # message that is not valid AMQP, as received (docs/spark_source.md).
+            StructField("amqpBody", BinaryType()),
         ]
     )
 
