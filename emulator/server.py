@@ -430,6 +430,9 @@ def _response(correlation_id: Any, status: int, description: str, body: Any = No
     return bytes(out)
 
 
+_PKEY = b"x-opt-partition-key"
+
+
 def _split_batch(payload: bytes, message_format: int) -> tuple[list[bytes], str | None]:
     """The inner messages of a send (one, or N for a batch) and its partition key, if any.
 
@@ -445,12 +448,15 @@ def _split_batch(payload: bytes, message_format: int) -> tuple[list[bytes], str 
         if code == 0x75 and batch:
             value, _ = decode(payload, start + 3)
             messages.append(bytes(value))
-        elif code == 0x72:
-            value, _ = decode(payload, start + 3)
-            if isinstance(value, dict):
-                for k, v in value.items():
-                    if _text(k) == "x-opt-partition-key" and v is not None:
-                        partition_key = _text(v)
+        elif code == 0x72 and payload[start + 3] != 0x40:
+            # Only the key's value is decoded: the map may hold keys a dict cannot (lists).
+            spans, _ = split_list(payload, start + 3)
+            for i in range(0, len(spans) - 1, 2):
+                ks = spans[i][0]
+                if payload[ks] in (0xA3, 0xA1) and payload[ks + 2 : spans[i][1]] == _PKEY:
+                    value, _ = decode(payload, spans[i + 1][0])
+                    if value is not None:
+                        partition_key = _text(value)
         elif code > 0x72 and not batch:
             break  # annotations come before properties and the body
     if not messages:

@@ -284,6 +284,17 @@ class EmulatorHandle:
             consumer_groups=tuple(sorted(hub.consumer_groups)),
         )
 
+    def enqueue(self, hub: str, partition_id: str, messages: Iterable[bytes]) -> None:
+        """Store AMQP-encoded messages in a partition as one send, as the service stores what
+        any AMQP client sends: for sections the Python SDK cannot encode (chars, decimal32/64,
+        described values, arrays), which Java and .NET clients send. Readers see them like any
+        other event (the service's annotations added)."""
+        target = self.server.namespace.get(hub)
+        partition = None if target is None else target.partition(partition_id)
+        if partition is None:
+            raise KeyError(f"no partition {partition_id!r} of a hub named {hub!r}")
+        self.call(partition.append, [bytes(m) for m in messages], None)
+
     def reader_count(self, hub: str, partition_id: str, consumer_group: str = "$Default") -> int:
         """How many readers are attached to a partition in a consumer group right now."""
 

@@ -169,24 +169,7 @@ def read_range(
             missing,
         )
 
-    unusual = [0, None, None]  # how many, the first and last sequence numbers not logged alone
-
-    def log_unusual() -> None:
-        for seq, why in builder.unusual:
-            if unusual[0] < _UNUSUAL_LOGGED:
-                logger.warning(
-                    "Event Hub %s consumer group %s partition %s: sequence number %d: %s",
-                    settings.eventhub_name,
-                    settings.consumer_group,
-                    rng.partition_id,
-                    seq,
-                    why,
-                )
-            else:
-                unusual[1] = seq if unusual[1] is None else unusual[1]
-                unusual[2] = seq
-            unusual[0] += 1
-        builder.unusual.clear()
+    unusual = _Unusual(settings, rng)
 
     with receiver:
         for events in receiver:
@@ -243,7 +226,7 @@ def read_range(
                 if len(builder) >= batch_rows or builder.body_bytes >= batch_bytes:
                     yield builder.flush()
             if builder.unusual:
-                log_unusual()
+                unusual.log(builder.unusual)
             if tracker is not None:
                 tracker.update(expected - rng.start)
             if slow:
@@ -257,19 +240,8 @@ def read_range(
     if expected <= rng.end:
         # The partition moved past the range's end without delivering its tail.
         lost(expected, rng.end)
-    if builder.unusual:
-        log_unusual()
-    if unusual[0] > _UNUSUAL_LOGGED:
-        logger.warning(
-            "Event Hub %s consumer group %s partition %s: %d more events with their body or "
-            "their whole message in amqpBody, sequence numbers %s to %s",
-            settings.eventhub_name,
-            settings.consumer_group,
-            rng.partition_id,
-            unusual[0] - _UNUSUAL_LOGGED,
-            unusual[1],
-            unusual[2],
-        )
+    unusual.log(builder.unusual)
+    unusual.close()
     if tracker is not None:
         tracker.update(expected - rng.start, final=True)
         tracker.close()
@@ -277,6 +249,44 @@ def read_range(
         yield builder.flush()
     if on_done is not None:
         on_done(builder.summary())
+
+
+class _Unusual:
+    """Logs the events a reader read with their body or their whole message in amqpBody: the
+    first ones one by one, with their sequence numbers, the rest counted at the end."""
+
+    def __init__(self, settings: EventHubSettings, rng: PartitionRange) -> None:
+        self.where = (settings.eventhub_name, settings.consumer_group, rng.partition_id)
+        self.count = 0
+        self.first: int | None = None  # of those not logged one by one
+        self.last: int | None = None
+
+    def log(self, notes: list[tuple[int, str]]) -> None:
+        """Log (or count) ``notes`` (sequence number, what is unusual) and clear them."""
+        for seq, why in notes:
+            if self.count < _UNUSUAL_LOGGED:
+                logger.warning(
+                    "Event Hub %s consumer group %s partition %s: sequence number %d: %s",
+                    *self.where,
+                    seq,
+                    why,
+                )
+            else:
+                self.first = seq if self.first is None else self.first
+                self.last = seq
+            self.count += 1
+        notes.clear()
+
+    def close(self) -> None:
+        if self.count > _UNUSUAL_LOGGED:
+            logger.warning(
+                "Event Hub %s consumer group %s partition %s: %d more events with their body or "
+                "their whole message in amqpBody, sequence numbers %s to %s",
+                *self.where,
+                self.count - _UNUSUAL_LOGGED,
+                self.first,
+                self.last,
+            )
 
 
 def _event_sequence_number(event: Any) -> int | None:
