@@ -45,9 +45,13 @@ def redact(text: str) -> str:
 
 
 def did_you_mean(word: str, valid: tuple[str, ...] | list[str]) -> str:
-    """``"did you mean 'x'? "`` for the closest valid spelling of ``word``, or ``""``."""
-    match = difflib.get_close_matches(word, list(valid), n=1, cutoff=0.6)
-    return f"did you mean {match[0]!r}? " if match else ""
+    """``"did you mean 'x'? "`` for the closest valid spelling of ``word`` (compared without
+    case), or ``""``."""
+    by_lower: dict[str, str] = {}
+    for spelling in valid:
+        by_lower.setdefault(spelling.lower(), spelling)
+    match = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
+    return f"did you mean {by_lower[match[0]]!r}? " if match else ""
 
 
 class EventHubIngestError(Exception):

@@ -22,14 +22,20 @@ import json
 import logging
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from dagster_eventhub_ingest.resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, did_you_mean
 from dagster_eventhub_ingest.resources.limits import MAX_READERS_PER_PARTITION
 from dagster_eventhub_ingest.resources.settings import entity_path
-from dagster_eventhub_ingest.resources.spark_source._options import ReadOptions, _canonical_option
+from dagster_eventhub_ingest.resources.spark_source._options import (
+    _OPTION_NAMES,
+    ReadOptions,
+    _canonical_option,
+    camel_case,
+    own_spellings,
+)
 from dagster_eventhub_ingest.resources.spark_source._position import EventPosition
 
 if TYPE_CHECKING:
@@ -55,126 +61,128 @@ BoundKind = Literal["earliest", "latest", "sequence_number", "offset", "enqueued
 # The connector's options: what each one becomes here
 # --------------------------------------------------------------------------------------------
 
-#: Every azure-event-hubs-spark (2.3.22) reader option, lower-cased -> how it is handled here.
+#: Every azure-event-hubs-spark (2.3.22) reader option, as its docs spell it -> how it is
+#: handled here (keys are matched case-insensitively).
 #: ``mapped``: honoured (the text says as what); ``refused``: an error whose message is the text.
 CONNECTOR_OPTIONS: dict[str, tuple[Literal["mapped", "refused"], str]] = {
-    "eventhubs.connectionstring": (
+    "eventhubs.connectionString": (
         "mapped",
         "connection_string; plain or encrypted by the connector's EventHubsUtils.encrypt; the hub "
         "name is taken from EntityPath when eventhub_name is not given",
     ),
-    "eventhubs.consumergroup": ("mapped", "consumer_group"),
-    "eventhubs.startingposition": (
+    "eventhubs.consumerGroup": ("mapped", "consumer_group"),
+    "eventhubs.startingPosition": (
         "mapped",
         "EventPosition JSON (offset/seqNo/enqueuedTime/isInclusive), start inclusive",
     ),
-    "eventhubs.startingpositions": (
+    "eventhubs.startingPositions": (
         "mapped",
         'per-partition EventPosition JSON keyed by {"ehName": ..., "partitionId": n}',
     ),
-    "eventhubs.endingposition": ("mapped", "EventPosition JSON, end exclusive (batch only)"),
-    "eventhubs.endingpositions": ("mapped", "per-partition EventPosition JSON, end exclusive"),
-    "eventhubs.prefetchcount": ("mapped", "prefetch"),
-    "eventhubs.receivertimeout": ("mapped", "receive_timeout (ISO-8601 duration, e.g. PT60S)"),
-    "eventhubs.operationtimeout": (
+    "eventhubs.endingPosition": ("mapped", "EventPosition JSON, end exclusive (batch only)"),
+    "eventhubs.endingPositions": ("mapped", "per-partition EventPosition JSON, end exclusive"),
+    "eventhubs.prefetchCount": ("mapped", "prefetch"),
+    "eventhubs.receiverTimeout": ("mapped", "receive_timeout (ISO-8601 duration, e.g. PT60S)"),
+    "eventhubs.operationTimeout": (
         "mapped",
         "deadline of the driver's management calls at load() and per micro-batch",
     ),
-    "maxeventspertrigger": ("mapped", "streaming admission control (ReadMaxRows)"),
-    "eventhubs.maxeventspertrigger": ("mapped", "alias of maxEventsPerTrigger"),
-    "eventhubs.dynamicpartitiondiscovery": (
+    "maxEventsPerTrigger": ("mapped", "streaming admission control (ReadMaxRows)"),
+    "eventhubs.maxEventsPerTrigger": ("mapped", "alias of maxEventsPerTrigger"),
+    "eventhubs.DynamicPartitionDiscovery": (
         "mapped",
         "always on: a stream reads the partition ids at every micro-batch",
     ),
-    "eventhubs.useexclusivereceiver": (
+    "eventhubs.useExclusiveReceiver": (
         "refused",
         "this source uses non-exclusive (non-epoch) readers only, up to "
         f"{MAX_READERS_PER_PARTITION} per partition and consumer group; remove the option or set "
         "it to false",
     ),
-    "eventhubs.maxrateperpartition": (
+    "eventhubs.maxRatePerPartition": (
         "refused",
         "a DStream option; use maxEventsPerTrigger to bound a micro-batch",
     ),
-    "eventhubs.maxratesperpartition": (
+    "eventhubs.maxRatesPerPartition": (
         "refused",
         "a DStream option; use maxEventsPerTrigger to bound a micro-batch",
     ),
-    "eventhubs.threadpoolsize": (
+    "eventhubs.threadPoolSize": (
         "refused",
         "a JVM client setting with no counterpart (each Spark task runs its own Python client); "
         "remove it",
     ),
-    "eventhubs.maxsilenttime": (
+    "eventhubs.maxSilentTime": (
         "refused",
         "a JVM receiver setting with no counterpart; remove it (receive_timeout bounds silence)",
     ),
-    "eventhubs.slowpartitionadjustment": (
+    "eventhubs.slowPartitionAdjustment": (
         "refused",
         "not supported; remove it (use maxEventsPerTrigger, and max_readers_per_partition for "
         "large partitions)",
     ),
-    "eventhubs.maxacceptablebatchreceivetime": (
+    "eventhubs.maxAcceptableBatchReceiveTime": (
         "refused",
         "belongs to slowPartitionAdjustment, which is not supported; remove it",
     ),
-    "eventhubs.throttlingstatusplugin": (
+    "eventhubs.throttlingStatusPlugin": (
         "refused",
         "a JVM plugin class; not supported; remove it (Spark's StreamingQueryProgress reports "
         "rows per batch)",
     ),
-    "eventhubs.metricplugin": (
+    "eventhubs.metricPlugin": (
         "refused",
         "a JVM plugin class; not supported; remove it (the source logs each planned range)",
     ),
-    "eventhubs.useaadauth": (
+    "eventhubs.useAadAuth": (
         "refused",
         "use fully_qualified_namespace='<ns>.servicebus.windows.net' with "
         "credential_type='default_azure_credential' (azure-identity on every executor)",
     ),
-    "eventhubs.aadauthcallback": (
+    "eventhubs.aadAuthCallback": (
         "refused",
         "JVM callback classes cannot run here; use fully_qualified_namespace with "
         "credential_type='default_azure_credential'",
     ),
-    "eventhubs.aadauthcallbackparams": (
+    "eventhubs.AadAuthCallbackParams": (
         "refused",
         "JVM callback classes cannot run here; use fully_qualified_namespace with "
         "credential_type='default_azure_credential'",
     ),
-    "partitionpreferredlocationstrategy": (
+    "partitionPreferredLocationStrategy": (
         "refused",
         "executor placement of the JVM connector; remove it (Spark schedules the tasks)",
     ),
-    "usesimulatedclient": ("refused", "the connector's test client; remove it"),
+    "useSimulatedClient": ("refused", "the connector's test client; remove it"),
 }
 
-#: Kafka source options users bring along, lower-cased -> handling (same shape as above).
+#: Kafka source options users bring along, as Spark's docs spell them -> handling (same shape
+#: as above).
 KAFKA_OPTIONS: dict[str, tuple[Literal["mapped", "refused"], str]] = {
-    "startingoffsets": (
+    "startingOffsets": (
         "mapped",
         'earliest | latest | {"<hub>": {"<partition>": n}} (-2 earliest, -1 latest), inclusive',
     ),
-    "endingoffsets": (
+    "endingOffsets": (
         "mapped",
         'latest | {"<hub>": {"<partition>": n}} (-1 latest), exclusive; batch only',
     ),
-    "failondataloss": ("mapped", "on_data_loss: true -> fail, false -> skip"),
-    "maxoffsetspertrigger": ("mapped", "alias of maxEventsPerTrigger"),
-    "startingoffsetsbytimestamp": (
+    "failOnDataLoss": ("mapped", "on_data_loss: true -> fail, false -> skip"),
+    "maxOffsetsPerTrigger": ("mapped", "alias of maxEventsPerTrigger"),
+    "startingOffsetsByTimestamp": (
         "refused",
         'use eventhubs.startingPosition {"enqueuedTime": ...} or '
         "starting_position='enqueued:<ISO time>'",
     ),
-    "endingoffsetsbytimestamp": (
+    "endingOffsetsByTimestamp": (
         "refused",
         'use eventhubs.endingPosition {"enqueuedTime": ...} or ending_position='
         "'enqueued:<ISO time>'",
     ),
-    "minoffsetspertrigger": ("refused", "not supported; use maxEventsPerTrigger only"),
-    "maxtriggerdelay": ("refused", "not supported (it goes with minOffsetsPerTrigger)"),
+    "minOffsetsPerTrigger": ("refused", "not supported; use maxEventsPerTrigger only"),
+    "maxTriggerDelay": ("refused", "not supported (it goes with minOffsetsPerTrigger)"),
     "subscribe": ("refused", "this is the Event Hubs source: give eventhub_name"),
-    "subscribepattern": ("refused", "this is the Event Hubs source: give eventhub_name"),
+    "subscribePattern": ("refused", "this is the Event Hubs source: give eventhub_name"),
     "assign": (
         "refused",
         "this is the Event Hubs source: give eventhub_name (and partition_ids to restrict)",
@@ -185,7 +193,7 @@ KAFKA_OPTIONS: dict[str, tuple[Literal["mapped", "refused"], str]] = {
     ),
 }
 
-_FOREIGN_OPTIONS = {**CONNECTOR_OPTIONS, **KAFKA_OPTIONS}
+_FOREIGN_OPTIONS = {k.lower(): v for k, v in {**CONNECTOR_OPTIONS, **KAFKA_OPTIONS}.items()}
 # Keys of ours that the connector spells differently but means the same (no translation).
 _RENAMES = {
     "eventhubs.connectionstring": "connection_string",
@@ -339,10 +347,10 @@ def _parse_time(text: str, option: str) -> datetime:
 def parse_event_position(data: Any, option: str) -> Bound:
     """One connector EventPosition (a JSON object or its text) as a :class:`Bound`.
 
-    As in the connector, the first of ``offset`` (``"-1"`` start of stream, ``"@latest"`` end
-    of stream), ``seqNo`` (>= 0) and ``enqueuedTime`` that is set wins; ``isInclusive`` applies
-    to offsets (a sequence number is always the first event read, an enqueued time always means
-    "enqueued after").
+    As in the connector's ``EventHubsClient.translate``: a ``seqNo`` >= 0 wins, used as is;
+    then ``offset`` (``"-1"`` start of stream, ``"@latest"`` end of stream, else a byte
+    offset), then ``enqueuedTime``. ``isInclusive`` applies to offsets (an enqueued time
+    always means "enqueued after").
     """
     if isinstance(data, str):
         try:
@@ -368,6 +376,14 @@ def parse_event_position(data: Any, option: str) -> Bound:
     offset = data.get("offset")
     seq = data.get("seqNo", -1)
     when = data.get("enqueuedTime")
+    if seq is None:
+        seq = -1
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise ConfigurationError(f"{option}: seqNo {seq!r} must be an integer (-1: not in use)")
+    if seq < -1:
+        raise ConfigurationError(f"{option}: seqNo {seq} is negative; use -1 for 'not in use'")
+    if seq >= 0:
+        return Bound("sequence_number", seq)
     if offset is not None:
         text = str(offset).strip()
         if text == "-1":
@@ -380,14 +396,6 @@ def parse_event_position(data: Any, option: str) -> Bound:
                 "'-1' (start of stream) or '@latest' (end of stream)"
             )
         return Bound("offset", text, inclusive)
-    if seq is None:
-        seq = -1
-    if not isinstance(seq, int) or isinstance(seq, bool):
-        raise ConfigurationError(f"{option}: seqNo {seq!r} must be an integer (-1: not in use)")
-    if seq >= 0:
-        return Bound("sequence_number", seq)
-    if seq != -1:
-        raise ConfigurationError(f"{option}: seqNo {seq} is negative; use -1 for 'not in use'")
     if when is not None:
         # Java's EventPosition.fromEnqueuedTime filters "enqueued after" (strictly).
         return Bound("enqueued_time", _parse_time(str(when), option), False)
@@ -490,12 +498,18 @@ def _parse_kafka_offsets(
     return None, out
 
 
+PositionForm = Literal["connector", "kafka"]
+
+
 @dataclass(frozen=True)
 class PositionSpec:
-    """Start or end positions: a default for every partition plus per-partition overrides."""
+    """Start or end positions: a default for every partition plus per-partition overrides,
+    given in the connector's or Kafka's form under ``option`` (the key or keys as written)."""
 
     default: Bound | None = None
     per_partition: tuple[tuple[str, Bound], ...] = ()
+    option: str = ""
+    form: PositionForm = "connector"
 
     def for_partition(self, pid: str, fallback: Bound) -> Bound:
         """The position of ``pid``: its own, else the default, else ``fallback``."""
@@ -529,6 +543,28 @@ class SourceOptions:
     operation_timeout: float | None = None
     #: Options given that only a batch read can use (ends, ranges), as the user spelled them.
     batch_only: tuple[str, ...] = ()
+    #: Options given that only a stream can use (maxEventsPerTrigger and its aliases), as spelled.
+    stream_only: tuple[str, ...] = ()
+
+    def batch_only_error(self) -> ConfigurationError | None:
+        """The error a stream gives with batch-only options (an end, ranges), or None."""
+        if not self.batch_only:
+            return None
+        return ConfigurationError(
+            f"{', '.join(self.batch_only)}: a stream has no end; these options apply to "
+            "spark.read only (use .trigger(availableNow=True) to stop at the events there "
+            "are when the query starts)"
+        )
+
+    def stream_only_error(self) -> ConfigurationError | None:
+        """The error a batch read gives with stream-only options, or None."""
+        if not self.stream_only:
+            return None
+        return ConfigurationError(
+            f"{', '.join(self.stream_only)}: bounds a stream's micro-batches; a batch read "
+            "(spark.read) reads its whole range at once: remove it, or bound the read with an "
+            "end position (or ranges)"
+        )
 
     def stream_start(self) -> PositionSpec:
         """Where a new stream starts: the given positions, else the end of the stream.
@@ -554,6 +590,35 @@ def own_to_bound(pos: EventPosition) -> Bound:
     return Bound("enqueued_time", pos.value, True)
 
 
+def _accepted(table: dict[str, tuple[Literal["mapped", "refused"], str]]) -> list[str]:
+    return [key for key, (status, _) in table.items() if status == "mapped"]
+
+
+def accepted_options() -> tuple[str, ...]:
+    """Every option key the source accepts: ours (also in camelCase), the connector's and
+    Kafka's (what a did-you-mean may offer; keys match without case)."""
+    return own_spellings() + tuple(_accepted(CONNECTOR_OPTIONS)) + tuple(_accepted(KAFKA_OPTIONS))
+
+
+_DOCUMENTED = {k.lower(): k for k in (*CONNECTOR_OPTIONS, *KAFKA_OPTIONS)}
+
+
+def documented(key: str) -> str:
+    """An option key as the user wrote it, or as its docs spell it when Spark lower-cased it
+    (Spark hands a data source its options lower-cased): ``failondataloss`` ->
+    ``failOnDataLoss``, ``consumergroup`` -> ``consumerGroup``."""
+    low = key.strip().lower()
+    if key.strip() != low:
+        return key.strip()  # the user's own casing survived
+    if low in _DOCUMENTED:
+        return _DOCUMENTED[low]
+    name = _canonical_option(low)
+    bare = low.removeprefix("eventhubs.")
+    if name is not None and "_" not in bare and bare != name:
+        return low[: len(low) - len(bare)] + camel_case(name)
+    return key.strip()
+
+
 def _bool(text: str, option: str) -> bool:
     low = text.strip().lower()
     if low in ("true", "false"):
@@ -568,7 +633,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     and Kafka's keys are translated or refused (:data:`CONNECTOR_OPTIONS`, :data:`KAFKA_OPTIONS`).
     Secrets never appear in an error.
     """
-    own: dict[str, str] = {}  # canonical name (or the key as given, if unknown) -> value
+    own: dict[str, str] = {}  # canonical name -> value
     given: dict[str, str] = {}  # canonical name -> the key as the user spelled it
     foreign: dict[str, tuple[str, str]] = {}  # lower-cased key -> (key as given, value)
     for key, value in options.items():
@@ -581,11 +646,20 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
                 )
             foreign[low] = (key, value)
             continue
-        name = _canonical_option(key) or key
+        name = _canonical_option(key)
+        if name is None:
+            raise ConfigurationError(
+                f"eventhubs source: unknown option {key!r}; {did_you_mean(key, accepted_options())}"
+                f"valid options: {', '.join(_OPTION_NAMES)}; the "
+                f"connector's: {', '.join(_accepted(CONNECTOR_OPTIONS))}; Kafka's: "
+                f"{', '.join(_accepted(KAFKA_OPTIONS))} (keys are case-insensitive)"
+            )
         if name in own:
             raise ConfigurationError(f"{key}: also given as {given[name]!r}; give one of them")
         own[name] = value
         given[name] = key
+
+    given_foreign = {low: key for low, (key, _) in foreign.items()}
 
     def put(name: str, key: str, value: str) -> None:
         if name in own:
@@ -614,11 +688,13 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     got = foreign.pop("failondataloss", None)
     if got is not None:
         put("on_data_loss", got[0], "fail" if _bool(got[1], got[0]) else "skip")
+        given.pop("on_data_loss")  # its spelling is Kafka's: the hint says failOnDataLoss
     limits = [
         foreign.pop(k)
         for k in ("maxeventspertrigger", "eventhubs.maxeventspertrigger", "maxoffsetspertrigger")
         if k in foreign
     ]
+    stream_only = tuple(documented(key) for key, _ in limits)
     if len(limits) > 1:
         raise ConfigurationError(
             f"{', '.join(g[0] for g in limits)}: the same limit given twice; give one of them"
@@ -641,6 +717,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         hub = entity_path(own["connection_string"])
     specs: dict[str, PositionSpec] = {}
     batch_only: list[str] = []
+    dialect: set[PositionForm] = set()
     for side in ("starting", "ending"):
         own_name = f"{side}_position"
         forms: list[tuple[str, PositionSpec]] = []
@@ -668,7 +745,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         if not forms:
             continue
         if side == "ending":
-            batch_only.extend(k for k, _ in forms)
+            batch_only.extend(documented(k) for k, _ in forms)
         clash = [given[n] for n in (own_name, "ranges", "partition_ids") if n in own]
         if clash:
             raise ConfigurationError(
@@ -680,9 +757,16 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         per_partition: dict[str, Bound] = {}
         for _, s in forms:
             per_partition.update(dict(s.per_partition))
-        specs[side] = PositionSpec(default, tuple(sorted(per_partition.items())))
+        form: PositionForm = "kafka" if kafka is not None else "connector"
+        dialect.add(form)
+        specs[side] = PositionSpec(
+            default,
+            tuple(sorted(per_partition.items())),
+            option=", ".join(documented(k) for k, _ in forms),
+            form=form,
+        )
     assert not foreign, sorted(foreign)  # every accepted foreign key is consumed above
-    batch_only += [given[n] for n in ("ranges", "ending_position") if n in own]
+    batch_only += [documented(given[n]) for n in ("ranges", "ending_position") if n in own]
     if specs and ("ranges" in own or "partition_ids" in own):
         names = ", ".join(given[n] for n in ("ranges", "partition_ids") if n in own)
         raise ConfigurationError(
@@ -690,6 +774,16 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         )
     has_own_start = "starting_position" in own
     read = ReadOptions.from_options(own)
+    if "failondataloss" in given_foreign:
+        hint = f"{documented(given_foreign['failondataloss'])}=false"
+    elif "on_data_loss" in given:
+        hint = f"{documented(given['on_data_loss'])}='skip'"
+    elif dialect or any(k.startswith("eventhubs.") for k in given_foreign):
+        hint = "failOnDataLoss=false"  # the connector's readers skip lost events; Kafka's way
+    else:
+        hint = read.data_loss_hint
+    spellings = tuple((name, documented(key)) for name, key in given.items())
+    read = replace(read, spellings=spellings, data_loss_hint=hint)
     return SourceOptions(
         read=read,
         starts=specs.get("starting"),
@@ -698,4 +792,5 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         max_events_per_trigger=max_events,
         operation_timeout=operation_timeout,
         batch_only=tuple(batch_only),
+        stream_only=stream_only,
     )

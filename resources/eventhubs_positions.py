@@ -25,7 +25,7 @@ from dagster_eventhub_ingest.resources.eventhubs_options import (
 )
 from dagster_eventhub_ingest.resources.hub_client import EventHubClient, PartitionInfo, receive_one
 from dagster_eventhub_ingest.resources.spark_source._options import ReadOptions
-from dagster_eventhub_ingest.resources.spark_source._plan import ReadPlan, plan_read
+from dagster_eventhub_ingest.resources.spark_source._plan import ReadPlan, _resolve_one, plan_read
 from dagster_eventhub_ingest.resources.spark_source._range import PartitionRange
 
 if TYPE_CHECKING:
@@ -201,14 +201,15 @@ def plan_source_read(source: SourceOptions) -> ReadPlan:
                 if source.starts is not None
                 else own_start
             )
+            _check_kafka_start(source.starts, pid, start_bound)
             start = resolve_bound(read, info, start_bound)
             if source.ends is not None:
-                end_excl = resolve_bound(
-                    read, info, source.ends.for_partition(pid, Bound("latest"))
-                )
+                end_bound = source.ends.for_partition(pid, Bound("latest"))
+                end_excl = resolve_bound(read, info, end_bound)
+                _check_end(source.ends, info, end_bound, end_excl)
             else:
                 end_excl = _own_end_exclusive(read, info)
-            end_excl = min(end_excl, info.last_enqueued_sequence_number + 1)
+            _check_order(source, read, info, start, end_excl)
             if end_excl > start:
                 ranges.append(PartitionRange(pid, start, end_excl - 1))
         logger.info(
@@ -228,19 +229,66 @@ def plan_source_read(source: SourceOptions) -> ReadPlan:
     )
 
 
+def _latest_spelling(form: str) -> str:
+    return "-1 (latest)" if form == "kafka" else '{"offset": "@latest"} (the end of the stream)'
+
+
+def _check_kafka_start(spec: PositionSpec | None, pid: str, bound: Bound) -> None:
+    """Kafka refuses ``latest`` as a batch start (it reads nothing); so does this source."""
+    if spec is not None and spec.form == "kafka" and bound.kind == "latest":
+        raise RangeError(
+            f"{spec.option}: partition {pid} starts at 'latest' (-1), which is not a valid start "
+            "for a batch read (as in Kafka): it would read nothing; start at 'earliest' (-2) or "
+            "at a sequence number"
+        )
+
+
+def _check_end(spec: PositionSpec, info: PartitionInfo, bound: Bound, end_excl: int) -> None:
+    """An end past the partition's end is an error, never cut back: a job that takes the end it
+    asked for as its next start would skip the events that arrive meanwhile."""
+    pid, last = info.partition_id, info.last_enqueued_sequence_number
+    next_seq = last + 1
+    past = end_excl > next_seq
+    if bound.kind == "offset" and isinstance(bound.value, str) and bound.value.isdigit():
+        newest = info.last_enqueued_offset or ""
+        if newest.isdigit() and int(bound.value) > int(newest):
+            past = True  # the connector would wait for an event at that offset and time out
+    if past:
+        what = "offset" if spec.form == "kafka" else "ending position"
+        raise RangeError(
+            f"{spec.option}: partition {pid} ends at {bound} (exclusive), past its end: its "
+            f"last event is sequence number {last} (offset {info.last_enqueued_offset}); events "
+            f"past it do not exist yet. Give an {what} at most at sequence number {next_seq}, "
+            f"or {_latest_spelling(spec.form)}"
+        )
+
+
+def _check_order(
+    source: SourceOptions, read: ReadOptions, info: PartitionInfo, start: int, end_excl: int
+) -> None:
+    """A start after the end is an error, as in the connector ("The beginning sequence number
+    ... is larger than the ending sequence number") and Kafka ("Beginning offset ... is after the
+    ending offset"); a start at the end reads nothing (nothing new)."""
+    if start <= end_excl:
+        return
+    starting = (
+        source.starts.option if source.starts is not None else read.spelled("starting_position")
+    )
+    ending = source.ends.option if source.ends is not None else read.spelled("ending_position")
+    kafka = (source.starts or source.ends or PositionSpec()).form == "kafka"
+    said = (
+        f"beginning offset {start} is after the ending offset {end_excl}"
+        if kafka
+        else f"the beginning sequence number {start} is larger than the ending sequence number "
+        f"{end_excl}"
+    )
+    raise RangeError(
+        f"{starting} and {ending}: partition {info.partition_id}: {said} (its last event is "
+        f"sequence number {info.last_enqueued_sequence_number}); give an end at or after the "
+        f"start, or start at most at {info.last_enqueued_sequence_number + 1} (nothing new)"
+    )
+
+
 def _own_end_exclusive(read: ReadOptions, info: PartitionInfo) -> int:
     """Our own ``ending_position`` (inclusive forms) as an exclusive sequence number."""
-    pos = read.ending_position
-    last = info.last_enqueued_sequence_number
-    if pos.kind == "latest":
-        return last + 1
-    if pos.kind == "earliest":
-        return info.begin_sequence_number
-    if pos.kind == "sequence_number":
-        assert isinstance(pos.value, int)
-        return pos.value + 1
-    if pos.kind == "enqueued_time":
-        # Ours is exclusive: the first event at or after the time is not read.
-        return resolve_bound(read, info, Bound("enqueued_time", pos.value, True))
-    # An offset end is inclusive: the first event after it is the first one not read.
-    return resolve_bound(read, info, Bound("offset", pos.value, False))
+    return _resolve_one(read, info, read.ending_position, ending=True) + 1

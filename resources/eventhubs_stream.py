@@ -76,17 +76,19 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     """
 
     def __init__(self, source: SourceOptions) -> None:
-        if source.batch_only:
-            raise ConfigurationError(
-                f"{', '.join(source.batch_only)}: a stream has no end; these options apply to "
-                "spark.read only (use .trigger(availableNow=True) to stop at the events there "
-                "are when the query starts)"
-            )
+        # Batch-only options (an end, ranges) are refused by the first call Spark makes, not
+        # here: PySpark's streaming runner reports an error raised while it creates the reader
+        # as an UnboundLocalError of its own.
+        self._refused = source.batch_only_error()
         self.source = source
         self.hub = source.read.settings.eventhub_name
         # Trigger.AvailableNow: the latest offsets when the query started; never read past them.
         self._target: dict[str, int] | None = None
         self._latest: dict[str, int] | None = None
+
+    def _check(self) -> None:
+        if self._refused is not None:
+            raise self._refused
 
     # ---- offsets ---------------------------------------------------------------------------
 
@@ -123,17 +125,20 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def initialOffset(self) -> dict:
         """Where a new query starts: the start positions (default: the end of the stream)."""
+        self._check()
         starts = resolve_start_sequence_numbers(self.source, self._infos())
         logger.info("Event Hub %s: new stream starts at %s", self.hub, starts)
         return self._offset(starts)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``ReadMaxRows(maxEventsPerTrigger)``, or everything available when it is not set."""
+        self._check()
         limit = self.source.max_events_per_trigger
         return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
 
     def prepareForTriggerAvailableNow(self) -> None:
         """Record the end of every partition now; the query stops when it has read up to it."""
+        self._check()
         infos = self._infos()
         self._target = {pid: info.last_enqueued_sequence_number + 1 for pid, info in infos.items()}
         logger.info("Event Hub %s: Trigger.AvailableNow reads up to %s", self.hub, self._target)
@@ -153,6 +158,7 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         ``failOnDataLoss`` (the default) the query fails here; otherwise the batch starts at the
         first retained event and the gap is logged. New partitions start at their first event.
         """
+        self._check()
         begin = self._seqs(start)
         infos = self._infos()
         latest = {pid: info.last_enqueued_sequence_number + 1 for pid, info in infos.items()}
@@ -189,12 +195,12 @@ class EventHubsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             f"sequence numbers [{nxt}, {first_available - 1}] expired before the stream read "
             f"them (the first retained one is {first_available})"
         )
-        if self.source.read.on_data_loss == "fail":
+        read = self.source.read
+        if read.on_data_loss == "fail":
             raise DataLossError(
-                f"{missing}; set failOnDataLoss=false (on_data_loss='skip') to go on from "
-                f"{first_available}"
+                f"{missing}; set {read.data_loss_hint} to go on from {first_available}"
             )
-        logger.warning("%s; skipping them (failOnDataLoss=false)", missing)
+        logger.warning("%s; skipping them (%s)", missing, read.data_loss_hint)
 
     # ---- reading ---------------------------------------------------------------------------
 

@@ -484,18 +484,25 @@ class EventHubClient:
             raise self._unavailable("reading partition properties", exc) from exc
         return HubSnapshot(known, created_ms, {info.partition_id: info for info in infos})
 
-    def check_consumer_group(self, timeout: float = 15.0) -> None:
+    def check_consumer_group(
+        self,
+        timeout: float = 15.0,
+        *,
+        option: str = "eventhub.consumer_group",
+        partition_id: str | None = None,
+    ) -> None:
         """Fail fast with a ConfigurationError if the consumer group does not exist.
 
         Management calls do not name a consumer group; only a receiver does. So this opens one
-        receiver at the end of the first partition and waits until it is attached (or refused).
-        ``$Default`` always exists and is not checked. Inconclusive (no answer in ``timeout``)
-        counts as fine: the read will tell.
+        receiver at the end of ``partition_id`` (default: the first partition) and waits until it
+        is attached (or refused). ``$Default`` always exists and is not checked. Inconclusive
+        (no answer in ``timeout``) counts as fine: the read will tell. The message names the
+        setting as ``option`` (how the caller's user spelled it).
         """
         group = self.settings.consumer_group
         if group.lower() == "$default":
             return
-        pid = self.partition_ids()[0]
+        pid = partition_id if partition_id is not None else self.partition_ids()[0]
         got = receive_one(
             self.settings.consumer_client(retry_total=0),
             pid,
@@ -509,8 +516,8 @@ class EventHubClient:
         if error is not None and _is_not_found(error):
             hub = f"{self.settings.namespace}/{self.settings.eventhub_name}"
             raise ConfigurationError(
-                f"eventhub.consumer_group: {group!r} does not exist in Event Hubs {hub} "
-                f"({_service_message(error)}). Create it on the hub or fix consumer_group."
+                f"{option}: {group!r} does not exist in Event Hubs {hub} "
+                f"({_service_message(error)}). Create it on the hub or fix {option}."
             )
 
     def enqueued_time_of(self, partition_id: str, sequence_number: int) -> datetime | None:

@@ -180,7 +180,7 @@ def test_every_connector_option_is_in_the_docs_table() -> None:
     from pathlib import Path
 
     doc = (Path(__file__).parents[1] / "docs" / "spark_source.md").read_text().lower()
-    missing = [k for k in CONNECTOR_OPTIONS if f"`{k}`" not in doc]
+    missing = [k for k in CONNECTOR_OPTIONS if f"`{k.lower()}`" not in doc]
     assert not missing, f"docs/spark_source.md lacks {missing}"
 
 
@@ -211,7 +211,67 @@ def test_admission_splits_the_limit_by_backlog(
     ],
 )
 def test_a_stream_refuses_end_options(extra: dict[str, str]) -> None:
+    """At the first call Spark makes (PySpark's runner would mask an error raised while the
+    reader is created with an UnboundLocalError of its own)."""
     source = parse_source_options({"eventhubs.connectionString": WITH_ENTITY, **extra})
+    reader = EventHubsStreamReader(source)
+    for call in (reader.initialOffset, reader.getDefaultReadLimit):
+        with pytest.raises(ConfigurationError) as err:
+            call()
+        assert next(iter(extra)) in str(err.value) and "availableNow" in str(err.value)
+
+
+def test_a_batch_read_refuses_stream_only_options() -> None:
+    source = parse_source_options(
+        {"eventhubs.connectionString": WITH_ENTITY, "maxoffsetspertrigger": "10"}
+    )
+    err = source.stream_only_error()
+    assert err is not None and "maxOffsetsPerTrigger: bounds a stream" in str(err)
+    assert parse_source_options({"eventhubs.connectionString": WITH_ENTITY}).stream_only == ()
+
+
+def test_with_offset_and_seqno_the_connector_takes_the_sequence_number() -> None:
+    """EventHubsClient.translate reads seqNo first: a seqNo >= 0 wins over offset."""
+    both = {"offset": "4096", "seqNo": 12, "enqueuedTime": None, "isInclusive": True}
+    assert parse_event_position(both, "eventhubs.startingPosition") == Bound("sequence_number", 12)
+    unused = {"offset": "4096", "seqNo": -1}
+    assert parse_event_position(unused, "eventhubs.startingPosition") == Bound(
+        "offset", "4096", True
+    )
+
+
+@pytest.mark.parametrize(
+    ("typo", "suggestion"),
+    [
+        ("startingPositon", "startingPosition"),
+        ("failondatalos", "failOnDataLoss"),
+        ("eventhubs.consumergrup", "eventhubs.consumerGroup"),
+        ("endingOfsets", "endingOffsets"),
+        ("max_readers_per_partitions", "max_readers_per_partition"),
+    ],
+)
+def test_an_unknown_option_gets_a_did_you_mean_over_every_accepted_spelling(
+    typo: str, suggestion: str
+) -> None:
     with pytest.raises(ConfigurationError) as err:
-        EventHubsStreamReader(source)
-    assert next(iter(extra)) in str(err.value) and "availableNow" in str(err.value)
+        parse_source_options({"eventhubs.connectionString": WITH_ENTITY, typo: "x"})
+    message = str(err.value)
+    assert f"unknown option {typo!r}; did you mean {suggestion!r}?" in message
+    for listed in ("starting_position", "eventhubs.startingPositions", "failOnDataLoss"):
+        assert listed in message
+
+
+@pytest.mark.parametrize(
+    ("options", "hint"),
+    [
+        ({}, "on_data_loss='skip'"),
+        ({"ondataloss": "fail"}, "onDataLoss='skip'"),
+        ({"failondataloss": "true"}, "failOnDataLoss=false"),
+        ({"startingoffsets": "earliest"}, "failOnDataLoss=false"),
+        ({"eventhubs.startingposition": '{"offset": "-1"}'}, "failOnDataLoss=false"),
+    ],
+)
+def test_the_data_loss_hint_speaks_the_users_dialect(options: dict[str, str], hint: str) -> None:
+    """Spark hands the options over lower-cased: the hint spells them as their docs do."""
+    source = parse_source_options({"connection_string": WITH_ENTITY, **options})
+    assert source.read.data_loss_hint == hint

@@ -175,3 +175,19 @@ def test_sigkill_mid_batch_then_restart_lands_every_event_once(
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, timeout=600)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     assert landed(spark, out) == sorted(expected)
+
+
+def test_a_stream_with_an_end_fails_saying_so(
+    spark: SparkSession, make_eventhub: MakeHub, tmp_path: Path
+) -> None:
+    """Not PySpark's ``UnboundLocalError: cannot access local variable 'reader'``: the source
+    refuses the end at the first call Spark makes, and that error is what the query reports."""
+    hub = make_eventhub(partitions=1)
+    hub.send("0", [b"x"] * 3)
+    with pytest.raises(AssertionError) as err:
+        _run_available_now_once(
+            spark, hub, tmp_path / "out", tmp_path / "chk", endingOffsets="latest"
+        )
+    message = str(err.value)
+    assert "ConfigurationError: endingOffsets: a stream has no end" in message
+    assert "UnboundLocalError" not in message

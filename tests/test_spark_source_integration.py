@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -99,11 +100,126 @@ def test_positions_of_every_form(spark: SparkSession, make_eventhub: MakeHub) ->
     # Enqueued time: start inclusive, end exclusive (consecutive windows never overlap).
     iso = lambda t: t.isoformat().replace("+00:00", "Z")  # noqa: E731
     assert read(f"enqueued:{iso(t10)}", f"enqueued:{iso(t20)}") == list(range(10, 20))
-    assert read("seq:25", "seq:1000") == list(range(25, 30))  # the end is clamped to the last
-    assert read("latest", "latest") == []
-    # Offsets that fall between events (or past the end) resolve to the neighbouring events.
+    assert read("latest", "latest") == []  # nothing new
+    assert read("seq:30", "latest") == []  # starts where the partition ends: nothing new
+    # Offsets that fall between events resolve to the neighbouring events.
     between = str(int(ref[7]["offset"]) + 1)
-    assert read(f"offset:{between}", f"offset:{10**12}") == list(range(8, 30))
+    last = ref[29]["offset"]
+    assert read(f"offset:{between}", f"offset:{last}") == list(range(8, 30))
+    # Past the end, or an end before the start: an error saying what to write, never a read
+    # cut back to what exists (a job that stores the end it asked for would skip events).
+    for start, end, said in [
+        ("seq:25", "seq:1000", "ending_position=seq:1000 is past the end of partition 0"),
+        ("seq:31", "latest", "starting_position=seq:31 is past the end of partition 0"),
+        ("seq:3", f"offset:{10**12}", f"ending_position=offset:{10**12} is past the end"),
+        ("seq:20", "seq:10", "ending_position=seq:10 is before starting_position=seq:20"),
+    ]:
+        with pytest.raises(Exception, match="RangeError") as err:
+            read(start, end)
+        assert said in str(err.value), str(err.value)[-600:]
+    # The hint spells the option as the user did (Spark hands it over lower-cased).
+    assert "end at most at seq:29 (inclusive), or use endingPosition=latest" in str(
+        _range_error(spark, hub, starting_position="seq:25", endingPosition="seq:1000")
+    )
+
+
+def _range_error(spark: SparkSession, hub: Any, **options: str) -> BaseException:
+    try:
+        spark_read(spark, hub, **options).count()
+    except Exception as exc:  # Spark wraps the source's RangeError, keeping its message
+        return exc
+    raise AssertionError(f"no error for {options}")
+
+
+def test_connector_and_kafka_ranges_follow_their_own_rules(
+    spark: SparkSession, make_eventhub: MakeHub
+) -> None:
+    """An end past the last event, a start past the end, an end before the start: errors in
+    the form's own words (the connector asserts "beginning sequence number ... is larger than
+    the ending", Kafka "Beginning offset ... is after the ending offset"), never a silent empty
+    or cut-back read; Kafka's 'latest' is no batch start; with offset and seqNo, seqNo wins."""
+    hub = make_eventhub(partitions=2)
+    hub.send("0", [b"a"] * 10)
+    hub.send("1", [b"b"] * 10)
+
+    def pos(**fields: Any) -> str:
+        return json.dumps({"offset": None, "seqNo": -1, "enqueuedTime": None, **fields})
+
+    cases: list[tuple[dict[str, str], str]] = [
+        (
+            {"eventhubs.startingPosition": pos(seqNo=0), "eventhubs.endingPosition": pos(seqNo=50)},
+            "eventhubs.endingPosition: partition 0 ends at sequence_number 50 (exclusive), past "
+            "its end",
+        ),
+        (
+            {"eventhubs.startingPosition": pos(seqNo=12)},
+            "the beginning sequence number 12 is larger than the ending sequence number 10",
+        ),
+        (
+            {"eventhubs.startingPosition": pos(seqNo=6), "eventhubs.endingPosition": pos(seqNo=4)},
+            "the beginning sequence number 6 is larger than the ending sequence number 4",
+        ),
+        (
+            {"startingOffsets": "earliest", "endingOffsets": json.dumps({"0": 11, "1": -1})},
+            "endingOffsets: partition 0 ends at sequence_number 11 (exclusive), past its end",
+        ),
+        (
+            {
+                "startingOffsets": json.dumps({"0": 7, "1": -2}),
+                "endingOffsets": json.dumps({"0": 5, "1": -1}),
+            },
+            "beginning offset 7 is after the ending offset 5",
+        ),
+        ({"startingOffsets": "latest"}, "not a valid start for a batch read (as in Kafka)"),
+    ]
+    base = {"connection_string": hub.connection_string, "eventhub_name": hub.name}
+    for options, said in cases:
+        with pytest.raises(Exception, match="RangeError") as err:
+            spark.read.format("eventhubs").options(**base, **options).load().count()
+        assert said in str(err.value), (options, str(err.value)[-800:])
+    # Not errors: an end at the last event + 1 (exclusive), a start at the end (nothing new).
+    fine = spark.read.format("eventhubs").options(
+        **base,
+        startingOffsets=json.dumps({"0": 10, "1": 8}),
+        endingOffsets=json.dumps({"0": 10, "1": 10}),
+    )
+    assert seqs(fine.load()) == [("1", 8), ("1", 9)]
+    both = spark.read.format("eventhubs").options(
+        **base,
+        **{
+            "eventhubs.startingPosition": pos(seqNo=8, offset="0"),  # seqNo wins: translate
+            "eventhubs.endingPosition": pos(offset="@latest"),
+        },
+    )
+    assert seqs(both.load()) == [("0", 8), ("0", 9), ("1", 8), ("1", 9)]
+
+
+def test_errors_speak_the_users_dialect(spark: SparkSession, make_eventhub: MakeHub) -> None:
+    """An unknown consumer group fails load() as a configuration error naming the option as
+    written; a stream given an end says so, not PySpark's UnboundLocalError; a batch read with
+    maxEventsPerTrigger is refused; a Kafka user's data-loss hint is failOnDataLoss=false."""
+    hub = make_eventhub(partitions=1, retention_seconds=1)
+    hub.send("0", [b"old"] * 3)
+    base = {"connection_string": hub.connection_string, "eventhub_name": hub.name}
+    started = time.monotonic()
+    with pytest.raises(Exception) as err:
+        spark.read.format("eventhubs").options(**base, **{"eventhubs.consumerGroup": "nope"}).load()
+    assert "ConfigurationError" in str(err.value)
+    assert "eventhubs.consumerGroup: 'nope' does not exist" in str(err.value)
+    assert time.monotonic() - started < 12
+
+    with pytest.raises(Exception) as err:
+        spark.read.format("eventhubs").options(**base, maxEventsPerTrigger="5").load().count()
+    assert "maxEventsPerTrigger: bounds a stream's micro-batches" in str(err.value)
+
+    time.sleep(1.5)
+    hub.send("0", [b"new"] * 2)  # retention moved past sequence numbers 0-2
+    with pytest.raises(Exception) as err:
+        spark.read.format("eventhubs").options(
+            **base, startingOffsets=json.dumps({"0": 0}), endingOffsets="latest"
+        ).load().count()
+    assert "DataLossError" in str(err.value) and "set failOnDataLoss=false" in str(err.value)
+    assert "on_data_loss" not in str(err.value)
 
 
 def test_positions_on_selected_partitions(spark: SparkSession, make_eventhub: MakeHub) -> None:

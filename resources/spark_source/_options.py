@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagster_eventhub_ingest.resources.errors import ConfigurationError, RangeError
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, RangeError, did_you_mean
 from dagster_eventhub_ingest.resources.limits import (
     DEFAULT_PREFETCH,
     DEFAULT_READERS_PER_PARTITION,
@@ -96,6 +96,16 @@ class ReadOptions:
     #: (``dagster_eventhub_ingest.resources.spark_source._stats``); set by the ingestion run, None
     #: for other reads.
     read_stats: int | None = None
+    #: Options as the user spelled them, where that is not their name here (name -> as given):
+    #: messages speak the user's words. Presentation only.
+    spellings: tuple[tuple[str, str], ...] = field(default=(), repr=False, compare=False)
+    #: What to set to read on past lost events, as the user would write it (a Kafka user reads
+    #: ``failOnDataLoss=false``).
+    data_loss_hint: str = field(default="on_data_loss='skip'", repr=False, compare=False)
+
+    def spelled(self, name: str) -> str:
+        """The option ``name`` as the user wrote it (its own name if not given otherwise)."""
+        return dict(self.spellings).get(name, name)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.receive_timeout, int | float) and self.receive_timeout > 0):
@@ -142,14 +152,19 @@ class ReadOptions:
         accepted. Secrets never appear in errors.
         """
         opts: dict[str, str] = {}
+        spellings: dict[str, str] = {}
         for key, value in options.items():
             name = _canonical_option(key)
             if name is None:
                 raise ConfigurationError(
-                    f"eventhubs source: unknown option {key!r}; valid options: "
+                    f"eventhubs source: unknown option {key!r}; "
+                    + did_you_mean(key, own_spellings())
+                    + "valid options: "
                     + ", ".join(_OPTION_NAMES)
                 )
             opts[name] = value
+            if key != name:
+                spellings[name] = key
         if "eventhub_name" not in opts and "connection_string" not in opts:
             raise ConfigurationError(
                 "eventhub_name: required (the Event Hub to read), e.g. "
@@ -181,7 +196,9 @@ class ReadOptions:
                 ) from None
         settings = EventHubSettings(**settings_kwargs)
 
-        kwargs: dict[str, Any] = {"settings": settings}
+        kwargs: dict[str, Any] = {"settings": settings, "spellings": tuple(spellings.items())}
+        if "on_data_loss" in spellings:
+            kwargs["data_loss_hint"] = f"{spellings['on_data_loss']}='skip'"
         if "ranges" in opts:
             if "starting_position" in opts or "ending_position" in opts:
                 raise ConfigurationError(
@@ -252,6 +269,17 @@ class ReadOptions:
             if self.partition_ids is not None:
                 out["partition_ids"] = ",".join(self.partition_ids)
         return out
+
+
+def camel_case(name: str) -> str:
+    """``starting_position`` -> ``startingPosition``."""
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def own_spellings() -> tuple[str, ...]:
+    """The project's option names, also in camelCase (what a did-you-mean may offer)."""
+    return _OPTION_NAMES + tuple(camel_case(n) for n in _OPTION_NAMES if "_" in n)
 
 
 def _canonical_option(key: str) -> str | None:

@@ -47,6 +47,7 @@ def input_partitions(
             on_data_loss=options.on_data_loss,
             progress=options.progress,
             read_stats=options.read_stats,
+            data_loss_hint=options.data_loss_hint,
         )
         for rng in ranges
         for sub in split_range(
@@ -203,8 +204,8 @@ def _check_retained(
     )
     if options.on_data_loss == "fail":
         raise DataLossError(
-            f"{reason}; read from {first} instead, or set on_data_loss='skip' to read what is "
-            "left and report the gap"
+            f"{reason}; read from {first} instead, or set {options.data_loss_hint} to read what "
+            "is left and report the gap"
         )
     logger.warning(
         "Event Hub %s consumer group %s partition %s: skipping lost range: %s",
@@ -222,10 +223,35 @@ def _check_retained(
 def _resolve_positions(options: ReadOptions, info: PartitionInfo) -> PartitionRange | None:
     start = _resolve_one(options, info, options.starting_position, ending=False)
     end = _resolve_one(options, info, options.ending_position, ending=True)
-    end = min(end, info.last_enqueued_sequence_number)
+    if end < start - 1:
+        raise RangeError(
+            f"{options.spelled('ending_position')}={options.ending_position} is before "
+            f"{options.spelled('starting_position')}={options.starting_position} in partition "
+            f"{info.partition_id} (they resolve to sequence numbers {end} and {start}); give an "
+            "end at or after the start"
+        )
     if end < start:
-        return None
+        return None  # the start is where the partition ends: nothing new
     return PartitionRange(info.partition_id, start, end)
+
+
+def _past_the_end(
+    options: ReadOptions, info: PartitionInfo, pos: EventPosition, *, ending: bool
+) -> RangeError:
+    """A position after the partition's last event: an error, never a cut-back or empty read
+    (a job that takes the end it asked for as its next start would skip what arrives)."""
+    last = info.last_enqueued_sequence_number
+    name = options.spelled("ending_position" if ending else "starting_position")
+    fix = (
+        f"end at most at seq:{last} (inclusive), or use {name}=latest"
+        if ending
+        else f"start at most at seq:{last + 1} (nothing new yet), or use {name}=latest"
+    )
+    return RangeError(
+        f"{name}={pos} is past the end of partition {info.partition_id}: its last event is "
+        f"sequence number {last} (offset {info.last_enqueued_offset}) and events past it do not "
+        f"exist yet; {fix}"
+    )
 
 
 def _resolve_one(
@@ -235,6 +261,7 @@ def _resolve_one(
     *,
     ending: bool,
 ) -> int:
+    """The sequence number of ``pos``: a start's first event, an end's last event (inclusive)."""
     last = info.last_enqueued_sequence_number
     if pos.kind == "earliest":
         return info.begin_sequence_number if not ending else info.begin_sequence_number - 1
@@ -242,7 +269,11 @@ def _resolve_one(
         return last if ending else last + 1
     if pos.kind == "sequence_number":
         assert isinstance(pos.value, int)
+        if pos.value > (last if ending else last + 1):
+            raise _past_the_end(options, info, pos, ending=ending)
         return pos.value
+    if pos.kind == "offset" and info.is_empty:
+        raise _past_the_end(options, info, pos, ending=ending)
     if info.is_empty:
         return last if ending else last + 1
     if pos.kind == "enqueued_time":
@@ -260,10 +291,10 @@ def _resolve_one(
         return last
     numeric = pos.value.isdigit() and newest_offset.isdigit()
     if numeric and int(pos.value) > int(newest_offset):
-        return last if ending else last + 1
+        raise _past_the_end(options, info, pos, ending=ending)
     probe = _probe(options, info.partition_id, pos.value)
     if probe is None:
-        return last if ending else last + 1
+        raise _past_the_end(options, info, pos, ending=ending)
     seq, offset = probe
     if ending:
         # Inclusive: the event at this offset, or the last one before it if the offset lies

@@ -66,6 +66,7 @@ class EventHubsInputPartition(InputPartition):
         on_data_loss: OnDataLoss,
         progress: ProgressTarget | None = None,
         read_stats: int | None = None,
+        data_loss_hint: str = "on_data_loss='skip'",
     ) -> None:
         super().__init__(rng)
         self.settings = settings
@@ -75,6 +76,7 @@ class EventHubsInputPartition(InputPartition):
         self.on_data_loss = on_data_loss
         self.progress = progress
         self.read_stats = read_stats
+        self.data_loss_hint = data_loss_hint
 
     def __repr__(self) -> str:
         # The settings hold a secret; the repr shows where, never how to authenticate.
@@ -104,6 +106,7 @@ def read_input_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
         on_data_loss=partition.on_data_loss,
         progress=getattr(partition, "progress", None),
         on_done=on_done,
+        data_loss_hint=getattr(partition, "data_loss_hint", "on_data_loss='skip'"),
     )
 
 
@@ -118,6 +121,7 @@ def read_range(
     batch_bytes: int = _BATCH_BYTES,
     progress: ProgressTarget | None = None,
     on_done: Callable[[SubRangeStats], None] | None = None,
+    data_loss_hint: str = "on_data_loss='skip'",
 ) -> Iterator[pa.RecordBatch]:
     """Receive exactly the events of ``rng`` and yield them as Arrow record batches.
 
@@ -159,7 +163,7 @@ def read_range(
         if on_data_loss == "fail":
             raise DataLossError(
                 f"{where}: {missing} (expired by retention or a gap in the partition); "
-                "set on_data_loss='skip' to read what is left"
+                f"set {data_loss_hint} to read what is left"
             )
         logger.warning(
             "Event Hub %s consumer group %s partition %s: skipping: %s",

@@ -19,6 +19,7 @@ from dagster_eventhub_ingest.resources.errors import (
     EventHubUnavailableError,
     RangeError,
 )
+from dagster_eventhub_ingest.resources.hub_client import EventHubClient
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
 from dagster_eventhub_ingest.resources.spark_source._options import ReadOptions
 from dagster_eventhub_ingest.resources.spark_source._plan import ReadPlan
@@ -77,6 +78,21 @@ class EventHubsDataSource(DataSource):
                 if self.source.batch_only:
                     raise
                 self.plan_error = exc
+        if parsed.known_bounds is None and not isinstance(
+            self.plan_error, EventHubUnavailableError
+        ):
+            # Management calls do not name the consumer group; a receiver does, minutes later
+            # and on an executor. One receiver here says now (unless the ingestion run, which
+            # passes known_bounds, checked it already).
+            first = self.plan.ranges[0].partition_id if self.plan.ranges else None
+            try:
+                EventHubClient(parsed.settings, retry_total=None).check_consumer_group(
+                    option=parsed.spelled("consumer_group"), partition_id=first
+                )
+            except EventHubUnavailableError as exc:
+                if self.source.batch_only:
+                    raise
+                self.plan_error = exc
         # Drop the raw options: the plan holds everything, and they hold the secret twice.
         self.options = {}
 
@@ -91,6 +107,9 @@ class EventHubsDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A reader over the ranges resolved at creation."""
+        refused = self.source.stream_only_error()
+        if refused is not None:
+            raise refused
         if self.plan_error is not None:
             raise self.plan_error
         return EventHubsReader(self.plan)
