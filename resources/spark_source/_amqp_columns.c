@@ -5,20 +5,24 @@
  * scan() walks the AMQP frames whole in a receive buffer, from `start`, while each one is a
  * plain transfer of the pull's link: a transfer performative of 11 fields on the link's channel
  * and handle, with a delivery id and tag, not `more`, not aborted, no delivery state; a message
- * of data sections, message annotations, properties, application properties, and at most a
- * header, delivery annotations and a footer (skipped, as the Python path skips them). The five
- * annotations with columns must be of the types Event Hubs sends; every other annotation, every
- * message property set and every application property becomes a map entry written as the
- * Python path's `_text` writes it: strings, symbols and binaries as their UTF-8 text, integers
- * and timestamps in decimal, booleans as True/False, UUIDs in their canonical form. Floats,
- * lists, maps, described values, duplicate keys, an amqp-sequence or amqp-value body: the
- * scan stops before that frame, and the Python path decodes it. For every frame it took it
- * adds the delivery tag to the link's set and lays its row out in Arrow's buffers: the caller
- * does the link's and session's counting for the whole run. Nothing here allocates a Python
- * object per event but the tag.
+ * of one or more data sections, message annotations, properties, application properties, and at
+ * most a header, delivery annotations and a footer (skipped, as the Python path skips them).
+ * The annotations with columns must be of the types Event Hubs sends; every other annotation
+ * (x-opt-partition-key and x-opt-publisher too), every message property set and every
+ * application property becomes a map entry whose key and value are written as
+ * resources/spark_source/_values.py `text` writes them, the connector's texts: strings and
+ * symbols as they are, binaries as JSON arrays of signed bytes, integers and decimal bits in
+ * decimal, booleans true/false, floats and doubles as Java's Double.toString, timestamps as
+ * json4s's quoted dates (the message properties' two times in milliseconds), UUIDs in their
+ * canonical form, chars as themselves, null as "null". Lists, maps, arrays, described values,
+ * strings that are not UTF-8, subnormal doubles, dates before 1582-10-15, keys that are not
+ * strings, integers, booleans or null, a message with no data section, an amqp-sequence or
+ * amqp-value body: the scan stops before that frame, and the Python path (_message.py) decodes
+ * it. For every frame it took it adds the delivery tag to the link's set and lays its row out
+ * in Arrow's buffers: the caller does the link's and session's counting for the whole run.
+ * Nothing here allocates a Python object per event but the tag.
  *
- * Strings are checked to be UTF-8 (the Python path would replace bad bytes: such a frame is
- * left to it); every read is bounded by the frame, every frame by the buffer's filled part.
+ * Every read is bounded by the frame, every frame by the buffer's filled part.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
