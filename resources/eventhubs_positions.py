@@ -23,10 +23,11 @@ from dagster_eventhub_ingest.resources.eventhubs_options import (
     SourceOptions,
     own_to_bound,
 )
-from dagster_eventhub_ingest.resources.hub_client import EventHubClient, PartitionInfo, receive_one
+from dagster_eventhub_ingest.resources.hub_client import EventHubClient, PartitionInfo
 from dagster_eventhub_ingest.resources.spark_source._options import ReadOptions
 from dagster_eventhub_ingest.resources.spark_source._plan import ReadPlan, _resolve_one, plan_read
 from dagster_eventhub_ingest.resources.spark_source._range import PartitionRange
+from dagster_eventhub_ingest.resources.spark_source._receiver import first_event_at
 
 if TYPE_CHECKING:
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
@@ -80,19 +81,14 @@ def _first_sequence_number_at(
     wait_seconds: float,
 ) -> int:
     """Sequence number of the first event at (or after) ``position``; known to exist."""
-    got = receive_one(
-        settings.consumer_client(),
-        partition_id,
-        position,
-        wait_seconds=wait_seconds,
-        inclusive=inclusive,
+    got = first_event_at(
+        settings, partition_id, position, inclusive=inclusive, wait_seconds=wait_seconds
     )
-    if got.event is not None:
-        return int(got.event.sequence_number)
-    detail = f": {type(got.error).__name__}" if got.error is not None else ""
+    if got is not None:
+        return got[0]
     raise EventHubUnavailableError(
         f"Event Hub {settings.eventhub_name!r} partition {partition_id}: no event received at "
-        f"position {position!s} within {wait_seconds:g}s (receive_timeout){detail}"
+        f"position {position!s} within {wait_seconds:g}s (receive_timeout)"
     )
 
 

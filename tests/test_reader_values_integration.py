@@ -237,3 +237,36 @@ def test_golden_names_are_unique() -> None:
     names = [g.name for g in CORPUS]
     assert len(names) == len(set(names))
     assert all(isinstance(g, Golden) for g in CORPUS)
+
+
+def test_a_position_at_any_event_resolves(corpus_hub: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offsets are resolved by receiving the event there, decoded as a read decodes it: an
+    event pyamqp cannot decode (a char, a decimal32) does not fail the planning either."""
+    import json
+
+    from dagster_eventhub_ingest.resources.eventhubs_options import parse_source_options
+    from dagster_eventhub_ingest.resources.eventhubs_positions import plan_source_read
+    from dagster_eventhub_ingest.resources.spark_source import EventPosition, ReadOptions, plan_read
+
+    target = next(i for i, g in enumerate(CORPUS) if g.name == "types only other clients send")
+    offset = _read(monkeypatch, "0", corpus_hub)[target]["offset"]
+    own = plan_read(
+        ReadOptions(
+            settings=corpus_hub.settings(),
+            starting_position=EventPosition.parse(f"offset:{offset}", "starting_position"),
+            ending_position=EventPosition.parse(f"offset:{offset}", "ending_position"),
+            partition_ids=("0",),
+        )
+    )
+    assert [(r.start, r.end) for r in own.ranges] == [(target, target)]
+    connector = plan_source_read(
+        parse_source_options(
+            {
+                "connection_string": corpus_hub.connection_string,
+                "eventhub_name": corpus_hub.name,
+                "eventhubs.startingPosition": json.dumps({"offset": offset, "seqNo": -1}),
+                "eventhubs.endingPosition": json.dumps({"offset": "@latest", "seqNo": -1}),
+            }
+        )
+    )
+    assert [(r.partition_id, r.start) for r in connector.ranges] == [("0", target)]

@@ -12,7 +12,6 @@ from dagster_eventhub_ingest.resources.errors import DataLossError, RangeError
 from dagster_eventhub_ingest.resources.hub_client import EventHubClient, PartitionInfo
 from dagster_eventhub_ingest.resources.ranges import SeqRange
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
-from dagster_eventhub_ingest.resources.spark_source._message import _OFFSET, _SEQ
 from dagster_eventhub_ingest.resources.spark_source._options import ReadOptions
 from dagster_eventhub_ingest.resources.spark_source._position import EventPosition
 from dagster_eventhub_ingest.resources.spark_source._range import (
@@ -21,8 +20,7 @@ from dagster_eventhub_ingest.resources.spark_source._range import (
     split_range,
 )
 from dagster_eventhub_ingest.resources.spark_source._read import EventHubsInputPartition
-from dagster_eventhub_ingest.resources.spark_source._receiver import _BatchReceiver
-from dagster_eventhub_ingest.resources.spark_source._values import text_of
+from dagster_eventhub_ingest.resources.spark_source._receiver import first_event_at
 
 if TYPE_CHECKING:
     from azure.eventhub import EventHubConsumerClient
@@ -309,20 +307,10 @@ def _probe(
     position: str | datetime,
 ) -> tuple[int, str] | None:
     """Sequence number and offset of the first event at or after ``position``, or None."""
-    # A receiver has its own client (connection); the planning client keeps serving management.
-    receiver = _BatchReceiver(
+    return first_event_at(
         options.settings,
         partition_id,
-        starting_position=position,
-        prefetch=1,
-        max_batch_size=1,
+        position,
+        inclusive=True,
         wait_seconds=min(options.receive_timeout, 10.0),
     )
-    with receiver:
-        for events in receiver:
-            if not events:
-                return None
-            ann = events[0].raw_amqp_message.annotations or {}
-            offset = ann.get(_OFFSET)
-            return int(ann[_SEQ]), "" if offset is None else text_of(offset)
-    return None

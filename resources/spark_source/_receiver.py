@@ -24,7 +24,8 @@ from dagster_eventhub_ingest.resources.spark_source._amqp import (
     raw_transfers,
 )
 from dagster_eventhub_ingest.resources.spark_source._events import ColumnRows
-from dagster_eventhub_ingest.resources.spark_source._message import _SEQ, Event
+from dagster_eventhub_ingest.resources.spark_source._message import _OFFSET, _SEQ, Event
+from dagster_eventhub_ingest.resources.spark_source._values import text_of
 
 if TYPE_CHECKING:
     from azure.eventhub import EventData
@@ -95,6 +96,7 @@ class _BatchReceiver(_Closable):
         prefetch: int,
         max_batch_size: int,
         wait_seconds: float,
+        inclusive: bool = True,
     ) -> None:
         self._settings = settings
         self._partition_id = partition_id
@@ -109,6 +111,7 @@ class _BatchReceiver(_Closable):
                 "starting_position": starting_position,
                 "prefetch": prefetch,
                 "max_batch_size": max_batch_size,
+                "inclusive": inclusive,
             },
             name=f"eventhubs-receive-{partition_id}",
             daemon=True,
@@ -143,7 +146,7 @@ class _BatchReceiver(_Closable):
                 on_batch,
                 partition_id=self._partition_id,
                 starting_position=kwargs["starting_position"],
-                starting_position_inclusive=True,
+                starting_position_inclusive=kwargs["inclusive"],
                 max_batch_size=kwargs["max_batch_size"],
                 # No SDK wait: with one it holds a partial batch back until the wait is over
                 # (the tail of every range would cost a full receive_timeout). The queue's
@@ -220,18 +223,22 @@ class _PartitionPull(_Closable):
         settings: EventHubSettings,
         partition_id: str,
         *,
-        starting_position: int,
+        starting_position: int | str | datetime,
         prefetch: int,
         wait_seconds: float,
         end: int | None = None,
         columns: bool = False,
+        inclusive: bool = True,
     ) -> None:
         self._settings = settings
         self._columns = columns
         self._partition_id = partition_id
         self._wait = wait_seconds
         self._prefetch = prefetch
-        self._next = starting_position
+        # Where a reconnect resumes: the start until an event arrived, then the sequence number
+        # after the last one seen (inclusive).
+        self._next: int | str | datetime = starting_position
+        self._inclusive = inclusive
         self._end = end
         self._client = settings.consumer_client()
         self._consumer = self._client._create_consumer(
@@ -240,7 +247,7 @@ class _PartitionPull(_Closable):
             starting_position,
             on_event_received=_ignore,
             prefetch=prefetch,
-            event_position_inclusive=True,
+            event_position_inclusive=inclusive,
         )
         self._closed = False
         install_decoder()
@@ -290,7 +297,7 @@ class _PartitionPull(_Closable):
                 # caller is (inclusive), the SDK's policy deciding what can be retried.
                 consumer._amqp_transport.check_link_stolen(consumer, exc)
                 consumer._offset = self._next
-                consumer._offset_inclusive = True
+                consumer._offset_inclusive = self._inclusive
                 try:
                     last_exception = consumer._handle_exception(exc, is_consumer=True)
                 except Exception as final:  # not retryable (the SDK raised it again)
@@ -312,7 +319,9 @@ class _PartitionPull(_Closable):
                 messages = [take() for _ in range(len(buffer))]
                 seq = self.sequence_number(messages[-1])
                 if seq is not None:
-                    self._next = max(self._next, seq + 1)
+                    nxt = self._next
+                    self._next = seq + 1 if not isinstance(nxt, int) else max(nxt, seq + 1)
+                    self._inclusive = True
                 retried = 0
                 last = time.monotonic()
                 yield messages
@@ -335,7 +344,7 @@ class _PartitionPull(_Closable):
         link = getattr(handler, "_link", None)
         credit = getattr(link, "current_link_credit", None)
         frames = credit if isinstance(credit, int) and credit > 0 else self._prefetch
-        if self._end is not None:
+        if self._end is not None and isinstance(self._next, int):
             frames = min(frames, self._end - self._next + 1)
         return max(1, frames)
 
@@ -345,6 +354,64 @@ class _PartitionPull(_Closable):
             self._client.close()
         except Exception:  # closing a half-open AMQP link must not mask the real error
             logger.debug("closing the consumer of partition %s failed", self._partition_id)
+
+
+def first_event_at(
+    settings: EventHubSettings,
+    partition_id: str,
+    position: int | str | datetime,
+    *,
+    inclusive: bool,
+    wait_seconds: float,
+) -> tuple[int, str] | None:
+    """Sequence number and offset of the first event at ``position`` (a sequence number, an
+    offset, an enqueued time), or None when none arrives within ``wait_seconds``.
+
+    Received as a read receives (the pull, each message decoded from its bytes), so the event
+    found there cannot fail the look-up, whatever it holds; the SDK's public receive where the
+    pull cannot run.
+    """
+    if not partition_pull_available():
+        receiver = _BatchReceiver(
+            settings,
+            partition_id,
+            starting_position=position,
+            prefetch=1,
+            max_batch_size=1,
+            wait_seconds=wait_seconds,
+            inclusive=inclusive,
+        )
+        with receiver:
+            for events in receiver:
+                if not events:
+                    return None
+                seq = events[0].sequence_number
+                if seq is not None:
+                    return int(seq), str(events[0].offset)
+        return None
+    pull = _PartitionPull(
+        settings,
+        partition_id,
+        starting_position=position,
+        prefetch=1,
+        wait_seconds=wait_seconds,
+        inclusive=inclusive,
+    )
+    with pull:
+        for messages in pull:
+            if not messages:
+                return None
+            first = messages[0]
+            seq = pull.sequence_number(first)
+            if seq is None:
+                continue
+            if type(first) is Event:
+                offset = first.offset
+            else:
+                raw = (first.message_annotations or {}).get(_OFFSET)
+                offset = None if raw is None else text_of(raw)
+            return seq, offset or ""
+    return None
 
 
 def _ignore(*_args: Any) -> None:
