@@ -41,6 +41,7 @@ def events(
             f"key-{seq % 3}",
             {"n": str(seq)},
             {},
+            None,
         )
         for pid, (start, end) in ranges.items()
         for seq in range(start, end + 1)
@@ -671,7 +672,18 @@ def test_parquet_writes_the_per_event_columns_without_a_dictionary(
     control, shows) tell that apart; the other columns keep their dictionary."""
     ranges = {"0": (0, 9)}
     rows = [
-        (b"same body", "0", str(seq * 100), seq, T0 + timedelta(seconds=seq), None, "k", {}, {})
+        (
+            b"same body",
+            "0",
+            str(seq * 100),
+            seq,
+            T0 + timedelta(seconds=seq),
+            None,
+            "k",
+            {},
+            {},
+            None,
+        )
         for seq in list(range(10)) * 300
     ]
     df = spark.createDataFrame(rows, eventhubs_schema()).repartition(2)
@@ -701,7 +713,18 @@ def test_parquet_bodies_carry_no_statistics_and_times_are_microsecond_timestamps
     ranges = {"0": (0, 99)}
     times = [T0 + timedelta(seconds=seq, microseconds=seq * 7) for seq in range(100)]
     rows = [
-        (f"body {seq:03d}".encode() * 40, "0", str(seq * 100), seq, times[seq], None, "k", {}, {})
+        (
+            f"body {seq:03d}".encode() * 40,
+            "0",
+            str(seq * 100),
+            seq,
+            times[seq],
+            None,
+            "k",
+            {},
+            {},
+            None,
+        )
         for seq in range(100)
     ]
     df = spark.createDataFrame(rows, eventhubs_schema()).repartition(2)
