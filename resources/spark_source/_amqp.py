@@ -18,6 +18,11 @@ bench/read_range_cpu.py; the whole-frame read below then 16.6 -> 14.2; the perfo
   by connection, session and link, the client's and the consumer's callbacks);
   :class:`_TransferListen` does their work inline for a transfer frame whole in the buffer
   (read_range alone, alternated: 16.9 -> 12.7 us per 1 KB event).
+* **Messages.** The pull's messages are never pyamqp's: its decoder cannot tell strings from
+  binaries and fails on chars and decimal32/64. :class:`_TransferListen` and the pull's link
+  (:class:`_RawTransfer`, :func:`raw_transfers`) hand each message over decoded from its bytes
+  by :func:`~dagster_eventhub_ingest.resources.spark_source._message.decode_event`. (The global
+  :func:`decode_payload` serves pyamqp's other receivers in the process, not the pull.)
 
 All stand on pyamqp internals (``SSLTransport._read`` and its ``sock``, the receiver module's
 ``decode_payload`` and the transport module's ``decode_frame`` globals, the ``Message``
@@ -840,9 +845,9 @@ class _TransferListen:
     what they do for a transfer frame already whole in the buffer, in one loop: the session's
     and the link's counters, the delivery tag, the decoded message appended to the consumer's
     buffer, the session's flow when its window is spent, the connection's and the client's
-    last-activity times. The message and its performative are decoded by :func:`_decode` and
-    :func:`_decode_frame` (pyamqp's own on what they leave to it, as :func:`decode_payload` and
-    :func:`decode_frame` do).
+    last-activity times. The performative is decoded by :func:`_decode_frame` (pyamqp's own on
+    what it leaves to it, as :func:`decode_frame` does), the message by
+    :func:`~dagster_eventhub_ingest.resources.spark_source._message.decode_event`.
 
     Everything else is pyamqp's own listen, one frame at a time: the connection's error and
     idle-timeout checks, a frame not wholly buffered (its read refills the buffer; a timeout
