@@ -29,6 +29,7 @@ pytest_plugins = [
     "tests.fixtures.emulator",
     "tests.fixtures.spark",
     "tests.fixtures.dagster",
+    "tests.fixtures.native",
 ]
 
 

@@ -47,17 +47,6 @@ CHANNEL, HANDLE = 5, 1
 SCHEMA = _arrow_schema()
 
 
-@pytest.fixture(scope="module")
-def native() -> Any:
-    """The compiled module (built into this machine's cache on first use; required here)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(_native.NATIVE_ENV, "1")
-        _native.reset_for_tests()
-        module = _native.amqp_columns()
-    _native.reset_for_tests()
-    return module
-
-
 def _typed(kind: str, value: Any) -> dict[str, Any]:
     return {TYPE: kind, VALUE: value}
 

@@ -19,7 +19,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dagster_eventhub_ingest.emulator.framing import transfer_header
-from dagster_eventhub_ingest.resources.spark_source import _native
 from dagster_eventhub_ingest.resources.spark_source._events import ColumnRows, _ArrowBuilder
 from dagster_eventhub_ingest.resources.spark_source._message import decode_event
 from dagster_eventhub_ingest.resources.spark_source._schema import _arrow_schema
@@ -35,17 +34,6 @@ from tests.amqp_corpus import CORPUS, Golden, delivered
 SCHEMA = _arrow_schema()
 CHANNEL, HANDLE = 5, 1
 ENQUEUED_MS = 1_700_000_000_777
-
-
-@pytest.fixture(scope="module")
-def native() -> Any:
-    """The compiled module (built into this machine's cache on first use; required here)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(_native.NATIVE_ENV, "1")
-        _native.reset_for_tests()
-        module = _native.amqp_columns()
-    _native.reset_for_tests()
-    return module
 
 
 def _frame(payload: bytes, delivery_id: int = 0) -> bytes:

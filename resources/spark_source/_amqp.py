@@ -37,11 +37,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import socket
-import struct
 import time
 import uuid
 from typing import Any
 
+from dagster_eventhub_ingest.resources.spark_source import _values
 from dagster_eventhub_ingest.resources.spark_source._events import _MESSAGE_PROPERTIES, ColumnRows
 from dagster_eventhub_ingest.resources.spark_source._message import decode_event
 
@@ -251,14 +251,8 @@ class _FrameReader:
 
 # -- decoding -------------------------------------------------------------------------------------
 
-_I = struct.Struct(">I").unpack_from
-_i = struct.Struct(">i").unpack_from
-_Q = struct.Struct(">Q").unpack_from
-_q = struct.Struct(">q").unpack_from
-_H = struct.Struct(">H").unpack_from
-_h = struct.Struct(">h").unpack_from
-_f = struct.Struct(">f").unpack_from
-_d = struct.Struct(">d").unpack_from
+_I, _i, _Q, _q = _values._u32, _values._i32, _values._u64, _values._i64
+_H, _h, _f, _d = _values._u16, _values._i16, _values._f32, _values._f64
 _UUID = uuid.UUID
 _new = tuple.__new__
 _COMPOSITES = {35: "received", 36: "accepted", 37: "rejected", 38: "released", 39: "modified"}

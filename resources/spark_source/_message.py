@@ -291,33 +291,25 @@ def _annotations(b: bytes, j: int, n: int, ev: Event) -> int:
     return stop
 
 
+def _text(b: bytes, i: int, stop: int) -> tuple[str, int]:
+    """:func:`_values.text`, the usual key or value (a short UTF-8 string) without its calls."""
+    if b[i] == 0xA1:
+        j = i + 2 + b[i + 1]
+        if j <= stop:
+            try:
+                return b[i + 2 : j].decode("utf-8"), j
+            except UnicodeDecodeError:
+                pass
+    return text(b, i, stop)
+
+
 def _application_properties(b: bytes, j: int, n: int, out: list[tuple[str, str]]) -> int:
     if b[j] == 0x40:
         return j + 1
     i, pairs, stop = _map_head(b, j, n)
     for _ in range(pairs):
-        c = b[i]
-        if c == 0xA1:  # the usual key: a short string
-            k = i + 2 + b[i + 1]
-            if k > stop:
-                raise MalformedAMQP("a key runs past its map")
-            try:
-                key = b[i + 2 : k].decode("utf-8")
-            except UnicodeDecodeError:
-                key, k = text(b, i, stop)
-        else:
-            key, k = text(b, i, stop)
-        c = b[k]
-        if c == 0xA1:  # the usual value: a short string
-            i = k + 2 + b[k + 1]
-            if i > stop:
-                raise MalformedAMQP("a value runs past its map")
-            try:
-                value = b[k + 2 : i].decode("utf-8")
-            except UnicodeDecodeError:
-                value, i = text(b, k, stop)
-        else:
-            value, i = text(b, k, stop)
+        key, k = _text(b, i, stop)
+        value, i = _text(b, k, stop)
         out.append((key, value))
     if i != stop:
         raise MalformedAMQP("the application properties do not fill their map")
