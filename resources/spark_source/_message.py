@@ -33,6 +33,7 @@ from typing import Any
 from dagster_eventhub_ingest.resources.spark_source._values import (
     FIXED_WIDTH,
     MalformedAMQP,
+    compound_head,
     skip,
     text,
 )
@@ -211,18 +212,9 @@ def _section(b: bytes, i: int, n: int) -> tuple[int, int]:
 def _map_head(b: bytes, j: int, n: int) -> tuple[int, int, int]:
     """A map (map8, map32) at ``b[j]``: its first key, its count of pairs, where it ends."""
     c = b[j]
-    if c == 0xC1:
-        size, count, first = b[j + 1], b[j + 2], j + 3
-        stop = j + 2 + size
-    elif c == 0xD1:
-        size, count, first = _u32(b, j + 1)[0], _u32(b, j + 5)[0], j + 9
-        stop = j + 5 + size
-        if size < 4:
-            raise MalformedAMQP("a map size below its count field")
-    else:
+    if c != 0xC1 and c != 0xD1:
         raise MalformedAMQP(f"a map section holding constructor 0x{c:02x}")
-    if stop > n or count & 1 or first > stop:
-        raise MalformedAMQP("a malformed map")
+    first, count, stop = compound_head(c, b, j + 1, n)
     return first, count >> 1, stop
 
 
@@ -320,18 +312,11 @@ def _message_properties(b: bytes, j: int, n: int, out: list[tuple[str, str]]) ->
     c = b[j]
     if c == 0x45:
         return j + 1
-    if c == 0xC0:
-        size, count, i = b[j + 1], b[j + 2], j + 3
-        stop = j + 2 + size
-    elif c == 0xD0:
-        size, count, i = _u32(b, j + 1)[0], _u32(b, j + 5)[0], j + 9
-        stop = j + 5 + size
-        if size < 4:
-            raise MalformedAMQP("a list size below its count field")
-    else:
+    if c != 0xC0 and c != 0xD0:
         raise MalformedAMQP(f"a properties section holding constructor 0x{c:02x}")
-    if stop > n or count > len(MESSAGE_PROPERTY_NAMES) or i > stop:
-        raise MalformedAMQP("a malformed properties section")
+    i, count, stop = compound_head(c, b, j + 1, n)
+    if count > len(MESSAGE_PROPERTY_NAMES):
+        raise MalformedAMQP("a properties section of more fields than AMQP's 13")
     for field in range(count):
         c = b[i]
         if c == 0x40:

@@ -279,7 +279,7 @@ def _variable(c: int, b: bytes, i: int, end: int) -> tuple[bytes, int]:
     return b[i:j], j
 
 
-def _compound_head(c: int, b: bytes, i: int, end: int) -> tuple[int, int, int]:
+def compound_head(c: int, b: bytes, i: int, end: int) -> tuple[int, int, int]:
     """A list, map or array header (constructor ``c`` read): the index of its first element
     (for an array: its element constructor), its count and where it must end."""
     if c in (0xC0, 0xC1, 0xE0):
@@ -387,14 +387,14 @@ def _typed_json(c: int, b: bytes, i: int, end: int, depth: int) -> tuple[str, in
         j = skip(b, i, end, depth + 1)
         return json_value(b, j, end, depth + 1)
     if c in (0xC0, 0xD0):
-        first, count, stop = _compound_head(c, b, i, end)
+        first, count, stop = compound_head(c, b, i, end)
         items = []
         for _ in range(count):
             item, first = json_value(b, first, stop, depth + 1)
             items.append(item)
         return "[" + ",".join(items) + "]", _at_end(first, stop)
     if c in (0xC1, 0xD1):
-        first, count, stop = _compound_head(c, b, i, end)
+        first, count, stop = compound_head(c, b, i, end)
         pairs = []
         for _ in range(count // 2):
             key, first = text(b, first, stop, depth + 1)
@@ -402,7 +402,7 @@ def _typed_json(c: int, b: bytes, i: int, end: int, depth: int) -> tuple[str, in
             pairs.append(json_string(key) + ":" + value)
         return "{" + ",".join(pairs) + "}", _at_end(first, stop)
     if c in (0xE0, 0xF0):
-        first, count, stop = _compound_head(c, b, i, end)
+        first, count, stop = compound_head(c, b, i, end)
         if not count:  # pyamqp writes an empty array without its element constructor
             return "[]", stop
         _need(b, first + 1, stop)
