@@ -41,9 +41,18 @@ import time
 import uuid
 from typing import Any
 
-from dagster_eventhub_ingest.resources.spark_source import _values
 from dagster_eventhub_ingest.resources.spark_source._events import _MESSAGE_PROPERTIES, ColumnRows
 from dagster_eventhub_ingest.resources.spark_source._message import decode_event
+from dagster_eventhub_ingest.resources.spark_source._values import (
+    _f32,
+    _f64,
+    _i16,
+    _i32,
+    _i64,
+    _u16,
+    _u32,
+    _u64,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -251,8 +260,8 @@ class _FrameReader:
 
 # -- decoding -------------------------------------------------------------------------------------
 
-_I, _i, _Q, _q = _values._u32, _values._i32, _values._u64, _values._i64
-_H, _h, _f, _d = _values._u16, _values._i16, _values._f32, _values._f64
+_I, _i, _Q, _q = _u32, _i32, _u64, _i64
+_H, _h, _f, _d = _u16, _i16, _f32, _f64
 _UUID = uuid.UUID
 _new = tuple.__new__
 _COMPOSITES = {35: "received", 36: "accepted", 37: "rejected", 38: "released", 39: "modified"}
