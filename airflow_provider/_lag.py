@@ -12,7 +12,7 @@ them over, so the lag a sensor waits on is exactly the lag a run and ``ehingest 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 from dagster_eventhub_ingest.ops.hub import HubClient
 from dagster_eventhub_ingest.ops.status import partition_status
@@ -59,7 +59,7 @@ class _SnapshotBackend:
         self.records = list(records)
 
     def now(self) -> datetime:
-        return datetime.now(UTC)
+        return datetime.now(timezone.utc)
 
     def get(self, name: str) -> BlobRecord | None:
         return next((r for r in self.records if r.name == name), None)

@@ -15,7 +15,7 @@ Which partitions get a materialization, and with what, is :func:`materialization
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from functools import cache
 from typing import Any
 
@@ -190,4 +190,4 @@ def materialization_plan(
 
 
 def _aware(ts: datetime) -> datetime:
-    return ts if ts.tzinfo is not None else ts.replace(tzinfo=UTC)
+    return ts if ts.tzinfo is not None else ts.replace(tzinfo=timezone.utc)

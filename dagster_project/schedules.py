@@ -11,7 +11,7 @@ period): piling more runs on would only make them wait for each other's leases.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 import dagster as dg
 
@@ -106,7 +106,7 @@ def build_ingest_schedule(
                 f"{len(running)} run(s) of an earlier tick still going ({ids}); skipping this "
                 "tick so runs do not pile up"
             )
-        tick_id = (context.scheduled_execution_time or datetime.now(UTC)).isoformat()
+        tick_id = (context.scheduled_execution_time or datetime.now(timezone.utc)).isoformat()
         return [
             dg.RunRequest(
                 run_key=f"{tick_id}#{i}",

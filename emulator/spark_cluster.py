@@ -46,8 +46,10 @@ APP_CONF = {
 # Test runs (scripts/test.sh) start short-lived JVMs with cheaper JIT and GC settings.
 if os.environ.get("EHINGEST_TEST_JAVA_OPTS"):
     APP_CONF["spark.executor.extraJavaOptions"] = os.environ["EHINGEST_TEST_JAVA_OPTS"]
-# Executors need none of these; Spark ships pyspark/py4j to its Python workers itself.
-_PRUNED = ("pyspark", "dagster", "dagster-pyspark", "dagster-dg-cli", "dagster-webserver")
+# Executors need this; Spark ships pyspark/py4j to its Python workers itself.
+_PRUNED = ("pyspark",)
+#: The extras whose libraries executors use (the runtime ones; never Dagster or Airflow).
+_EXTRAS = ("deltalake", "connect")
 
 
 def spark_home() -> Path:
@@ -60,8 +62,8 @@ def spark_home() -> Path:
 def executor_venv(cache: Path | None = None) -> Path:
     """The executors' python: the lock's dependencies without the project, built once per lock.
 
-    ``uv export --no-emit-project`` then ``uv venv`` + ``uv pip install`` (seconds with uv's
-    cache warm). Returns the venv's python.
+    ``uv export --no-emit-project`` (the runtime extras, no Dagster) then ``uv venv`` +
+    ``uv pip install`` (seconds with uv's cache warm). Returns the venv's python.
     """
     lock = (ROOT / "uv.lock").read_bytes()
     key = hashlib.sha256(lock + sys.version.encode()).hexdigest()[:12]
@@ -74,6 +76,7 @@ def executor_venv(cache: Path | None = None) -> Path:
     venv.parent.mkdir(parents=True, exist_ok=True)
     req = venv.parent / f"{venv.name}.txt"
     prune = [arg for name in _PRUNED for arg in ("--prune", name)]
+    extras = [arg for name in _EXTRAS for arg in ("--extra", name)]
     uv = shutil.which("uv") or "uv"
     subprocess.run(
         [
@@ -84,6 +87,7 @@ def executor_venv(cache: Path | None = None) -> Path:
             "--no-dev",
             "--no-hashes",
             "-q",
+            *extras,
             *prune,
             "-o",
             str(req),

@@ -493,7 +493,7 @@ def make_test_certificates(
 
     out = os.fspath(directory)
     os.makedirs(out, exist_ok=True)
-    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    now = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
     later = now + dt.timedelta(days=2)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ehingest emulator test CA")])

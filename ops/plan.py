@@ -127,9 +127,9 @@ def _as_int(raw: str | None) -> int | None:
 
 
 def _ms_iso(ms: int) -> str:
-    from datetime import UTC, datetime
+    from datetime import datetime, timezone
 
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="seconds")
 
 
 def snapshot_bound(

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict, InstanceOf
@@ -390,7 +390,7 @@ class Processor:
     # -- public --------------------------------------------------------------------------------
     def run(self, partition_ids: Sequence[str] | None = None) -> RunReport:
         """Bring ``partition_ids`` (default: all) up to their snapshot bound, exactly once."""
-        started = datetime.now(UTC)
+        started = datetime.now(timezone.utc)
         with self.clock.phase("snapshot"):
             targets, bounds, infos, reports, cps = self._snapshot(partition_ids)
         if not self._resets and all(_satisfied(bounds[p], cps.get(p)) for p in targets):
@@ -548,7 +548,7 @@ class Processor:
 
     def replay(self, spec: ReplaySpec, partition_ids: Sequence[str] | None = None) -> RunReport:
         """Write the ranges of ``spec`` to the sink; leases and checkpoints are not touched."""
-        started = datetime.now(UTC)
+        started = datetime.now(timezone.utc)
         self._preflight()
         if spec.ranges is not None:
             targets = self._targets(list(spec.ranges))
@@ -870,7 +870,7 @@ class Processor:
             generation = self._hub_created
         note = (
             f"reset from {cp.sequence_number if cp else None} to {target} at "
-            f"{datetime.now(UTC).isoformat(timespec='seconds')} by {self.owner_id}: {why}"
+            f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} by {self.owner_id}: {why}"
         )
         updated = keeper.apply(
             pid,
@@ -1075,7 +1075,7 @@ class Processor:
                 self.log.warning(f"could not refresh partition bounds hub={self.hub_desc}")
                 infos = dict(snapshot)
             cps = self.store.list_checkpoints()
-        now = datetime.now(UTC)
+        now = datetime.now(timezone.utc)
         wanted: dict[str, int] = {}
         for pid in targets:
             r, info, cp = reports[pid], infos[pid], cps.get(pid)
@@ -1122,7 +1122,7 @@ class Processor:
             replay=replay,
             cycles=cycles,
             started_at=started,
-            finished_at=datetime.now(UTC),
+            finished_at=datetime.now(timezone.utc),
         )
         self.log.info(
             f"run finished hub={self.hub_desc} owner={self.owner_id} complete={report.complete} "

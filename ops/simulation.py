@@ -33,7 +33,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from dagster_eventhub_ingest.ops.balancing import (
@@ -66,7 +66,7 @@ SCENARIOS = (
     "slow_owner",
     "single_partition",
 )
-EPOCH = datetime(2030, 1, 1, tzinfo=UTC)
+EPOCH = datetime(2030, 1, 1, tzinfo=timezone.utc)
 HUB = HubRef("sim.servicebus.windows.net", "hub", "$default")
 
 Planner = Callable[..., CyclePlan]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from dagster_eventhub_ingest.ops.hub import HubClient
@@ -107,7 +107,7 @@ def partition_status(
         )
     if wanted and lag_seconds:
         times = hub.enqueued_times(wanted)
-        wall = datetime.now(UTC)
+        wall = datetime.now(timezone.utc)
         for row in rows:
             when = times.get(row["partition_id"])
             if when is not None:

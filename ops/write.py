@@ -42,7 +42,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
 
 from pyspark.sql.datasource import (
@@ -990,7 +990,7 @@ def _utc(value: Any) -> datetime | None:
         return None
     if isinstance(value, datetime) and value.tzinfo is None:
         # Spark hands back naive local times; the local sessions run in UTC (see spark_session).
-        return value.astimezone(UTC)
+        return value.astimezone(timezone.utc)
     return value
 
 
@@ -1351,8 +1351,8 @@ def _file_min_max(acc: dict[str, Any], part: pa.Table) -> None:
         col = part.column("enqueuedTime")
         lo, hi = pc.min(col).as_py(), pc.max(col).as_py()
         if lo is not None and hi is not None:
-            lo_s = lo.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-            hi_s = hi.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            lo_s = lo.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            hi_s = hi.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
             mins["enqueuedTime"] = min(mins.get("enqueuedTime", lo_s), lo_s)
             maxs["enqueuedTime"] = max(maxs.get("enqueuedTime", hi_s), hi_s)
 

@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
@@ -422,7 +422,7 @@ class AzureBlobBackend:
                 ) from exc
         with self._lock:
             assert self._offset is not None
-            return datetime.fromtimestamp(time.monotonic() + self._offset, UTC)
+            return datetime.fromtimestamp(time.monotonic() + self._offset, timezone.utc)
 
     # -- BlobBackend ---------------------------------------------------------------------------
     def get(self, name: str) -> BlobRecord | None:

@@ -23,7 +23,7 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, did_you_mean
@@ -36,7 +36,7 @@ from dagster_eventhub_ingest.resources.spark_source._options import (
     camel_case,
     own_spellings,
 )
-from dagster_eventhub_ingest.resources.spark_source._position import EventPosition
+from dagster_eventhub_ingest.resources.spark_source._position import EventPosition, parse_utc
 
 if TYPE_CHECKING:
     pass
@@ -333,15 +333,12 @@ def _parse_time(text: str, option: str) -> datetime:
     raw = text.strip()
     try:
         # "%Y-%m-%dT%H:%M:%S.%fZ" as in the connector's docs; fractions up to microseconds.
-        when = datetime.fromisoformat(raw.replace("Z", "+00:00").replace("z", "+00:00"))
+        return parse_utc(raw)
     except ValueError as exc:
         raise ConfigurationError(
             f"{option}: enqueuedTime {text!r} is not a time; expected 'YYYY-MM-DDTHH:MM:SS.ssssZ' "
             "(UTC)"
         ) from exc
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return when.astimezone(UTC)
 
 
 def parse_event_position(data: Any, option: str) -> Bound:

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from dagster_eventhub_ingest.resources.errors import (
@@ -78,7 +78,7 @@ def utc(value: Any) -> datetime | None:
     """``value`` as an aware UTC datetime (naive ones are UTC); None if it is not a datetime."""
     if not isinstance(value, datetime):
         return None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
 def partition_info_from_properties(pid: str, props: Mapping[str, Any]) -> PartitionInfo:

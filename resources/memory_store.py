@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 from dagster_eventhub_ingest.resources.store import BlobRecord, Clock
 
@@ -19,7 +19,7 @@ __all__ = ["InMemoryBackend"]
 
 
 def _utcnow() -> datetime:
-    return datetime.now(UTC)
+    return datetime.now(timezone.utc)
 
 
 class InMemoryBackend:

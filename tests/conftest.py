@@ -5,6 +5,7 @@ Fixtures per area live in ``tests/fixtures/<area>.py`` and are registered below.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import uuid
 from collections.abc import Iterator
@@ -28,9 +29,11 @@ pytest_plugins = [
     "tests.fixtures.store",
     "tests.fixtures.emulator",
     "tests.fixtures.spark",
-    "tests.fixtures.dagster",
     "tests.fixtures.native",
 ]
+# The Airflow tier's venv has no Dagster (an Airflow install never gets it).
+if importlib.util.find_spec("dagster") is not None:
+    pytest_plugins.append("tests.fixtures.dagster")
 
 
 @pytest.fixture(scope="session")

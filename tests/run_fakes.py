@@ -11,14 +11,14 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from dagster_eventhub_ingest.ops.hub import PartitionInfo
 from dagster_eventhub_ingest.ops.stats import PartitionWriteStats, batch_key
 from dagster_eventhub_ingest.resources.errors import DataLossError, RangeError
 
-T0 = datetime(2024, 1, 1, tzinfo=UTC)
+T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
 
 class FakeHub:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -25,7 +25,7 @@ PIDS = [str(i) for i in range(8)]
 
 class Clock:
     def __init__(self) -> None:
-        self.now = datetime(2030, 1, 1, tzinfo=UTC)
+        self.now = datetime(2030, 1, 1, tzinfo=timezone.utc)
 
     def __call__(self) -> datetime:
         return self.now

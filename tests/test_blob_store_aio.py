@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,7 +22,7 @@ from dagster_eventhub_ingest.resources.store import BlobRecord
 from dagster_eventhub_ingest.resources.store_retry import AsyncStoreRetryPolicy
 
 SETTINGS = StoreSettings(container="leases", connection_string="UseDevelopmentStorage=true")
-WHEN = datetime(2024, 5, 1, tzinfo=UTC)
+WHEN = datetime(2024, 5, 1, tzinfo=timezone.utc)
 
 
 class _AioContainer:

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import dagster as dg
@@ -408,7 +408,7 @@ def test_schedule_launches_k_runs_each_over_every_partition(
     asset, job = _static_job()
     assert asset.partitions_def is not None
     schedule = build_ingest_schedule(job, asset.partitions_def, every_minutes=5, runs=3)
-    tick = datetime(2026, 1, 1, 12, 5, tzinfo=UTC)
+    tick = datetime(2026, 1, 1, 12, 5, tzinfo=timezone.utc)
     ctx = dg.build_schedule_context(instance=dagster_instance, scheduled_execution_time=tick)
     requests = schedule.evaluate_tick(ctx).run_requests
     assert requests is not None and len(requests) == 3
@@ -427,7 +427,7 @@ def test_schedule_skips_a_tick_while_the_previous_ticks_runs_are_going(
     asset, job = _static_job()
     assert asset.partitions_def is not None
     schedule = build_ingest_schedule(job, asset.partitions_def, every_minutes=5, runs=2)
-    tick = datetime(2026, 1, 1, 12, 5, tzinfo=UTC)
+    tick = datetime(2026, 1, 1, 12, 5, tzinfo=timezone.utc)
     other = DagsterRun(job_name=job.name, run_id=str(uuid.uuid4()), tags={})
     dagster_instance.add_run(other.with_status(dg.DagsterRunStatus.STARTED))  # a manual run
     ctx = dg.build_schedule_context(instance=dagster_instance, scheduled_execution_time=tick)
@@ -453,7 +453,7 @@ def test_schedule_over_dynamic_partitions_uses_what_the_instance_knows(
     pdef = asset.partitions_def
     assert isinstance(pdef, dg.DynamicPartitionsDefinition) and pdef.name
     schedule = build_ingest_schedule(build_ingest_job(asset), pdef, every_minutes=1, runs=2)
-    tick = datetime(2026, 1, 1, 12, 5, tzinfo=UTC)
+    tick = datetime(2026, 1, 1, 12, 5, tzinfo=timezone.utc)
     ctx = dg.build_schedule_context(instance=dagster_instance, scheduled_execution_time=tick)
     data = schedule.evaluate_tick(ctx)
     assert not data.run_requests and data.skip_message and "no partitions yet" in data.skip_message

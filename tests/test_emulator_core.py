@@ -15,7 +15,7 @@ from dagster_eventhub_ingest.emulator.testing import EmulatedHub, EmulatorHandle
 
 pytestmark = pytest.mark.integration
 
-UTC = dt.UTC
+UTC = dt.timezone.utc
 MakeHub = Callable[..., EmulatedHub]
 
 

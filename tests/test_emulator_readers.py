@@ -141,7 +141,7 @@ def test_runtime_metrics_when_asked(make_eventhub: MakeHub, readers: list[Reader
     readers += [tracked, plain]
     tracked.wait(lambda: len(tracked.events) == 5)
     plain.wait(lambda: len(plain.events) == 5)
-    now = dt.datetime.now(dt.UTC)
+    now = dt.datetime.now(dt.timezone.utc)
     last = tracked.contexts[-1]
     assert last["sequence_number"] == 4 == props["last_enqueued_sequence_number"]
     assert last["offset"] == props["last_enqueued_offset"] == tracked.events[4].offset

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 
 import pytest
 
@@ -62,7 +62,9 @@ def test_encrypted_connection_string_round_trips() -> None:
         ({"offset": "4096", "seqNo": -1, "isInclusive": False}, Bound("offset", "4096", False)),
         (
             {"offset": None, "seqNo": -1, "enqueuedTime": "2024-05-01T12:00:00.123456Z"},
-            Bound("enqueued_time", datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC), False),
+            Bound(
+                "enqueued_time", datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=timezone.utc), False
+            ),
         ),
     ],
 )

@@ -5,7 +5,7 @@ classified."""
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -40,7 +40,7 @@ def test_properties_of_a_partition_with_events() -> None:
     )
     assert (info.partition_id, info.begin_sequence_number) == ("3", 5)
     assert info.last_enqueued_sequence_number == 41 and info.last_enqueued_offset == "8192"
-    assert info.last_enqueued_time == datetime(2024, 5, 1, 12, tzinfo=UTC)
+    assert info.last_enqueued_time == datetime(2024, 5, 1, 12, tzinfo=timezone.utc)
     assert not info.is_empty
 
 
@@ -111,7 +111,7 @@ def test_async_snapshot_reads_ids_then_the_partitions_asked_for(
     client, made = _client(monkeypatch, fake)
     snap = asyncio.run(client.asnapshot())
     assert snap.partition_ids == ["0", "2", "10"] and sorted(fake.asked) == ["0", "10", "2"]
-    assert snap.created_ms == int(datetime(2024, 5, 1, tzinfo=UTC).timestamp() * 1000)
+    assert snap.created_ms == int(datetime(2024, 5, 1, tzinfo=timezone.utc).timestamp() * 1000)
     assert list(snap.partitions) == ["0", "2", "10"]
     assert snap.partitions["10"].last_enqueued_sequence_number == 100
     assert fake.closed and made == client._client_kwargs()  # the sync client's retries

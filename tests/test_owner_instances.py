@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -32,7 +32,7 @@ EXPIRY = timedelta(seconds=60)
 
 class Clock:
     def __init__(self) -> None:
-        self.now = datetime(2026, 1, 1, tzinfo=UTC)
+        self.now = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
     def __call__(self) -> datetime:
         return self.now

@@ -6,7 +6,7 @@ import random
 import threading
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -396,7 +396,7 @@ def test_partition_subset_and_unknown_partition() -> None:
 def test_pending_intent_left_by_a_crash_is_replayed_exactly() -> None:
     hub = FakeHub(2)
     hub.send_all(20)
-    now = [datetime(2024, 1, 1, tzinfo=UTC)]
+    now = [datetime(2024, 1, 1, tzinfo=timezone.utc)]
     backend = InMemoryBackend(clock=lambda: now[0])
     proc, store, sink = make(hub, backend, owner="dead", max_events_per_partition=8)
 
@@ -422,7 +422,7 @@ def test_pending_intent_left_by_a_crash_is_replayed_exactly() -> None:
 def test_takeover_waits_for_expiry_of_a_live_lease_then_replays() -> None:
     hub = FakeHub(1)
     hub.send_all(10)
-    now = [datetime(2024, 1, 1, tzinfo=UTC)]
+    now = [datetime(2024, 1, 1, tzinfo=timezone.utc)]
     backend = InMemoryBackend(clock=lambda: now[0])
     store = PartitionStore(backend, HUB)
     own = store.claim("0", "zombie", None)
@@ -524,7 +524,7 @@ def test_concurrent_runs_with_random_crashes_land_everything_exactly_once(strate
     """Three owners race over 6 partitions while events arrive; owners die at random steps."""
     hub = FakeHub(6)
     hub.send_all(15)
-    now = [datetime(2024, 1, 1, tzinfo=UTC)]
+    now = [datetime(2024, 1, 1, tzinfo=timezone.utc)]
     clock_lock = threading.Lock()
 
     def clock() -> datetime:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.spark
 
-T0 = datetime(2024, 5, 1, 12, tzinfo=UTC)
+T0 = datetime(2024, 5, 1, 12, tzinfo=timezone.utc)
 
 
 def events(
@@ -759,12 +759,12 @@ def test_parquet_bodies_carry_no_statistics_and_times_are_microsecond_timestamps
     for path, physical in ((written, "INT64"), (control, "INT96"), (before, "INT96")):
         assert {c.physical_type for c in chunks(path, "enqueuedTime")} == {physical}, path
     schema = pq.ParquetFile(next(written.rglob("*.parquet"))).schema_arrow
-    assert str(schema.field("enqueuedTime").type) == "timestamp[us, tz=UTC]"
+    assert str(schema.field("enqueuedTime").type) == "timestamp[us, tz=timezone.utc]"
     # One table of files of both kinds reads as one; Spark hands back naive times in the
     # session's time zone, UTC here (SESSION_CONF).
     back = read_sink(spark, sink).orderBy("sequenceNumber").collect()
     assert [row.sequenceNumber for row in back] == list(range(200))
-    assert [row.enqueuedTime.replace(tzinfo=UTC) for row in back] == times + times
+    assert [row.enqueuedTime.replace(tzinfo=timezone.utc) for row in back] == times + times
 
 
 @pytest.mark.parametrize("fmt", ["json", "orc"])

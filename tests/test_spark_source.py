@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pickle
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -25,7 +25,7 @@ SECRET = "c2VjcmV0LWtleS12YWx1ZQ=="
 CONN = f"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=r;SharedAccessKey={SECRET}"
 
 
-NOON = datetime(2024, 5, 1, 12, tzinfo=UTC)
+NOON = datetime(2024, 5, 1, 12, tzinfo=timezone.utc)
 
 
 def opts(**extra: str) -> dict[str, str]:
@@ -45,9 +45,21 @@ def opts(**extra: str) -> dict[str, str]:
         (
             "enqueued:2024-05-01T14:00:00+02:00",
             "enqueued_time",
-            datetime(2024, 5, 1, 12, tzinfo=UTC),
+            datetime(2024, 5, 1, 12, tzinfo=timezone.utc),
         ),
         ("enqueued:2024-05-01T12:00:00", "enqueued_time", NOON),
+        # The connector's docs' spelling: 4 fraction digits and Z (Python 3.10's
+        # fromisoformat reads neither); digits past microseconds are cut.
+        (
+            "enqueued:2024-05-01T12:00:00.1234Z",
+            "enqueued_time",
+            datetime(2024, 5, 1, 12, 0, 0, 123400, tzinfo=timezone.utc),
+        ),
+        (
+            "enqueued:2024-05-01T12:00:00.12345678z",
+            "enqueued_time",
+            datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=timezone.utc),
+        ),
     ],
 )
 def test_positions_parse_every_form(text: str, kind: str, value: object) -> None:
@@ -267,7 +279,7 @@ _TEXTS = st.one_of(st.none(), st.binary(max_size=8), st.text(max_size=8))
 _COLUMN_KEYS = {
     b"x-opt-offset": st.one_of(_TEXTS, st.integers()),
     b"x-opt-enqueued-time": st.one_of(
-        st.none(), st.integers(0, 2**42), st.datetimes(timezones=st.just(UTC))
+        st.none(), st.integers(0, 2**42), st.datetimes(timezones=st.just(timezone.utc))
     ),
     b"x-opt-partition-key": _TEXTS,
     b"x-opt-publisher": _TEXTS,
@@ -400,7 +412,7 @@ def test_a_readers_summary_is_what_its_batches_hold(messages: list[Any], every: 
     if len(builder):
         batches.append(builder.flush())
     rows = pa.Table.from_batches(batches).to_pylist()
-    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
     times = [
         (r["enqueuedTime"] - epoch) // timedelta(microseconds=1) for r in rows if r["enqueuedTime"]
     ]
@@ -432,8 +444,8 @@ def test_partition_totals_need_sub_ranges_that_tile_every_range() -> None:
     n, nbytes, first, last, offset, t0, t1 = totals["0"]
     assert (n, nbytes, first, last, offset) == (15, 150, 0, 14, "1400")
     assert (t0, t1) == (
-        datetime(1970, 1, 1, 0, 0, 4, tzinfo=UTC),
-        datetime(1970, 1, 1, 0, 0, 9, tzinfo=UTC),
+        datetime(1970, 1, 1, 0, 0, 4, tzinfo=timezone.utc),
+        datetime(1970, 1, 1, 0, 0, 9, tzinfo=timezone.utc),
     )
     assert totals["1"] == (1, 0, 3, 3, None, None, None)
     missing = {k: v for k, v in found.items() if k != ("0", 10, 14)}

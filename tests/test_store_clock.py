@@ -15,7 +15,7 @@ import sys
 import time
 import types
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
 from typing import Any
 
@@ -85,14 +85,16 @@ class LocalClockBackend(AzureBlobBackend):
     """The mistake these tests must catch: judging expiry on the local wall clock."""
 
     def now(self) -> datetime:
-        return datetime.now(UTC)
+        return datetime.now(timezone.utc)
 
 
 def test_skew_patch_reaches_the_wall_clock_but_not_monotonic() -> None:
     before_mono = time.monotonic()
     with skewed_wall_clock(timedelta(minutes=10)):
         assert time.time() - _REAL.time() > 590
-        assert datetime.now(UTC) - _REAL.datetime.now(UTC) > timedelta(seconds=590)
+        assert datetime.now(timezone.utc) - _REAL.datetime.now(timezone.utc) > timedelta(
+            seconds=590
+        )
         assert time.monotonic() - before_mono < 60
     assert abs(time.time() - _REAL.time()) < 5
 
@@ -160,7 +162,7 @@ def test_now_advances_the_service_date_with_the_monotonic_clock(
     assert "SECRET" not in backend.endpoint
     mono = [1000.0]
     monkeypatch.setattr(time, "monotonic", lambda: mono[0])
-    service = datetime(2030, 6, 1, 12, 0, 0, tzinfo=UTC)
+    service = datetime(2030, 6, 1, 12, 0, 0, tzinfo=timezone.utc)
     backend._on_response(_response(service))
     assert backend.now() == service
     mono[0] += 2.5

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -29,7 +29,7 @@ class FakeClock:
     """A store clock the in-memory tests move by hand."""
 
     def __init__(self) -> None:
-        self.t = datetime(2025, 1, 1, tzinfo=UTC)
+        self.t = datetime(2025, 1, 1, tzinfo=timezone.utc)
 
     def __call__(self) -> datetime:
         return self.t

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import Any, ClassVar, Self, get_args
+from typing import Any, ClassVar, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from typing_extensions import Self
 
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, did_you_mean, redact
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, Self, get_args
+from typing import Any, Literal, get_args
 
 from pydantic import Field, ValidationError, field_validator, model_validator
+from typing_extensions import Self
 
 from dagster_eventhub_ingest.resources.config._model import (
     StrictModel,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Self
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
+from typing_extensions import Self
 
 from dagster_eventhub_ingest.resources.config._model import StrictModel
 from dagster_eventhub_ingest.resources.settings import (

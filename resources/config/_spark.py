@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Self
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
+from typing_extensions import Self
 
 from dagster_eventhub_ingest.resources.config._model import StrictModel, _show
 from dagster_eventhub_ingest.resources.spark_kind import DEFAULT_SPARK_MASTER

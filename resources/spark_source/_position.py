@@ -2,13 +2,35 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Literal
 
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
 
 PositionKind = Literal["earliest", "latest", "sequence_number", "offset", "enqueued_time"]
+
+#: The seconds' fraction of an ISO 8601 time, any number of digits.
+_FRACTION = re.compile(r"(:\d{2})[.,](\d+)")
+
+
+def parse_utc(text: str) -> datetime:
+    """An ISO 8601 time as an aware UTC datetime: ``Z`` or an offset, UTC if no zone is given,
+    a fraction of a second of any length (cut to microseconds).
+
+    Python 3.10's ``datetime.fromisoformat`` takes neither ``Z`` nor a fraction of other than 3
+    or 6 digits (``...T12:00:00.1234Z`` is how the connector's docs spell one), so both are
+    normalized first. Raises ``ValueError`` for anything else it cannot read.
+    """
+    raw = text.strip()
+    if raw[-1:] in ("Z", "z"):
+        raw = raw[:-1] + "+00:00"
+    raw = _FRACTION.sub(lambda m: f"{m.group(1)}.{m.group(2)[:6].ljust(6, '0')}", raw, count=1)
+    when = datetime.fromisoformat(raw)
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return when.astimezone(timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -48,11 +70,7 @@ class EventPosition:
                     raise ValueError("empty offset")
                 return cls("offset", value)
             if low.startswith(("enqueued:", "enqueued_time:", "enqueuedtime:", "time:")):
-                stamp = raw.split(":", 1)[1].strip()
-                when = datetime.fromisoformat(stamp.replace("Z", "+00:00").replace("z", "+00:00"))
-                if when.tzinfo is None:
-                    when = when.replace(tzinfo=UTC)
-                return cls("enqueued_time", when.astimezone(UTC))
+                return cls("enqueued_time", parse_utc(raw.split(":", 1)[1]))
         except ValueError as exc:
             raise ConfigurationError(
                 f"{option}: {text!r} is not a valid position ({exc}); valid: {cls.VALID_FORMS}"

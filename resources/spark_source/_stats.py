@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from pyspark.accumulators import AccumulatorParam
@@ -48,7 +48,7 @@ SubRangeStats = tuple[int, int, int | None, int | None, str | None, int | None, 
 #: ``(partition id, start, end)`` of a sub-range: the accumulator's keys.
 SubRangeKey = tuple[str, int, int]
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class ReadStatsParam(AccumulatorParam[dict[SubRangeKey, SubRangeStats]]):

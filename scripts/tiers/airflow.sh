@@ -3,8 +3,11 @@
 # triggerer) against Azurite, the Event Hubs emulator and a local Spark.
 #
 # Airflow resolves in the project's uv.lock (the `airflow` extra), but it is ~70 packages the
-# Dagster side never needs, so it goes into its own venv, .venv-airflow, from the same lock:
-#   UV_PROJECT_ENVIRONMENT=.venv-airflow uv sync --frozen --extra airflow
+# Dagster side never needs, so it goes into its own venv, .venv-airflow, from the same lock, with
+# the test tools and the Azure provider (a `wasb` connection as the store) and without Dagster,
+# as in an Airflow deployment:
+#   UV_PROJECT_ENVIRONMENT=.venv-airflow uv sync --frozen --extra airflow --no-default-groups \
+#     --group test --group airflow-test
 # The main pytest run excludes these tests (marker `airflow`); this script runs only them.
 # Exits non-zero on any failure and when no test ran (pytest exit 5).
 set -euo pipefail
@@ -13,7 +16,8 @@ source scripts/_bootstrap.sh  # uv, the main venv, the pinned Azurite (idempoten
 
 VENV="$PWD/.venv-airflow"
 echo "== airflow: installing the locked airflow extra into $VENV"
-UV_PROJECT_ENVIRONMENT="$VENV" uv sync --frozen --extra airflow --quiet
+UV_PROJECT_ENVIRONMENT="$VENV" uv sync --frozen --extra airflow --no-default-groups \
+  --group test --group airflow-test --quiet
 export PYSPARK_PYTHON="$VENV/bin/python" PYSPARK_DRIVER_PYTHON="$VENV/bin/python"
 
 echo "== airflow: mypy airflow_provider (against the installed Airflow)"

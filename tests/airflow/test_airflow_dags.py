@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -190,7 +190,7 @@ def test_task_killed_mid_run_then_retried_lands_every_event_once(
     """The worker running an ingest try dies (SIGKILL while Spark reads and writes); try 2 of the
     same task instance takes its leases over at once (they would expire only after 10 minutes)
     and replays exactly the recorded ranges."""
-    logical_date = datetime.now(UTC).replace(microsecond=0)
+    logical_date = datetime.now(timezone.utc).replace(microsecond=0)
     code, out = _run_dag_subprocess(logical_date, "mid_read:1", tmp_path / "try1.log")
     assert code == -signal.SIGKILL, out[-3000:]
     pending = {p: o for p, o in env["store"].list_ownership().items() if o.intent is not None}
