@@ -1,21 +1,31 @@
 """Airflow 3 provider for dagster-eventhub-ingest: a hook, an ingest operator, a lag sensor.
 
-Install with the ``airflow`` extra (``pip install "dagster-eventhub-ingest[airflow]"``); the
-operator runs the same ingestion (``dagster_eventhub_ingest.ops.run.run_ingestion``) as the Dagster
-asset and the ``ehingest`` CLI, configured from Airflow connections. docs/airflow.md has the
-connections, the example DAG and how each piece maps to the Dagster integration.
+Install with the ``airflow`` extra (``pip install "dagster-eventhub-ingest[airflow]"``): Airflow
+finds the provider through its ``apache_airflow_provider`` entry point
+(:mod:`dagster_eventhub_ingest.airflow_provider.get_provider_info`). The operator runs the same
+ingestion (``dagster_eventhub_ingest.ops.run.run_ingestion``) as the Dagster asset and the
+``ehingest`` CLI, configured from Airflow connections. docs/airflow.md has the connections, the
+example DAG and how each piece maps to the Dagster integration.
 
-Layering: this package imports ``ops`` and ``resources``; nothing in the project imports it.
+Layering: this package imports ``ops`` and ``resources``, never Dagster; nothing in the project
+imports it. Its classes load on first use, so that Airflow's provider discovery, which imports
+this package for ``get_provider_info``, loads neither Airflow's task SDK nor the engine.
 """
 
-from dagster_eventhub_ingest.airflow_provider.hooks import EventHubIngestHook
-from dagster_eventhub_ingest.airflow_provider.operators import (
-    EventHubIngestOperator,
-    owner_id_for,
-    report_to_json,
-)
-from dagster_eventhub_ingest.airflow_provider.sensors import EventHubLagSensor
-from dagster_eventhub_ingest.airflow_provider.triggers import EventHubLagTrigger
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dagster_eventhub_ingest.airflow_provider.hooks import EventHubIngestHook
+    from dagster_eventhub_ingest.airflow_provider.operators import (
+        EventHubIngestOperator,
+        owner_id_for,
+        report_to_json,
+    )
+    from dagster_eventhub_ingest.airflow_provider.sensors import EventHubLagSensor
+    from dagster_eventhub_ingest.airflow_provider.triggers import EventHubLagTrigger
 
 __all__ = [
     "EventHubIngestHook",
@@ -25,3 +35,23 @@ __all__ = [
     "owner_id_for",
     "report_to_json",
 ]
+
+_WHERE = {
+    "EventHubIngestHook": "hooks",
+    "EventHubIngestOperator": "operators",
+    "owner_id_for": "operators",
+    "report_to_json": "operators",
+    "EventHubLagSensor": "sensors",
+    "EventHubLagTrigger": "triggers",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

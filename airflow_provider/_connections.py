@@ -17,6 +17,14 @@ Three connections, one per service, so each can be shared and rotated on its own
   ``extra.table``, ``extra.partition_by``, ``extra.shared`` (a local path every node mounts);
   optional ``extra.spark`` = ``{"master": ... or "remote": "sc://...", "app_name": ...,
   "conf": {...}, "ship_code": true}`` for the SparkSession the task starts.
+- The store may instead be an existing ``wasb`` connection of the Azure provider
+  (apache-airflow-providers-microsoft-azure), read as ``WasbHook`` reads it: a connection
+  string, an account key (``login`` + ``password``, or ``extra.shared_access_key``), a SAS token,
+  or, with none of these, DefaultAzureCredential (``extra.managed_identity_client_id``,
+  ``extra.workload_identity_tenant_id``); the container then comes from the task
+  (``store_container``). A service principal (``extra.tenant_id``) is refused with a message.
+
+Extra keys left empty (the connection form saves its empty fields) count as not set.
 
 Secrets live only in the ``password`` field, which Airflow encrypts and masks in task logs; a
 secret written into ``extra`` is rejected with an error saying where it belongs. Every error
@@ -28,8 +36,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
+from dagster_eventhub_ingest.airflow_provider._form import CONN_TYPE, WASB_CONN_TYPE
 from dagster_eventhub_ingest.ops.run import IngestConfig
 from dagster_eventhub_ingest.resources.config import (
     EventHubIdentityCredential,
@@ -55,6 +64,7 @@ __all__ = [
     "ConnectionLike",
     "SparkSettings",
     "check_run_options",
+    "connection_role",
     "eventhub_settings",
     "ingest_config",
     "sink_settings",
@@ -65,6 +75,7 @@ __all__ = [
 DEFAULT_EVENTHUB_CONN_ID = "eventhub_default"
 DEFAULT_STORE_CONN_ID = "eventhub_store_default"
 DEFAULT_SINK_CONN_ID = "eventhub_sink_default"
+Role = Literal["Event Hubs", "storage", "sink"]
 
 _CREDENTIALS: tuple[CredentialType, ...] = ("default_azure_credential",)
 _SECRET_RE = re.compile(r"(?i)\b(SharedAccessKey|AccountKey|SharedAccessSignature|sig)=[^;&\s]+")
@@ -81,8 +92,10 @@ class ConnectionLike(Protocol):
     """The fields of an Airflow ``Connection`` read here (``airflow.sdk.Connection`` has them)."""
 
     conn_id: str
+    conn_type: str | None
     host: str | None
     schema: str | None
+    login: str | None
     password: str | None
 
     @property
@@ -96,8 +109,29 @@ SparkSettings = SparkConfig
 AIRFLOW_APP_NAME = "ehingest-airflow"
 
 
+def _given(value: Any) -> bool:
+    return value is not None and value != ""
+
+
+def _extras(conn: ConnectionLike) -> dict[str, Any]:
+    """The connection's extra keys that hold a value (the form saves empty fields)."""
+    return {k: v for k, v in dict(conn.extra_dejson or {}).items() if _given(v)}
+
+
+def connection_role(conn: ConnectionLike) -> Role:
+    """Which of the three a connection is, from its fields (for ``test_connection``)."""
+    if conn.conn_type == WASB_CONN_TYPE:
+        return "storage"
+    keys = set(_extras(conn))
+    if keys & (_SINK_EXTRA - _EVENTHUB_EXTRA):
+        return "sink"
+    if keys & {"container", "create_container", "account_url"}:
+        return "storage"
+    return "Event Hubs"
+
+
 def _extra(conn: ConnectionLike, role: str, valid: set[str]) -> dict[str, Any]:
-    extra = dict(conn.extra_dejson or {})
+    extra = _extras(conn)
     unknown = sorted(set(extra) - valid)
     if unknown:
         raise ConfigurationError(
@@ -220,16 +254,28 @@ def eventhub_settings(conn: ConnectionLike) -> EventHubSettings:
     )
 
 
-def store_settings(conn: ConnectionLike) -> StoreSettings:
-    """The lease and checkpoint store settings of an Airflow connection."""
+def store_settings(conn: ConnectionLike, container: str | None = None) -> StoreSettings:
+    """The lease and checkpoint store settings of an Airflow connection.
+
+    ``container`` is the task's ``store_container``: required for a ``wasb`` connection (which
+    has no container field), else it must agree with ``extra.container`` when both are given.
+    """
     role = "storage"
+    if conn.conn_type == WASB_CONN_TYPE:
+        return _wasb_store_settings(conn, container)
     extra = _extra(conn, role, _STORE_EXTRA)
     cred = _access(conn, role, extra, StoreIdentityCredential, ("account_url", "an account URL"))
-    container = extra.get("container")
+    if container and extra.get("container") and container != extra["container"]:
+        raise ConfigurationError(
+            f"Airflow connection {conn.conn_id!r} ({role}): extra.container="
+            f"{extra['container']!r} but the task's store_container={container!r}; give one"
+        )
+    container = container or extra.get("container")
     if not container:
         raise ConfigurationError(
             f"Airflow connection {conn.conn_id!r} ({role}): extra.container is required (the "
-            "Blob container for leases and checkpoints, e.g. 'eventhub-state')"
+            "Blob container for leases and checkpoints, e.g. 'eventhub-state'), or the task's "
+            "store_container"
         )
     create = extra.get("create_container", True)
     if not isinstance(create, bool):
@@ -248,6 +294,135 @@ def store_settings(conn: ConnectionLike) -> StoreSettings:
             credential_options=cred.options,
             create_container=create,
         ),
+    )
+
+
+def _wasb_store_settings(conn: ConnectionLike, container: str | None) -> StoreSettings:
+    """A ``wasb`` connection (the Azure provider's ``WasbHook``) as the store, read in the
+    order ``WasbHook.get_conn`` reads it; secrets stay in the settings' connection string."""
+    role = "storage, a wasb connection"
+    if not container:
+        raise ConfigurationError(
+            f"Airflow connection {conn.conn_id!r} ({role}) has no container field; give the "
+            "task's store_container (the Blob container for leases and checkpoints, e.g. "
+            "'eventhub-state')"
+        )
+    extra = _extras(conn)
+    _no_secret_in_extra(
+        conn.conn_id,
+        role,
+        {k: v for k, v in extra.items() if k not in _WASB_SECRETS},
+        "extra",
+    )
+    conn_str = _wasb_field(extra, "connection_string")
+    if conn_str:
+        return _wrap(conn, role, lambda: StoreSettings(container, connection_string=conn_str))
+    if _wasb_field(extra, "tenant_id"):
+        raise ConfigurationError(
+            f"Airflow connection {conn.conn_id!r} ({role}): a service principal (tenant_id with "
+            "a client secret) is not supported for the store; use a connection string, an "
+            "account key, a SAS token or a managed identity on this connection, or a "
+            f"{CONN_TYPE!r} connection"
+        )
+    account_url = _wasb_account_url(conn)
+    key = (
+        _wasb_field(extra, "shared_access_key")
+        or conn.password
+        or _wasb_field(extra, "account_key")
+    )
+    sas = _wasb_field(extra, "sas_token")
+    if not key and sas:
+        # A whole URL with its token (WasbHook takes it as the account URL), or the token.
+        endpoint, _, token = sas.partition("?") if sas.startswith("https") else (None, "", sas)
+        endpoint = endpoint or account_url
+        if not endpoint:
+            raise _no_account(conn, role)
+        return _wrap(
+            conn,
+            role,
+            lambda: StoreSettings(
+                container,
+                connection_string=f"BlobEndpoint={endpoint};SharedAccessSignature={token}",
+            ),
+        )
+    if key:
+        name = conn.login or _account_name(account_url)
+        if not name or not account_url:
+            raise _no_account(conn, role)
+        return _wrap(
+            conn,
+            role,
+            lambda: StoreSettings(
+                container,
+                connection_string=f"DefaultEndpointsProtocol={account_url.split(':', 1)[0]};"
+                f"AccountName={name};AccountKey={key};BlobEndpoint={account_url}",
+            ),
+        )
+    if not account_url:
+        raise _no_account(conn, role)
+    options = {
+        "managed_identity_client_id": _wasb_field(extra, "managed_identity_client_id"),
+        "tenant_id": _wasb_field(extra, "workload_identity_tenant_id"),
+    }
+    fields = {
+        "account_url": account_url,
+        "credential_type": "default_azure_credential",
+        **{k: v for k, v in options.items() if v},
+    }
+    ident = _wrap(conn, role, lambda: StoreIdentityCredential.from_dict(fields, where="extra"))
+    return _wrap(
+        conn,
+        role,
+        lambda: StoreSettings(
+            container,
+            account_url=ident.account_url,
+            credential_type="default_azure_credential",
+            credential_options=ident.credential_options(),
+        ),
+    )
+
+
+#: The extra keys of a ``wasb`` connection that hold a secret by design (its form's password
+#: fields); any other extra value that looks like one is refused as for this package's type.
+_WASB_SECRETS = frozenset({"connection_string", "shared_access_key", "sas_token", "account_key"})
+
+
+def _wasb_field(extra: Mapping[str, Any], name: str) -> str | None:
+    """An extra field as ``WasbHook`` reads it: plain, or with the old ``extra__wasb__`` prefix."""
+    value = extra.get(name) or extra.get(f"extra__{WASB_CONN_TYPE}__{name}")
+    return str(value) if _given(value) else None
+
+
+def _wasb_account_url(conn: ConnectionLike) -> str | None:
+    """The account URL as ``WasbHook`` makes it: ``host`` (https:// when it has no scheme), or
+    the public cloud's URL of the account named in ``login``."""
+    host = (conn.host or "").strip()
+    public = f"{conn.login}.blob.core.windows.net" if conn.login else None
+    if not host:
+        return f"https://{public}" if public else None
+    scheme, _, rest = (host if "://" in host else f"https://{host}").partition("://")
+    netloc, _, path = rest.partition("/")
+    if "." not in netloc:  # not a DNS name (an Active Directory id): the login's account
+        if public is None:
+            return None
+        netloc = public
+    return f"{scheme}://{netloc}/{path}".rstrip("/")
+
+
+def _account_name(account_url: str | None) -> str | None:
+    if not account_url:
+        return None
+    netloc = account_url.split("://", 1)[-1].split("/")
+    # Azurite and other emulators: http://127.0.0.1:10000/<account>
+    if len(netloc) > 1 and netloc[1]:
+        return netloc[1]
+    return netloc[0].split(".", 1)[0] or None
+
+
+def _no_account(conn: ConnectionLike, role: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"Airflow connection {conn.conn_id!r} ({role}): no storage account; set login (the "
+        "account name) or host (the account URL, e.g. https://myaccount.blob.core.windows.net)"
     )
 
 

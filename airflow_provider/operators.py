@@ -142,7 +142,9 @@ class EventHubIngestOperator(BaseOperator):
     and a killed process is retried even after ``AirflowFailException``).
 
     Args:
-        eventhub_conn_id / store_conn_id / sink_conn_id: the connections (docs/airflow.md).
+        eventhub_conn_id / store_conn_id / sink_conn_id: the connections (docs/airflow.md);
+            the store may be an existing ``wasb`` connection of the Azure provider.
+        store_container: the store's Blob container (required with a ``wasb`` connection).
         partition_ids: target partitions (templated); default every partition.
         options: run options, the keys of the CLI's config file (``strategy``,
             ``max_events_per_partition``, ``lease_expiry_seconds``, ``join_grace_seconds``...);
@@ -160,6 +162,7 @@ class EventHubIngestOperator(BaseOperator):
         eventhub_conn_id: str = DEFAULT_EVENTHUB_CONN_ID,
         store_conn_id: str = DEFAULT_STORE_CONN_ID,
         sink_conn_id: str = DEFAULT_SINK_CONN_ID,
+        store_container: str | None = None,
         partition_ids: Sequence[str | int] | None = None,
         options: Mapping[str, Any] | None = None,
         copy_index: int | None = None,
@@ -169,6 +172,7 @@ class EventHubIngestOperator(BaseOperator):
         self.eventhub_conn_id = eventhub_conn_id
         self.store_conn_id = store_conn_id
         self.sink_conn_id = sink_conn_id
+        self.store_container = store_container
         self.partition_ids = partition_ids
         self.options = dict(options or {})
         check_run_options(self.options)
@@ -187,7 +191,9 @@ class EventHubIngestOperator(BaseOperator):
         from dagster_eventhub_ingest.ops.run import run_ingestion
 
         ti = context["ti"]
-        hook = EventHubIngestHook(self.eventhub_conn_id, self.store_conn_id, self.sink_conn_id)
+        hook = EventHubIngestHook(
+            self.eventhub_conn_id, self.store_conn_id, self.sink_conn_id, self.store_container
+        )
         try:
             config = hook.get_ingest_config(self.options)
             spark_factory = hook.get_spark_factory()

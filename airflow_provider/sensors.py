@@ -8,6 +8,7 @@ from typing import Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
+from dagster_eventhub_ingest.airflow_provider._config import conf
 from dagster_eventhub_ingest.airflow_provider._connections import (
     DEFAULT_EVENTHUB_CONN_ID,
     DEFAULT_STORE_CONN_ID,
@@ -41,7 +42,8 @@ class EventHubLagSensor(BaseSensorOperator):
     Lag is what ``ehingest status`` and the Dagster lag check report: events after the
     partition's checkpoint in the consumer group's store. Deferred (the default), the wait runs
     as :class:`EventHubLagTrigger` on the triggerer with the async Azure SDK clients; with
-    ``deferrable=False`` it pokes with the sync clients. The result (XCom) is the lag per
+    ``deferrable=False`` it pokes with the sync clients. ``deferrable`` defaults to Airflow's
+    ``[operators] default_deferrable``. The result (XCom) is the lag per
     partition. With ``soft_fail=True`` a timeout skips the downstream tasks instead of failing.
 
     Example::
@@ -58,10 +60,11 @@ class EventHubLagSensor(BaseSensorOperator):
         *,
         eventhub_conn_id: str = DEFAULT_EVENTHUB_CONN_ID,
         store_conn_id: str = DEFAULT_STORE_CONN_ID,
+        store_container: str | None = None,
         partition_ids: Sequence[str | int] | None = None,
         min_lag_events: int | None = None,
         max_lag_events: int | None = None,
-        deferrable: bool = True,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -71,6 +74,7 @@ class EventHubLagSensor(BaseSensorOperator):
             raise ValueError(f"EventHubLagSensor {self.task_id!r}: {exc}") from None
         self.eventhub_conn_id = eventhub_conn_id
         self.store_conn_id = store_conn_id
+        self.store_container = store_container
         self.partition_ids = partition_ids
         self.min_lag_events = min_lag_events
         self.max_lag_events = max_lag_events
@@ -79,7 +83,9 @@ class EventHubLagSensor(BaseSensorOperator):
     def _hook(self) -> Any:
         from dagster_eventhub_ingest.airflow_provider.hooks import EventHubIngestHook
 
-        return EventHubIngestHook(self.eventhub_conn_id, self.store_conn_id)
+        return EventHubIngestHook(
+            self.eventhub_conn_id, self.store_conn_id, store_container=self.store_container
+        )
 
     def poke(self, context: Any) -> PokeReturnValue:
         """One look with the sync clients (``deferrable=False``)."""
@@ -106,6 +112,7 @@ class EventHubLagSensor(BaseSensorOperator):
             trigger=EventHubLagTrigger(
                 eventhub_conn_id=self.eventhub_conn_id,
                 store_conn_id=self.store_conn_id,
+                store_container=self.store_container,
                 partition_ids=partition_list(self.partition_ids),
                 min_lag_events=self.min_lag_events,
                 max_lag_events=self.max_lag_events,

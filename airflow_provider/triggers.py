@@ -43,6 +43,7 @@ class EventHubLagTrigger(BaseTrigger):
         *,
         eventhub_conn_id: str = DEFAULT_EVENTHUB_CONN_ID,
         store_conn_id: str = DEFAULT_STORE_CONN_ID,
+        store_container: str | None = None,
         partition_ids: list[str] | None = None,
         min_lag_events: int | None = None,
         max_lag_events: int | None = None,
@@ -53,6 +54,7 @@ class EventHubLagTrigger(BaseTrigger):
         validate_thresholds(min_lag_events, max_lag_events)
         self.eventhub_conn_id = eventhub_conn_id
         self.store_conn_id = store_conn_id
+        self.store_container = store_container
         self.partition_ids = list(partition_ids) if partition_ids else None
         self.min_lag_events = min_lag_events
         self.max_lag_events = max_lag_events
@@ -66,6 +68,7 @@ class EventHubLagTrigger(BaseTrigger):
             {
                 "eventhub_conn_id": self.eventhub_conn_id,
                 "store_conn_id": self.store_conn_id,
+                "store_container": self.store_container,
                 "partition_ids": self.partition_ids,
                 "min_lag_events": self.min_lag_events,
                 "max_lag_events": self.max_lag_events,
@@ -83,7 +86,9 @@ class EventHubLagTrigger(BaseTrigger):
         """Poll every ``poll_interval`` seconds until the condition holds."""
         from dagster_eventhub_ingest.airflow_provider.hooks import EventHubIngestHook
 
-        hook = EventHubIngestHook(self.eventhub_conn_id, self.store_conn_id)
+        hook = EventHubIngestHook(
+            self.eventhub_conn_id, self.store_conn_id, store_container=self.store_container
+        )
         try:
             eventhub, store = await hook.aget_lag_settings()
         except ConfigurationError as exc:

@@ -68,21 +68,28 @@ def _part(name: str) -> str:
     return rest.split(".")[0] if head == NAMESPACE and rest else head
 
 
+#: Dagster's distributions: only dagster_project/ may import them (the `dagster` extra).
+DAGSTER = {"dagster", "dagster_pyspark", "dagster_spark", "dagster_dg_cli", "dagster_shared"}
+
+
 @pytest.mark.parametrize(
     ("package", "forbidden"),
     [
-        ("resources", {"ops", "dagster_project", "cli", "emulator", "bench", "tests"}),
-        ("ops", {"dagster_project", "cli", "emulator", "bench", "tests"}),
+        ("resources", {"ops", "dagster_project", "cli", "emulator", "bench", "tests", *DAGSTER}),
+        ("ops", {"dagster_project", "cli", "emulator", "bench", "tests", *DAGSTER}),
         ("dagster_project", {"cli", "emulator", "bench", "tests"}),
         # The emulator owns its command line (``ehingest emulator`` mounts it, not the reverse).
-        ("emulator", {"cli", "ops", "dagster_project", "airflow_provider", "bench", "tests"}),
+        (
+            "emulator",
+            {"cli", "ops", "dagster_project", "airflow_provider", "bench", "tests", *DAGSTER},
+        ),
         # The benchmarks stand on the project (Azurite control is
         # dagster_eventhub_ingest.emulator.azurite), not on tests.
         ("bench", {"tests"}),
         # The CLI and the Airflow provider are surfaces over ops/resources: neither stands on
-        # Dagster's surface nor on each other (Airflow installs without Dagster's UI code).
-        ("cli", {"dagster_project", "airflow_provider", "bench", "tests"}),
-        ("airflow_provider", {"dagster_project", "cli", "emulator", "bench", "tests"}),
+        # Dagster's surface nor on each other (Airflow installs without Dagster).
+        ("cli", {"dagster_project", "airflow_provider", "bench", "tests", *DAGSTER}),
+        ("airflow_provider", {"dagster_project", "cli", "emulator", "bench", "tests", *DAGSTER}),
     ],
 )
 def test_layers_import_only_downward(package: str, forbidden: set[str]) -> None:
@@ -157,6 +164,30 @@ def test_executor_modules_do_not_import_driver_only_packages() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert out.stdout.strip() == "", f"executor-side imports pull in: {out.stdout.strip()}"
+
+
+def test_the_engine_the_cli_and_the_emulator_never_load_dagster() -> None:
+    """An install without the ``dagster`` extra (an Airflow deployment, a cron job) imports
+    the engine, the CLI and the emulator: none of them may load Dagster, however indirectly
+    (through a third-party library too). The Airflow provider's own check runs in the Airflow
+    tier, whose venv has no Dagster at all (tests/airflow/test_provider.py)."""
+    modules = sorted(
+        name
+        for part in ("resources", "ops", "cli", "emulator")
+        for name in _modules(part)
+        if not name.endswith("__main__")
+    )
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        f"set({sorted(DAGSTER)!r})))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "[]", f"Dagster loaded by the engine: {out.stdout.strip()}"
 
 
 @pytest.mark.parametrize("folder", [*PARTS, "bench", "tests", "scripts"])

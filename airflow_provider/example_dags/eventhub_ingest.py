@@ -33,6 +33,7 @@ with DAG(
         timeout=timedelta(minutes=4).total_seconds(),
         soft_fail=True,  # nothing to do this tick: skip the ingest tasks, not a failure
         retries=0,
+        deferrable=True,  # waits on the triggerer, holding no worker slot
     )
     ingest = EventHubIngestOperator.partial(
         task_id="ingest",

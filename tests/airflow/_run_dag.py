@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import logging
 import sys
 import time
 from datetime import datetime
@@ -79,7 +78,6 @@ def _retry(dag: Any, logical_date: datetime) -> dict[str, Any]:
 
 
 def main() -> None:
-    logging.getLogger("azure").setLevel(logging.WARNING)
     mode, dag_id, when = sys.argv[1:4]
     dag = importlib.import_module(f"tests.airflow.dags.{dag_id}").dag
     logical_date = datetime.fromisoformat(when)

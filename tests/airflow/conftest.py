@@ -49,11 +49,3 @@ def airflow_db() -> Iterator[str]:
 def connection_env(conn_id: str, **fields: Any) -> tuple[str, str]:
     """``(AIRFLOW_CONN_<ID>, json)``: how a test (or a deployment) defines a connection."""
     return f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields)
-
-
-@pytest.fixture(autouse=True)
-def _quiet_azure_http_logs() -> None:
-    """The Azure SDK logs every HTTP request at INFO, which Airflow's task logs show."""
-    import logging
-
-    logging.getLogger("azure").setLevel(logging.WARNING)

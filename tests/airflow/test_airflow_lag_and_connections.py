@@ -31,8 +31,11 @@ class Conn:
         schema: str | None = None,
         host: str | None = None,
         extra: dict[str, Any] | None = None,
+        conn_type: str = "azure_eventhub_ingest",
+        login: str | None = None,
     ) -> None:
         self.conn_id, self.password, self.schema, self.host = conn_id, password, schema, host
+        self.conn_type, self.login = conn_type, login
         self.extra_dejson = extra or {}
 
 
