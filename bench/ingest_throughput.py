@@ -467,7 +467,7 @@ def mode_driver_loop(
     # createDataFrame imports pandas (0.3-0.4 s of CPU). A hand-written loop's session
     # (SparkSession.builder) has imported it at its start, in pyspark's py4j converters; this
     # session's do not
-    # (dagster_eventhub_ingest.resources.spark_session.numpy_checks_without_pandas): before the
+    # (dagster_eventhub_ingest.resources.spark_gateway's converter view): before the
     # clock.
     import pandas  # noqa: F401
 

@@ -8,7 +8,6 @@ an image or in a CI set-up step, with the same ``spark:`` settings as the runs (
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 import time
@@ -34,9 +33,9 @@ def spark_archive(config_path: str | None, rebuild: bool) -> None:
     from dagster_eventhub_ingest.ops.warm_up import warm_up
     from dagster_eventhub_ingest.resources.errors import ConfigurationError
     from dagster_eventhub_ingest.resources.jvm_archive import (
-        ARCHIVE_ENV,
         REBUILD,
         WRITE,
+        archive_mode,
         current_plan,
         finish_dumps,
     )
@@ -62,8 +61,8 @@ def spark_archive(config_path: str | None, rebuild: bool) -> None:
     except ConfigurationError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_CONFIG)
-    os.environ[ARCHIVE_ENV] = REBUILD if rebuild else WRITE
-    spark = factory()
+    with archive_mode(REBUILD if rebuild else WRITE):
+        spark = factory()
     plan = current_plan()
     if plan is None:
         click.echo(

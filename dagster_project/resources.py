@@ -34,8 +34,6 @@ literal ``credential_type``, as dagster-azure does::
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -59,7 +57,6 @@ from dagster_eventhub_ingest.resources.settings import EventHubSettings, SinkSet
 from dagster_eventhub_ingest.resources.spark_kind import DEFAULT_SPARK_MASTER
 from dagster_eventhub_ingest.resources.spark_session import (
     LOCAL_PINS,
-    SPARK_CONF_DIR,
     OwnedSession,
     session_defaults,
 )
@@ -284,19 +281,21 @@ REMOTE_SPARK_CONFIG: dict[str, str] = session_defaults(None, remote="sc://")
 
 
 class LocalPySparkResource(PySparkResource):
-    """dagster-pyspark's ``PySparkResource`` that fixes a local environment first and starts its
-    session at first use.
+    """dagster-pyspark's ``PySparkResource`` whose session starts at first use, its driver JVM
+    launched with a local environment of its own.
 
     The session starts when ``spark_session`` is first read, not when the run's resources are
     set up: the asset reads it only when there is something to read, so a run with nothing to
     read (a schedule tick on a quiet hub, a retry of a partition already up to date) starts no
-    JVM. For a local master it sets, when unset: ``SPARK_LOCAL_IP`` (loopback) and
-    ``PYSPARK_PYTHON`` (executors need this interpreter, which has pyarrow and the Azure SDK). It
-    always points ``SPARK_CONF_DIR`` at the package's quiet log4j2 config, and lowers a classic
-    session's log level to WARN. On a cluster (``spark.master`` not local) or Spark Connect
-    (``spark.remote``) the driver host and executor Python stay the user's; the project's code is
-    shipped to the executors when the ``eventhubs`` source is registered. The environment only
-    matters for the first session of a process (when the JVM starts).
+    JVM. A classic session's JVM is launched with
+    :func:`dagster_eventhub_ingest.resources.spark_session.driver_environment` (this process's
+    environment is left alone): for a local master, unless set, ``SPARK_LOCAL_IP`` (loopback)
+    and ``PYSPARK_PYTHON`` (executors need this interpreter, which has pyarrow and the Azure
+    SDK); always ``SPARK_CONF_DIR`` = the package's quiet log4j2 config. Its log level is
+    lowered to WARN. On a cluster (``spark.master`` not local) or Spark Connect
+    (``spark.remote``) the driver host and executor Python stay the user's; the project's code
+    is shipped to the executors when the ``eventhubs`` source is registered. The environment
+    only matters for the first session of a process (when the JVM starts).
 
     When the run's step ends (success, failure or Terminate), the session it started is stopped,
     with the local driver's JVM and its Python workers when the step's process had no JVM before
@@ -311,14 +310,8 @@ class LocalPySparkResource(PySparkResource):
     )
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        from dagster_eventhub_ingest.resources.spark_kind import is_local_master
-
-        remote = self.spark_config.get("spark.remote")
-        if not remote and is_local_master(self.spark_config.get("spark.master")):
-            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-            os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-        os.environ.setdefault("SPARK_CONF_DIR", str(SPARK_CONF_DIR))
+        """Nothing to set up: the session starts at first use (``PySparkResource`` would start
+        it here)."""
 
     _owned: OwnedSession | None = PrivateAttr(default=None)
 
@@ -353,23 +346,18 @@ class LocalPySparkResource(PySparkResource):
         return self._spark_session
 
     def _start(self) -> Any:
-        """``getOrCreate`` as dagster-pyspark does; a local driver's JVM from the class-data
-        archive (:func:`dagster_eventhub_ingest.resources.spark_session.start_local_driver`)."""
+        """``getOrCreate`` as dagster-pyspark does; a classic driver's JVM launched by
+        :func:`dagster_eventhub_ingest.resources.spark_session.start_classic_driver` (a local one
+        from the class-data archive)."""
         from dagster_pyspark.resources import spark_session_from_config
-
-        from dagster_eventhub_ingest.resources.spark_kind import is_local_master
-        from dagster_eventhub_ingest.resources.spark_session import (
-            numpy_checks_without_pandas,
-            start_local_driver,
-        )
-
-        config = self.spark_config
-        if config.get("spark.remote") or not is_local_master(config.get("spark.master")):
-            numpy_checks_without_pandas()
-            return spark_session_from_config(config)
         from dagster_spark.utils import flatten_dict
 
-        return start_local_driver({key: str(value) for key, value in flatten_dict(config)})
+        from dagster_eventhub_ingest.resources.spark_session import start_classic_driver
+
+        config = self.spark_config
+        if config.get("spark.remote"):
+            return spark_session_from_config(config)
+        return start_classic_driver({key: str(value) for key, value in flatten_dict(config)})
 
 
 def _engine(spark_config: Mapping[str, Any]) -> SparkConfig:

@@ -47,7 +47,8 @@ import shlex
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -61,6 +62,7 @@ __all__ = [
     "USE_ONLY",
     "WRITE",
     "ArchivePlan",
+    "archive_mode",
     "cache_dir",
     "current_plan",
     "finish_dump",
@@ -81,6 +83,8 @@ WRITE = "write"
 REBUILD = "rebuild"
 #: Where the package keeps what it caches on this machine (default: the XDG cache directory).
 CACHE_DIR_ENV = "EHINGEST_CACHE_DIR"
+#: :data:`ARCHIVE_ENV`'s value as :func:`archive_mode` sets it for a block (None: the variable's).
+_MODE: ContextVar[str | None] = ContextVar("ehingest_jvm_archive_mode", default=None)
 
 #: Environment variables whose entries Spark's launcher puts on the driver's class path.
 _CLASS_PATH_ENV = ("HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH", "SPARK_CLASSPATH")
@@ -114,6 +118,18 @@ def switched_off(value: str | None) -> bool:
     """Whether an ``EHINGEST_*`` switch's value turns its feature off (``off``, ``0``,
     ``false``, ``no``; any case)."""
     return (value or "").strip().lower() in ("off", "0", "false", "no")
+
+
+@contextlib.contextmanager
+def archive_mode(mode: str) -> Iterator[None]:
+    """Sessions started in this block (this thread) plan as if :data:`ARCHIVE_ENV` were
+    ``mode`` (``ehingest spark-archive``: :data:`WRITE` or :data:`REBUILD`); the environment
+    is left alone."""
+    token = _MODE.set(mode)
+    try:
+        yield
+    finally:
+        _MODE.reset(token)
 
 
 def cache_dir(env: Mapping[str, str] = os.environ) -> Path:
@@ -192,7 +208,7 @@ def plan_archive(
     ``conf`` the session's conf (for ``spark.driver.extraClassPath``); ``default_conf_dir`` the
     package's ``SPARK_CONF_DIR`` (holding ``log4j_config``), the only one it replaces.
     """
-    mode = env.get(ARCHIVE_ENV, "").strip().lower()
+    mode = (_MODE.get() or env.get(ARCHIVE_ENV, "")).strip().lower()
     if switched_off(mode):
         return None
     if any(marker in java_options for marker in _OWN_SHARING):
@@ -247,29 +263,20 @@ def plan_archive(
     )
 
 
-def start_with_archive(
-    plan: ArchivePlan | None,
-    start: Callable[[ArchivePlan | None], T],
-    env: MutableMapping[str, str] = os.environ,
-) -> T:
-    """``start(plan)`` with ``SPARK_CONF_DIR`` set for ``plan``; once more with None if that
-    failed (a JVM that starts without the archive's options marks the key unusable; one that
-    does not start either raises its own error).
+def start_with_archive(plan: ArchivePlan | None, start: Callable[[ArchivePlan | None], T]) -> T:
+    """``start(plan)`` (which launches the JVM with ``plan``'s Java options and
+    ``SPARK_CONF_DIR=plan.conf_dir``); once more with None if that failed (a JVM that starts
+    without the archive's options marks the key unusable; one that does not start either raises
+    its own error).
 
     On success with ``plan.dump_to``, :func:`finish_dump` runs at interpreter exit.
     """
     global _CURRENT
     if plan is None:
         return start(None)
-    previous = env.get("SPARK_CONF_DIR")
-    env["SPARK_CONF_DIR"] = str(plan.conf_dir)
     try:
         started = start(plan)
     except Exception as exc:
-        if previous is None:
-            env.pop("SPARK_CONF_DIR", None)
-        else:
-            env["SPARK_CONF_DIR"] = previous
         started = start(None)  # raises on its own if the JVM cannot start at all
         logger.warning(
             "the local Spark JVM did not start with a class-data archive (%s); it starts "

@@ -29,11 +29,11 @@ if TYPE_CHECKING:
 __all__ = [
     "SPARK_CONF_DIR",
     "OwnedSession",
+    "driver_environment",
     "local_spark_session",
     "make_active",
-    "numpy_checks_without_pandas",
     "spark_session",
-    "start_local_driver",
+    "start_classic_driver",
 ]
 
 #: Shipped with the package: a log4j2.properties printing warnings and errors only.
@@ -61,10 +61,12 @@ CLASSIC_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
 }
+#: Where a local driver binds (``SPARK_LOCAL_IP`` replaces it).
+LOOPBACK = "127.0.0.1"
 #: What a local master gets besides: the driver binds loopback, never a public address.
 LOCAL_PINS: dict[str, str] = {
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.host": LOOPBACK,
+    "spark.driver.bindAddress": LOOPBACK,
 }
 
 
@@ -154,100 +156,124 @@ def make_active(spark: SparkSession) -> None:
     jvm.SparkSession.setActiveSession(spark._jsparkSession)
 
 
-def numpy_checks_without_pandas() -> None:
-    """Keep a classic session's py4j calls from importing pandas (idempotent; harmless before
-    a Spark Connect session, which makes no py4j calls).
-
-    py4j asks every registered input converter about every argument of every call into the
-    JVM. pyspark's NumPy array and scalar converters answer by importing
-    ``pyspark.testing.utils``, which imports pandas: 0.4 s of CPU and ~44 MB on the driver's
-    first JVM call (``SparkConf()``), in a process that never uses pandas. Each converter now
-    first asks whether the argument is a NumPy array (scalar) at all, importing nothing (an
-    object can only be one once NumPy is loaded); only for such an object does pyspark's own
-    answer, and its import, follow. The answers are the same: pyspark's is true only for
-    such an object.
+def driver_environment(
+    *,
+    local: bool,
+    conf_dir: Path | None = None,
+    base: Mapping[str, str] = os.environ,
+) -> dict[str, str]:
+    """The environment a classic driver's JVM is launched with (this process's is left alone):
+    ``base`` with, unless it sets them, ``PYSPARK_DRIVER_PYTHON`` (this interpreter) and
+    ``SPARK_CONF_DIR`` (the package's quiet log4j2 config; ``conf_dir`` replaces it, the class-data
+    archive's empty one); for a local master also ``SPARK_LOCAL_IP=127.0.0.1`` (the driver would
+    otherwise bind a public address), ``PYSPARK_PYTHON`` (this interpreter: executors need its
+    pyarrow and Azure SDK) and the worker site first on ``PYTHONPATH``
+    (:mod:`dagster_eventhub_ingest.resources.worker_python`). A cluster's executors keep the
+    Python of the user's environment and Spark config.
     """
-    try:
-        from py4j.protocol import INPUT_CONVERTER
-        from pyspark.sql.types import NumpyArrayConverter, NumpyScalarConverter
-    except ImportError:  # no py4j (a Connect-only client) or a pyspark without them
-        return
-    kinds = {NumpyArrayConverter: "ndarray", NumpyScalarConverter: "generic"}
-    for converter in INPUT_CONVERTER:
-        kind = kinds.get(type(converter))
-        own = vars(converter)  # the instance's own attributes: a guard set here before
-        if kind is not None and "can_convert" not in own:
-            own["can_convert"] = _numpy_guard(kind, converter.can_convert)
+    from dagster_eventhub_ingest.resources.worker_python import worker_pythonpath
 
-
-def _numpy_guard(kind: str, can_convert: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    """``can_convert``, asked only for an instance of ``numpy.<kind>``."""
-
-    def guarded(obj: Any) -> bool:
-        # Not loaded, or still being imported on another thread (pyarrow's first import
-        # imports NumPy, and the type is defined part-way through): nothing can be one of
-        # its objects yet.
-        cls = getattr(sys.modules.get("numpy"), kind, None)
-        return cls is not None and isinstance(obj, cls) and can_convert(obj)
-
-    return guarded
+    env = dict(base)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if conf_dir is not None:
+        env["SPARK_CONF_DIR"] = str(conf_dir)
+    else:
+        env.setdefault("SPARK_CONF_DIR", str(SPARK_CONF_DIR))
+    if local:
+        env.setdefault("SPARK_LOCAL_IP", LOOPBACK)
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        path = worker_pythonpath(env)
+        if path is not None:
+            env["PYTHONPATH"] = path
+    return env
 
 
 def _builder(settings: Mapping[str, str]) -> SparkSession.Builder:
     from pyspark.sql import SparkSession
 
-    numpy_checks_without_pandas()
     builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
     return builder
 
 
-def start_local_driver(settings: Mapping[str, str]) -> SparkSession:
-    """``getOrCreate()`` of a session with ``settings`` (a local master among them), its JVM
-    started from the class-data archive of :mod:`dagster_eventhub_ingest.resources.jvm_archive` when
-    one can be used (or written).
+def start_classic_driver(settings: Mapping[str, str]) -> SparkSession:
+    """``getOrCreate()`` of a classic session with ``settings`` (``spark.master`` among them),
+    whose JVM this package launches with :func:`driver_environment` when none is up yet; a
+    local master's JVM starts from the class-data archive of
+    :mod:`dagster_eventhub_ingest.resources.jvm_archive` when one can be used (or written).
 
-    A process whose JVM is already up (an earlier session) reuses it as it is. The Python
-    processes the JVM starts import the installed pyspark rather than Spark's zip
-    (:mod:`dagster_eventhub_ingest.resources.worker_python`).
+    A process whose JVM is already up (an earlier session), that ``spark-submit`` started
+    (``PYSPARK_GATEWAY_PORT``), or on Windows, gets pyspark's own start as it is. A context
+    created here for a local master runs its Python workers with :func:`driver_environment`'s
+    ``PYSPARK_PYTHON``.
     """
     from pyspark import SparkContext
 
     from dagster_eventhub_ingest.resources.jvm_archive import plan_archive, start_with_archive
-    from dagster_eventhub_ingest.resources.worker_python import installed_pyspark_for_workers
 
+    local = is_local_master(settings.get("spark.master"))
     java_options = settings.get("spark.driver.extraJavaOptions", "")
-    plan = None
-    if SparkContext._gateway is None:
-        plan = plan_archive(
-            java_options,
-            settings,
-            log4j_config=SPARK_CONF_DIR / "log4j2.properties",
-            default_conf_dir=SPARK_CONF_DIR,
-        )
-
-    def start(with_plan: ArchivePlan | None) -> SparkSession:
-        options = java_options if with_plan is None else f"{java_options} {with_plan.java_options}"
-        chosen = {**settings, "spark.driver.extraJavaOptions": options.strip()}
-        builder = _builder(chosen)  # first: it keeps py4j's converters from importing pandas
+    with SparkContext._lock:
         if SparkContext._active_spark_context is not None:
-            return builder.getOrCreate()
-        from pyspark import SparkConf
+            return _builder(settings).getOrCreate()
+        if (
+            SparkContext._gateway is not None
+            or "PYSPARK_GATEWAY_PORT" in os.environ
+            or os.name == "nt"
+        ):
+            return _own_python(_builder(settings).getOrCreate(), local)
+        plan = None
+        if local:
+            plan = plan_archive(
+                java_options,
+                settings,
+                log4j_config=SPARK_CONF_DIR / "log4j2.properties",
+                default_conf_dir=SPARK_CONF_DIR,
+            )
 
-        prepare = _SqlPreparation()
-        prepare.start()
-        try:
-            # The context first, with every setting (what the builder's getOrCreate would
-            # create): the data source lookup may start beside the session only once it runs.
-            SparkContext.getOrCreate(SparkConf().setAll(list(chosen.items())))
-            prepare.context_ready.set()
-            return builder.getOrCreate()
-        finally:
-            prepare.done.set()
+        def start(with_plan: ArchivePlan | None) -> SparkSession:
+            from pyspark import SparkConf
 
-    with installed_pyspark_for_workers():
+            from dagster_eventhub_ingest.resources.spark_gateway import launch_gateway
+
+            options = java_options
+            if with_plan is not None:
+                options = f"{java_options} {with_plan.java_options}"
+            chosen = {**settings, "spark.driver.extraJavaOptions": options.strip()}
+            env = driver_environment(
+                local=local, conf_dir=with_plan.conf_dir if with_plan else None
+            )
+            prepare = _SqlPreparation() if local else None
+            if prepare is not None:
+                prepare.start()
+            try:
+                gateway = launch_gateway(chosen, env)
+                # The context first, with every setting (what the builder's getOrCreate would
+                # create): the data source lookup may start beside the session only once it
+                # runs.
+                context = SparkContext(
+                    conf=SparkConf().setAll(list(chosen.items())), gateway=gateway
+                )
+                if local and "PYSPARK_PYTHON" not in os.environ:
+                    context.pythonExec = env["PYSPARK_PYTHON"]
+                if prepare is not None:
+                    prepare.context_ready.set()
+                return _builder(chosen).getOrCreate()
+            finally:
+                if prepare is not None:
+                    prepare.done.set()
+
         return start_with_archive(plan, start)
+
+
+def _own_python(spark: SparkSession, local: bool) -> SparkSession:
+    """A local context pyspark created here runs this interpreter's Python workers, unless the
+    environment names one (``PYSPARK_PYTHON``)."""
+    context = spark.sparkContext
+    if local and "PYSPARK_PYTHON" not in os.environ and context.pythonExec == "python3":
+        context.pythonExec = sys.executable
+    return spark
 
 
 class _SqlPreparation:
@@ -335,13 +361,14 @@ def local_spark_session(
 ) -> SparkSession:
     """Build (or return the running) local SparkSession with quiet logs and loopback networking.
 
-    For a local master, sets unless already set in the environment: ``SPARK_LOCAL_IP=127.0.0.1``
-    (the driver would otherwise bind a public address), ``PYSPARK_PYTHON`` to this interpreter
-    (executors need the same venv for pyarrow and the azure SDK). For any master it sets
-    ``SPARK_CONF_DIR`` to the shipped quiet log4j2 config. A non-local master (``spark://``,
-    ``yarn``...) keeps the driver host and executor Python of the user's environment and Spark
-    config: the project's code is shipped to its executors instead. The environment is read when
-    the JVM starts, so these only apply to the first session of a process.
+    The driver's JVM is launched with :func:`driver_environment`: for a local master, unless the
+    environment sets them, ``SPARK_LOCAL_IP=127.0.0.1`` (the driver would otherwise bind a public
+    address) and ``PYSPARK_PYTHON`` = this interpreter (executors need the same venv for pyarrow
+    and the azure SDK); for any master ``SPARK_CONF_DIR`` = the shipped quiet log4j2 config.
+    This process's own environment is left alone. A non-local master (``spark://``, ``yarn``...)
+    keeps the driver host and executor Python of the user's environment and Spark config: the
+    project's code is shipped to its executors instead. The JVM starts with the first session of
+    a process, so these only apply to it.
 
     Args:
         app_name: Spark application name (shown in logs).
@@ -361,12 +388,6 @@ def local_spark_session(
         df = spark.read.format("eventhubs").options(**opts).load()
     """
     local = is_local_master(master)
-    if local:
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_CONF_DIR", str(SPARK_CONF_DIR))
-
     settings = session_defaults(master)
     if ui:
         settings["spark.ui.enabled"] = "true"
@@ -375,7 +396,7 @@ def local_spark_session(
     if local:
         # SPARK_LOCAL_IP when the environment sets it, loopback otherwise.
         for key in LOCAL_PINS:
-            settings[key] = os.environ["SPARK_LOCAL_IP"]
+            settings[key] = os.environ.get("SPARK_LOCAL_IP", LOOPBACK)
     if warehouse_dir is not None:
         warehouse = Path(warehouse_dir).resolve()
         settings["spark.sql.warehouse.dir"] = str(warehouse)
@@ -390,7 +411,7 @@ def local_spark_session(
         )
     settings.update(conf or {})
     settings = {"spark.app.name": app_name, "spark.master": master, **settings}
-    spark = start_local_driver(settings) if local else _builder(settings).getOrCreate()
+    spark = start_classic_driver(settings)
     if register_source:
         from dagster_eventhub_ingest.resources.spark_source import register_eventhubs_source
 

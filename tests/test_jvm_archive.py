@@ -21,7 +21,7 @@ from dagster_eventhub_ingest.resources.jvm_archive import (
     plan_archive,
     start_with_archive,
 )
-from dagster_eventhub_ingest.resources.spark_session import SPARK_CONF_DIR
+from dagster_eventhub_ingest.resources.spark_session import SPARK_CONF_DIR, driver_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -162,14 +162,19 @@ def test_a_jvm_that_refuses_the_options_is_started_again_without_them(tmp_path: 
 
     def start(with_plan: ArchivePlan | None) -> str:
         calls.append(with_plan)
-        conf_dirs.append(env["SPARK_CONF_DIR"])
+        # What the JVM's launch gets (resources/spark_session.py), never this process's.
+        conf_dir = with_plan.conf_dir if with_plan else None
+        launch = driver_environment(local=True, conf_dir=conf_dir, base=env)
+        conf_dirs.append(launch["SPARK_CONF_DIR"])
         if with_plan is not None:
             raise RuntimeError("Java gateway process exited before sending its port number")
         return "session"
 
-    assert start_with_archive(plan, start, env) == "session"
+    before = dict(env)
+    assert start_with_archive(plan, start) == "session"
     assert calls == [plan, None]
     assert conf_dirs == [str(plan.conf_dir), str(SPARK_CONF_DIR)]
+    assert env == before
     assert plan.marker.exists()
     assert _plan(env) is None  # never tried again for this key
 
@@ -182,7 +187,7 @@ def test_a_jvm_that_cannot_start_at_all_raises_its_own_error(tmp_path: Path) -> 
         raise RuntimeError("JAVA_HOME is not set")
 
     with pytest.raises(RuntimeError, match="JAVA_HOME"):
-        start_with_archive(plan, start, env)
+        start_with_archive(plan, start)
     assert plan is not None and not plan.marker.exists()  # the archive was not the problem
 
 
@@ -309,7 +314,7 @@ def test_an_archive_the_jvm_did_not_map_is_removed_and_not_written_again(
     assert plan is not None and plan.dump_to is None
     monkeypatch.setattr(jvm_archive, "_mapped", lambda archive: mapped)
     monkeypatch.setattr(jvm_archive, "_CURRENT", None)  # restored after the test
-    assert start_with_archive(plan, lambda with_plan: "session", env) == "session"
+    assert start_with_archive(plan, lambda with_plan: "session") == "session"
     assert plan.archive.exists() is mapped
     assert plan.marker.exists() is not mapped
     assert (jvm_archive.current_plan() == plan) is mapped

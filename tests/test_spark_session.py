@@ -1,20 +1,24 @@
 """dagster_eventhub_ingest.resources.spark_session: a classic session's calls into the JVM leave
-pandas unimported.
+pandas unimported, and its start leaves the process as it was.
 
 py4j asks pyspark's NumPy converters about every argument of every call; unguarded, their
 answer imports ``pyspark.testing.utils`` and with it pandas (0.4 s of CPU on the driver's first
-call). The control shows that import; the real session shows it gone, with NumPy arrays and
-scalars still converted as pyspark converts them.
+call). The control shows that import; the real session (its gateway launched by
+resources/spark_gateway.py) shows it gone, with NumPy arrays and scalars still converted as
+pyspark converts them, and py4j's global converters, pyspark's functions and ``os.environ``
+untouched.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 
 import pytest
 
-from tests.fixtures.spark import script_in_fresh_jvm
+from tests.fixtures.spark import ROOT, script_in_fresh_jvm
 
 _UNGUARDED = """
 import sys
@@ -64,17 +68,89 @@ def test_numpy_guard_answers_while_numpy_is_being_imported(monkeypatch: pytest.M
 
     import numpy
 
-    from dagster_eventhub_ingest.resources.spark_session import _numpy_guard
+    from dagster_eventhub_ingest.resources.spark_gateway import _NumpyOnly
 
     asked: list[object] = []
-    guard = _numpy_guard("ndarray", lambda obj: asked.append(obj) or True)
+
+    class Converter:
+        def can_convert(self, obj: object) -> bool:
+            asked.append(obj)
+            return True
+
+    guard = _NumpyOnly(Converter(), "ndarray")
     array = numpy.zeros(2)
-    assert guard(array) is True and asked == [array]
-    assert guard([1, 2]) is False and asked == [array]
+    assert guard.can_convert(array) is True and asked == [array]
+    assert guard.can_convert([1, 2]) is False and asked == [array]
     monkeypatch.setitem(sys.modules, "numpy", types.ModuleType("numpy"))  # part-way imported
-    assert guard(array) is False and guard(3) is False
+    assert guard.can_convert(array) is False and guard.can_convert(3) is False
     monkeypatch.delitem(sys.modules, "numpy")
-    assert guard(array) is False and asked == [array]
+    assert guard.can_convert(array) is False and asked == [array]
+
+
+_GUEST = """
+import json, os, subprocess, sys
+import pyspark.java_gateway
+from py4j.protocol import INPUT_CONVERTER
+import pyspark.sql.types  # registers pyspark's converters
+from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+
+# pyspark's own SparkContext writes these two into os.environ, for any session (context.py).
+PYSPARKS_OWN = ("SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE")
+
+def state():
+    return {
+        "environ": {k: v for k, v in os.environ.items() if k not in PYSPARKS_OWN},
+        "converters": [(type(c).__name__, sorted(vars(c))) for c in INPUT_CONVERTER],
+        "popen": pyspark.java_gateway.Popen is subprocess.Popen,
+    }
+
+before = state()
+spark = local_spark_session("guest-test", master="local[1]", register_source=False)
+
+def worker(batches):  # an executor's Python worker: which interpreter, which environment
+    import os, sys
+    import pyarrow as pa
+    for _ in batches:
+        yield pa.RecordBatch.from_pydict({"python": [sys.executable],
+                                          "ip": [os.environ.get("SPARK_LOCAL_IP", "")]})
+
+seen = spark.range(1).mapInArrow(worker, "python string, ip string").first()
+during = state()
+spark.stop()
+after = state()
+print(json.dumps({"same": before == during == after, "popen": after["popen"],
+                  "python": seen.python == sys.executable, "ip": seen.ip,
+                  "pinned": "PYSPARK_PYTHON" in os.environ or "SPARK_LOCAL_IP" in os.environ}))
+"""
+
+
+@pytest.mark.spark
+def test_a_local_session_leaves_its_process_as_it_found_it() -> None:
+    """Starting, using and stopping a local session writes nothing to ``os.environ``, swaps no
+    pyspark function and changes none of py4j's global converters; its executors still run this
+    interpreter, on loopback, from the environment the JVM was launched with."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP", "SPARK_CONF_DIR")
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _GUEST],
+        cwd=ROOT,
+        env={**env, "EHINGEST_JVM_ARCHIVE": "off"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {
+        "same": True,
+        "popen": True,
+        "python": True,
+        "ip": "127.0.0.1",
+        "pinned": False,
+    }
 
 
 class _Recorder:

@@ -21,11 +21,7 @@ import py4j
 import pyspark
 import pytest
 
-from dagster_eventhub_ingest.resources.worker_python import (
-    WORKER_SITE,
-    installed_pyspark_for_workers,
-    worker_pythonpath,
-)
+from dagster_eventhub_ingest.resources.worker_python import WORKER_SITE, worker_pythonpath
 from tests.fixtures.spark import script_in_fresh_jvm
 
 LIB = Path(pyspark.__file__).parent / "python" / "lib"
@@ -94,27 +90,21 @@ def test_the_jvm_s_pythonpath_leads_with_the_site(setting: str) -> None:
         assert worker_pythonpath({}) == str(WORKER_SITE)
 
 
-_SHOW_PATH = "import os; print(os.environ.get('PYTHONPATH'))"
-
-
 def test_only_the_jvm_launch_gets_the_site_never_this_process() -> None:
-    """pyspark launches its JVM through ``java_gateway.Popen`` with a copy of the environment:
-    inside the block that copy gets the site, this process's environment never does (a thread
-    iterating ``os.environ`` meanwhile would fail on a key deleted under it), and afterwards
-    pyspark's Popen is the one it was."""
-    from pyspark import java_gateway
+    """The site goes into the environment the driver's JVM is launched with, built from this
+    process's and never written back to it."""
+    from dagster_eventhub_ingest.resources.spark_session import driver_environment
 
     before = dict(os.environ)
-    env = {**os.environ, "PYTHONPATH": "/user/path"}
-    env.pop("EHINGEST_WORKER_SITE", None)
-    with installed_pyspark_for_workers():
-        assert dict(os.environ) == before
-        launched = java_gateway.Popen(
-            [sys.executable, "-c", _SHOW_PATH], env=env, stdout=subprocess.PIPE, text=True
-        )
-        out, _ = launched.communicate(timeout=60)
-    assert out.strip() == os.pathsep.join([str(WORKER_SITE), "/user/path"])
-    assert java_gateway.Popen is subprocess.Popen
+    base = {"PYTHONPATH": "/user/path", "SPARK_LOCAL_IP": "10.1.2.3"}
+    env = driver_environment(local=True, base=base)
+    assert env["PYTHONPATH"] == os.pathsep.join([str(WORKER_SITE), "/user/path"])
+    assert env["SPARK_LOCAL_IP"] == "10.1.2.3"  # the user's setting stays
+    assert (env["PYSPARK_PYTHON"], env["PYSPARK_DRIVER_PYTHON"]) == (sys.executable,) * 2
+    # A cluster's driver: its executors' Python and address are the user's.
+    cluster = driver_environment(local=False, base=base)
+    assert cluster["PYTHONPATH"] == "/user/path" and "PYSPARK_PYTHON" not in cluster
+    assert base == {"PYTHONPATH": "/user/path", "SPARK_LOCAL_IP": "10.1.2.3"}
     assert dict(os.environ) == before
 
 

@@ -193,5 +193,4 @@ if (
     __name__ == "__main__"
 ):  # python -m dagster_eventhub_ingest.resources.spark_source._native: build it now
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    os.environ[NATIVE_ENV] = "1"
-    print(amqp_columns())
+    print(prepare(retry_failed=True))

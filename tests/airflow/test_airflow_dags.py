@@ -294,7 +294,7 @@ def test_sigterm_mid_read_stops_the_task_and_another_run_takes_over_at_once(
     log = tmp_path / "killed.log"
     first = _spawn_dag(
         "eventhub_ingest_once",
-        datetime(2026, 2, 1, tzinfo=UTC),
+        datetime(2026, 2, 1, tzinfo=timezone.utc),
         log,
         {"EHINGEST_SLOW_READ_SECONDS": "1"},
     )
@@ -333,7 +333,7 @@ def test_sigterm_mid_read_stops_the_task_and_another_run_takes_over_at_once(
     # Another DAG run of the same DAG: a new owner, claiming released leases at once.
     from tests.airflow.dags.eventhub_ingest_once import dag
 
-    dr = dag.test(logical_date=datetime(2026, 2, 2, tzinfo=UTC))
+    dr = dag.test(logical_date=datetime(2026, 2, 2, tzinfo=timezone.utc))
     assert str(dr.state) == "success", _states(dr)
     [report] = _reports(dag.dag_id, dr.run_id).values()
     assert report["complete"] is True
@@ -356,7 +356,7 @@ def test_a_failure_that_is_not_retried_ends_the_tasks_jvm_before_the_task_does(
     assert env["sink"].path is not None
     (Path(env["sink"].path) / "partition=0" / "eh_batch=0-0-9").mkdir(parents=True)
     log = tmp_path / "fail.log"
-    proc = _spawn_dag("eventhub_ingest_retry", datetime(2026, 3, 1, tzinfo=UTC), log, {})
+    proc = _spawn_dag("eventhub_ingest_retry", datetime(2026, 3, 1, tzinfo=timezone.utc), log, {})
     seen_java = False
     try:
         while proc.poll() is None:
