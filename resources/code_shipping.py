@@ -20,6 +20,7 @@ that into a :class:`~dagster_eventhub_ingest.resources.errors.ConfigurationError
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import importlib.util
 import logging
 import os
@@ -56,6 +57,8 @@ SHIPPED_PACKAGES = ("resources", "ops")
 NAMESPACE = "dagster_eventhub_ingest"
 
 _SHIPPED: set[int] = set()
+#: File endings of compiled extension modules (a platform wheel's native step).
+_COMPILED = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 _SHIPPING = threading.Lock()
 _MISSING_RE = re.compile(r"ModuleNotFoundError: No module named '([^']+)'")
 
@@ -79,6 +82,10 @@ def _sources(packages: tuple[str, ...]) -> list[tuple[Path, str]]:
             )
         base = Path(spec.origin).resolve().parent
         for path in sorted(base.rglob("*")):
+            # Compiled modules cannot be imported from a zip (and may be of another platform):
+            # executors compile the reader's native step from its source instead.
+            if path.name.endswith(_COMPILED):
+                continue
             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
                 rel = path.relative_to(base).as_posix()
                 files.append((path, f"{NAMESPACE}/{package}/{rel}"))

@@ -69,6 +69,45 @@ def test_code_zip_holds_the_packages_and_is_built_once(tmp_path: Path) -> None:
     assert out.strip().startswith(str(first))
 
 
+def test_a_platform_wheel_s_compiled_step_is_not_shipped_its_source_is(tmp_path: Path) -> None:
+    """An install from the platform wheel holds the reader's native step compiled; the zip for
+    executors holds its C source instead (Python cannot load a compiled module from a zip, and
+    the executors' host may be another platform: they compile it there)."""
+    import importlib.machinery
+    import json
+    import shutil
+
+    root = Path(__file__).resolve().parents[1]
+    site = tmp_path / "site"
+    shutil.copytree(
+        root / "dagster_eventhub_ingest",
+        site / "dagster_eventhub_ingest",
+        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+    )
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    native = site / "dagster_eventhub_ingest/resources/spark_source" / f"_amqp_columns{suffix}"
+    native.write_bytes(b"\x7fELF not loaded here")
+    code = (
+        "import json, sys, zipfile; sys.path.insert(0, sys.argv[1])\n"
+        "from dagster_eventhub_ingest.resources.code_shipping import build_code_zip\n"
+        "names = zipfile.ZipFile(build_code_zip(sys.argv[2])).namelist()\n"
+        "import dagster_eventhub_ingest\n"
+        "print(json.dumps([dagster_eventhub_ingest.__file__, names]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(site), str(tmp_path / "zips")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=True,
+    )
+    package, names = json.loads(out.stdout.strip().splitlines()[-1])
+    assert package.startswith(str(site))  # the install, not the checkout
+    spark_source = "dagster_eventhub_ingest/resources/spark_source/"
+    assert f"{spark_source}_amqp_columns.c" in names
+    assert not [n for n in names if n.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))]
+
+
 def test_missing_module_error_names_the_module_and_the_fix() -> None:
     worker = (
         "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"

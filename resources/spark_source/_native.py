@@ -1,21 +1,30 @@
-"""The fast pull's native step (``_amqp_columns.c``): compiled once per host, loaded if it can be.
+"""The fast pull's native step (``_amqp_columns.c``): shipped compiled, or compiled once per host.
 
 The reader's pure-Python path costs ~10.5 us of CPU per 1 KB event, nearly all of it Python's
 own cost per frame (docs/run.md, session 18). ``_amqp_columns.scan`` takes the plain transfer
 frames whole in the receive buffer straight to Arrow's column buffers, with no Python object
 per event but its delivery tag; :mod:`._amqp` calls it where it would decode frame by frame.
 
-How it gets here: the C source ships with the package (in the wheel, and in the zip the driver
-ships to executors), and the first process on a host that reads events compiles it with the
-host's C compiler and Python headers into
-:func:`dagster_eventhub_ingest.resources.jvm_archive.cache_dir` (``native/``, named by a hash of the
-source, the compiler flags and the Python ABI) and loads it; every later process, run or executor on
-that host loads the file (~1 ms). Two processes compiling at once each write their own file and
-rename it into place. A host without a compiler or headers, a compile that fails (remembered beside
-the target, so that it is not retried per task) or ``EHINGEST_NATIVE=0`` leaves the pure-Python
-path, which reads exactly the same rows (tests/test_native_columns.py proves the two equal frame by
-frame and through a whole read). ``EHINGEST_NATIVE=1`` makes a missing native step an error instead
-(benchmarks, tests that measure it).
+Where it comes from, first found first:
+
+1. The platform wheel (``manylinux`` for this project's CI platform) ships it compiled, as
+   ``dagster_eventhub_ingest/resources/spark_source/_amqp_columns.<abi>.so``: the wheel's build
+   hook (``hatch_build.py``) compiles it with :func:`compile_module`. Nothing is compiled on the
+   user's host, and no compiler is needed there.
+2. Otherwise (a pure wheel on another platform, a checkout, or executors that got the code as
+   the zip the driver ships, from which Python cannot load a compiled module) the C source ships
+   with the package, and the first process on a host that reads events compiles it with the
+   host's C compiler and Python headers into
+   :func:`dagster_eventhub_ingest.resources.jvm_archive.cache_dir` (``native/``, named by a hash
+   of the source, the compiler flags and the Python ABI) and loads it; every later process, run
+   or executor on that host loads the file (~1 ms). Two processes compiling at once each write
+   their own file and rename it into place.
+
+A host with neither (no compiler or headers, a compile that failed: remembered beside the
+target, so that it is not retried per task) or ``EHINGEST_NATIVE=0`` reads on the pure-Python
+path, which reads exactly the same rows (tests/test_native_columns.py proves the two equal frame
+by frame and through a whole read). ``EHINGEST_NATIVE=1`` makes a missing native step an error
+instead (benchmarks, tests that measure it).
 """
 
 from __future__ import annotations
@@ -125,7 +134,19 @@ def _load(path: Path) -> ModuleType:
 
 
 def _load_or_build() -> ModuleType:
-    return prepare()[1]
+    return packaged() or prepare()[1]
+
+
+def packaged() -> ModuleType | None:
+    """The module this install's wheel ships compiled, or None (a pure wheel, a checkout, code
+    shipped as a zip)."""
+    try:
+        spec = importlib.util.find_spec(_NAME)
+    except ImportError:  # its package cannot be imported from here
+        return None
+    if spec is None or not isinstance(spec.loader, importlib.machinery.ExtensionFileLoader):
+        return None
+    return importlib.import_module(_NAME)
 
 
 def prepare(*, rebuild: bool = False, retry_failed: bool = False) -> tuple[Path, ModuleType]:
@@ -154,16 +175,22 @@ def _compiler() -> list[str]:
     return [*cc.split(), *_FLAGS, *extra, "-I", str(include)]
 
 
-def build(target: Path | None = None) -> Path:
-    """Compile the module for this host into ``target`` (default :func:`target_path`)."""
+def compile_module(target: Path, source: bytes) -> Path:
+    """Compile ``source`` (``_amqp_columns.c``) for this interpreter into ``target``, written
+    to a temporary name first and renamed into place.
+
+    The one compile, for the host cache (:func:`build`) and for the platform wheel
+    (``hatch_build.py`` loads this module by its path, outside the package). Raises
+    ``RuntimeError`` saying why it cannot (no compiler, no headers, the compiler's error, in
+    ``<target>.failed``).
+    """
     if os.name == "nt":
         raise RuntimeError("not built on Windows")
-    target = target or target_path()
     target.parent.mkdir(parents=True, exist_ok=True)
     command = _compiler()
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
         src = Path(tmp) / _SOURCE
-        src.write_bytes(_source())
+        src.write_bytes(source)
         out = Path(tmp) / target.name
         result = subprocess.run(
             [*command, str(src), "-o", str(out)],
@@ -177,6 +204,12 @@ def build(target: Path | None = None) -> Path:
             failed.write_text(" ".join(command) + "\n" + result.stderr[-4000:])
             raise RuntimeError(f"{command[0]} failed (exit {result.returncode}); see {failed}")
         os.replace(out, target)
+    return target
+
+
+def build(target: Path | None = None) -> Path:
+    """Compile the module for this host into ``target`` (default :func:`target_path`)."""
+    target = compile_module(target or target_path(), _source())
     logger.info("compiled the reader's native step into %s", target)
     return target
 

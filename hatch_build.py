@@ -1,0 +1,73 @@
+"""The wheel's build hook: the reader's native step compiled into a platform wheel.
+
+``resources/spark_source/_amqp_columns.c`` is compiled for the building interpreter by
+``_native.compile_module`` (loaded from its file: the package itself is not importable in the
+build environment) and added to the wheel as
+``dagster_eventhub_ingest/resources/spark_source/_amqp_columns<EXT_SUFFIX>``; the wheel is then
+tagged for this interpreter and platform (``auditwheel repair`` turns ``linux_x86_64`` into the
+manylinux tag, scripts/tiers/wheel.sh). Editable installs (a checkout) get nothing: they compile
+at run time, into the host's cache.
+
+``EHINGEST_BUILD_NATIVE``: unset or ``auto`` compiles when this host can and builds the pure
+wheel (``py3-none-any``, compiled at run time where it runs) when it cannot; ``require`` fails
+the build instead; ``off`` always builds the pure wheel.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sysconfig
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+
+SPARK_SOURCE = Path("dagster_eventhub_ingest", "resources", "spark_source")
+MODE_ENV = "EHINGEST_BUILD_NATIVE"
+
+
+class NativeStepHook(BuildHookInterface):
+    """Compiles the native step into a standard (not editable) wheel."""
+
+    PLUGIN_NAME = "custom"
+
+    def initialize(self, version: str, build_data: dict[str, Any]) -> None:
+        mode = os.environ.get(MODE_ENV, "auto").strip().lower()
+        if self.target_name != "wheel" or version == "editable" or mode == "off":
+            return
+        if mode not in ("auto", "require"):
+            raise ValueError(f"{MODE_ENV}={mode!r} is not valid; valid: auto, require, off")
+        folder = Path(self.root, SPARK_SOURCE)
+        native = _load(folder / "_native.py")
+        suffix = sysconfig.get_config_var("EXT_SUFFIX")
+        self._tmp = tempfile.mkdtemp(prefix="ehingest-native-")
+        target = Path(self._tmp, f"_amqp_columns{suffix}")
+        try:
+            native.compile_module(target, (folder / "_amqp_columns.c").read_bytes())
+        except RuntimeError as exc:
+            if mode == "require":
+                raise RuntimeError(f"the reader's native step did not compile: {exc}") from exc
+            self.app.display_warning(
+                f"the reader's native step did not compile ({exc}): building the pure wheel; "
+                "it compiles at run time where a compiler is"
+            )
+            return
+        build_data["force_include"][str(target)] = (SPARK_SOURCE / target.name).as_posix()
+        build_data["pure_python"] = False
+        build_data["infer_tag"] = True
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        tmp = getattr(self, "_tmp", None)
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _load(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location("_ehingest_native_build", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
