@@ -1,9 +1,11 @@
 """The ``EventHubIngestComponent``: the whole pipeline declared in a ``defs.yaml``.
 
 Registered for ``dg`` under the ``dagster_dg_cli.registry_modules`` entry point (see
-pyproject.toml), so ``dg list components`` shows it and ``dg scaffold defs`` can create one::
+pyproject.toml) by its one name, ``dagster_eventhub_ingest.EventHubIngestComponent``: ``dg list
+components`` shows it and ``dg scaffold defs dagster_eventhub_ingest.EventHubIngestComponent
+<name>`` writes a commented ``defs.yaml`` (:mod:`.scaffold`)::
 
-    type: dagster_eventhub_ingest.dagster_project.component.EventHubIngestComponent
+    type: dagster_eventhub_ingest.EventHubIngestComponent
     attributes:
       asset_key: telemetry
       eventhub:
@@ -57,6 +59,7 @@ from dagster_eventhub_ingest.dagster_project.resources import (
     local_pyspark_resource,
     spark_resource,
 )
+from dagster_eventhub_ingest.dagster_project.scaffold import EventHubIngestScaffolder
 from dagster_eventhub_ingest.dagster_project.schedules import (
     build_ingest_job,
     build_ingest_schedule,
@@ -289,6 +292,7 @@ ResolvedPartitionIds = Annotated[
 ]
 
 
+@dg.scaffold_with(EventHubIngestScaffolder)
 class EventHubIngestComponent(
     _KeyChecked, dg.Component, dg.Model, RunOptions, AssetOptions, dg.Resolvable
 ):

@@ -54,7 +54,7 @@ ST_CONN = (
 )
 
 YAML = """
-type: dagster_eventhub_ingest.dagster_project.component.EventHubIngestComponent
+type: dagster_eventhub_ingest.EventHubIngestComponent
 attributes:
   asset_key: raw/telemetry
   eventhub:
@@ -359,14 +359,81 @@ def test_dg_lists_the_component_and_checks_the_project() -> None:
         timeout=300,
     )
     assert listed.returncode == 0, listed.stderr
-    assert (
-        "dagster_eventhub_ingest.dagster_project.component.EventHubIngestComponent" in listed.stdout
-    )
+    assert '"key": "dagster_eventhub_ingest.EventHubIngestComponent"' in listed.stdout
     checked = subprocess.run(
         [dg_bin, "check", "defs"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "All definitions loaded successfully" in checked.stdout + checked.stderr
+
+
+_PROJECT_TOML = """
+[project]
+name = "userproj"
+version = "0.1.0"
+requires-python = ">=3.10"
+dependencies = ["dagster", "dagster-eventhub-ingest[dagster]"]
+
+[tool.dg]
+directory_type = "project"
+
+[tool.dg.project]
+root_module = "userproj"
+"""
+
+_DEFINITIONS = """
+from pathlib import Path
+
+from dagster import definitions, load_from_defs_folder
+
+
+@definitions
+def defs():
+    return load_from_defs_folder(project_root=Path(__file__).parent.parent.parent)
+"""
+
+
+def test_dg_scaffolds_a_commented_defs_yaml_that_dg_check_accepts(tmp_path: Path) -> None:
+    """A user's project (create-dagster's layout, with a ``resources.py`` and an ``ops``
+    package of its own): ``dg scaffold defs`` writes the commented defs.yaml, which loads once
+    its environment variables are set."""
+    project = tmp_path / "userproj"
+    src = project / "src" / "userproj"
+    (src / "defs").mkdir(parents=True)
+    (src / "ops").mkdir()
+    (project / "pyproject.toml").write_text(_PROJECT_TOML)
+    (src / "__init__.py").write_text("")
+    (src / "defs" / "__init__.py").write_text("")
+    (src / "definitions.py").write_text(_DEFINITIONS)
+    (src / "resources.py").write_text("USER_RESOURCE = 1\n")
+    (src / "ops" / "__init__.py").write_text("USER_OP = 1\n")
+    env = {
+        **os.environ,
+        "DAGSTER_DISABLE_TELEMETRY": "1",
+        "VIRTUAL_ENV": sys.prefix,
+        "PYTHONPATH": str(project / "src"),
+        "EVENTHUB_CONNECTION_STRING": EH_CONN,
+        "AZURE_STORAGE_CONNECTION_STRING": ST_CONN,
+    }
+    dg_bin = str(Path(sys.executable).with_name("dg"))
+
+    def dg_run(*args: str) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [dg_bin, *args], cwd=project, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done
+
+    dg_run("scaffold", "defs", "dagster_eventhub_ingest.EventHubIngestComponent", "telemetry")
+    text = (src / "defs" / "telemetry" / "defs.yaml").read_text()
+    assert text.startswith("# Lands one Azure Event Hub")
+    assert "type: dagster_eventhub_ingest.EventHubIngestComponent" in text
+    assert "asset_key: telemetry" in text and "attributes: {}" not in text
+    assert "connection_string_env: EVENTHUB_CONNECTION_STRING" in text
+    checked = dg_run("check", "defs")
+    assert "All definitions loaded successfully" in checked.stdout + checked.stderr
+    listed = dg_run("list", "defs", "--json")
+    assert '"telemetry"' in listed.stdout and "telemetry_job" in listed.stdout
 
 
 def test_secrets_from_env_vars_never_reach_the_ui_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
