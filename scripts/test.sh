@@ -34,7 +34,7 @@ export TIER_LOGS
 declare -A tier_pid=() tier_start=()
 # Longest tiers first (they all start at once; this only orders their start-up bursts), then any
 # other scripts/tiers/*.sh in name order.
-TIER_ORDER="cluster browser sdk_conformance airflow"
+TIER_ORDER="cluster browser sdk_conformance airflow wheel"
 tier_files() {
   local n f
   for n in $TIER_ORDER; do [ -e "scripts/tiers/$n.sh" ] && echo "scripts/tiers/$n.sh"; done

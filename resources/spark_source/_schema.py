@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -40,7 +43,24 @@ def eventhubs_schema() -> StructType:
 
 
 def _arrow_schema() -> pa.Schema:
+    # Exactly what Spark's data source worker checks batches against.
+    return arrow_schema(eventhubs_schema())
+
+
+def arrow_schema(schema: StructType) -> pa.Schema:
+    """PySpark's Arrow schema of ``schema``, timestamps in UTC (the sessions' time zone).
+
+    PySpark 4.0 asks for it with ``timestamp_utc=True``, 4.1 and later with ``timezone="UTC"``;
+    both give ``timestamp[us, tz=UTC]``.
+    """
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    # Exactly what Spark's data source worker checks batches against.
-    return to_arrow_schema(eventhubs_schema(), timezone="UTC")
+    convert: Callable[..., pa.Schema] = to_arrow_schema
+    if _takes_timezone(convert):
+        return convert(schema, timezone="UTC")
+    return convert(schema, timestamp_utc=True)
+
+
+@functools.cache
+def _takes_timezone(function: Callable[..., Any]) -> bool:
+    return "timezone" in inspect.signature(function).parameters
