@@ -759,7 +759,7 @@ def test_parquet_bodies_carry_no_statistics_and_times_are_microsecond_timestamps
     for path, physical in ((written, "INT64"), (control, "INT96"), (before, "INT96")):
         assert {c.physical_type for c in chunks(path, "enqueuedTime")} == {physical}, path
     schema = pq.ParquetFile(next(written.rglob("*.parquet"))).schema_arrow
-    assert str(schema.field("enqueuedTime").type) == "timestamp[us, tz=timezone.utc]"
+    assert str(schema.field("enqueuedTime").type) == "timestamp[us, tz=UTC]"
     # One table of files of both kinds reads as one; Spark hands back naive times in the
     # session's time zone, UTC here (SESSION_CONF).
     back = read_sink(spark, sink).orderBy("sequenceNumber").collect()

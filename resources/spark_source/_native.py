@@ -139,14 +139,21 @@ def _load_or_build() -> ModuleType:
 
 def packaged() -> ModuleType | None:
     """The module this install's wheel ships compiled, or None (a pure wheel, a checkout, code
-    shipped as a zip)."""
-    try:
-        spec = importlib.util.find_spec(_NAME)
-    except ImportError:  # its package cannot be imported from here
+    shipped as a zip).
+
+    Looked for in the package's own folder only: a module of the same name loaded from the host
+    cache earlier in the process is not the wheel's.
+    """
+    package = sys.modules.get(__package__ or "")
+    path = getattr(package, "__path__", None)
+    if path is None:
         return None
-    if spec is None or not isinstance(spec.loader, importlib.machinery.ExtensionFileLoader):
+    spec = importlib.machinery.PathFinder.find_spec(_NAME, list(path))
+    if spec is None or spec.origin is None:
         return None
-    return importlib.import_module(_NAME)
+    if not isinstance(spec.loader, importlib.machinery.ExtensionFileLoader):
+        return None
+    return _load(Path(spec.origin))
 
 
 def prepare(*, rebuild: bool = False, retry_failed: bool = False) -> tuple[Path, ModuleType]:
