@@ -208,7 +208,7 @@ def test_the_archive_is_put_in_place_only_after_a_clean_exit(
     plan = _plan(_wanted(tmp_path))
     assert plan is not None and plan.dump_to is not None
     proc = _jvm_like(tmp_path, plan.dump_to, code)
-    monkeypatch.setattr(jvm_archive, "_gateway_process", lambda: proc)
+    monkeypatch.setattr(jvm_archive, "gateway_process", lambda: proc)
     assert finish_dump(plan) is (code == 0)
     assert proc.returncode == code  # it was made to exit and waited for
     assert plan.archive.exists() is (code == 0)
