@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -65,7 +65,7 @@ def golden_row(golden: Golden, seq: int, offset: int) -> dict[str, Any]:
         "partition": "3",
         "offset": str(offset),
         "sequenceNumber": seq,
-        "enqueuedTime": datetime.fromtimestamp(ENQUEUED_MS / 1000, UTC),
+        "enqueuedTime": datetime.fromtimestamp(ENQUEUED_MS / 1000, timezone.utc),
     }
 
 
