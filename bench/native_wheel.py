@@ -96,10 +96,18 @@ def install(wheel: Path, venv: Path) -> Path:
     )  # fmt: skip
     subprocess.run(["uv", "venv", "-q", "--python", sys.executable, str(venv)], check=True)
     python = venv / "bin" / "python"
-    subprocess.run(
-        ["uv", "pip", "install", "-q", "--python", str(python), "-r", str(req), str(wheel)],
+    # PySpark from the wheel uv built before, not its 456 MB archive again (the script says why).
+    house = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "tiers" / "wheel" / "wheelhouse.py"), str(req)],
+        capture_output=True,
+        text=True,
         check=True,
-    )
+    ).stdout.strip()
+    subprocess.run(
+        ["uv", "pip", "install", "-q", "--python", str(python), "--find-links", house,
+         "-r", str(req), str(wheel)],
+        check=True,
+    )  # fmt: skip
     return python
 
 

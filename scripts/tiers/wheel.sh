@@ -24,8 +24,8 @@
 #    the example DAG runs under `airflow dags test`, and every event landed exactly once.
 #
 # Venvs are installed with `uv pip install` from requirement files (exported from the lock, or
-# the lowest set): every package comes from uv's cache when it is warm (pyspark's built wheel
-# included), nothing is resolved afresh. Every service it starts is stopped on exit. Run by
+# the lowest set): every package comes from uv's cache when it is warm, PySpark from the wheels
+# uv built before (scripts/tiers/wheel/wheelhouse.py); nothing is resolved afresh. Every service it starts is stopped on exit. Run by
 # scripts/test.sh in the background beside the main run, or alone: bash scripts/tiers/wheel.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -95,10 +95,14 @@ export_reqs "$WORK/airflow.txt" --extra airflow --group airflow-test
 cp scripts/tiers/wheel/oldest-dagster.txt "$WORK/oldest.txt"
 cp scripts/tiers/wheel/oldest-engine.txt "$WORK/engine.txt"
 
+# PySpark from the wheels uv already built (scripts/tiers/wheel/wheelhouse.py says why): a
+# `uv pip install` of its source archive leaves a 1.4 GB copy in uv's cache every time.
+WHEELHOUSE=$("$ROOT/.venv/bin/python" scripts/tiers/wheel/wheelhouse.py \
+  "$WORK/newest.txt" "$WORK/oldest.txt" "$WORK/engine.txt" "$WORK/airflow.txt")
 new_venv() {  # dir requirements package-spec...
   local dir=$1 req=$2; shift 2
   uv venv -q --python "$ROOT/.venv/bin/python" "$dir"
-  uv pip install -q --python "$dir/bin/python" -r "$req" "$@"
+  uv pip install -q --python "$dir/bin/python" --find-links "$WHEELHOUSE" -r "$req" "$@"
 }
 
 step "installing the newest (locked) Dagster venv"
