@@ -39,7 +39,7 @@ EXIT_CODES: dict[int, str] = {
     "a bad path, a layout mismatch). Fix it first.",
     EXIT_FAILED: "Retrying later may help: a service unreachable or throttling past the "
     "retries, a sink write that failed for a transient cause (a timeout, a storage 5xx, a lost "
-    "executor).",
+    "executor, a full disk once space is freed).",
     EXIT_INTERRUPTED: "Stopped by SIGINT (Ctrl-C): reading stopped, leases released with their "
     "intents kept, Spark stopped; the next run takes over at once.",
     EXIT_TERMINATED: "Stopped by SIGTERM (a pod deleted, a task killed): as for SIGINT.",

@@ -35,6 +35,7 @@ See docs/sinks.md for the trade-offs and the measurements.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import re
@@ -810,9 +811,10 @@ _OS_CAUSES = {
 _RAISED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
 
 #: Causes retrying cannot fix, as they appear in JVM, Python, Hadoop, ABFS and delta-rs errors
-#: (lower-cased): rights, a read-only or full disk, a bad path or table, a schema or layout that
-#: does not match. Anything else (an I/O timeout, a reset connection, a storage 5xx, a lost
-#: executor, a concurrent Delta commit) may pass: the write is retryable.
+#: (lower-cased): rights, a read-only disk, a bad path or table, a schema or layout that does not
+#: match. Anything else (an I/O timeout, a reset connection, a storage 5xx, a lost executor, a
+#: concurrent Delta commit, a full disk or quota: space can be freed) may pass: the write is
+#: retryable.
 _PERMANENT_CAUSES = (
     # rights
     "permission denied",
@@ -822,10 +824,8 @@ _PERMANENT_CAUSES = (
     "authorizationpermissionmismatch",
     "authorizationfailure",
     "authenticationfailed",
-    # read-only, full
+    # read-only
     "read-only file system",
-    "no space left on device",
-    "disk quota exceeded",
     # bad path, missing table or format
     "no such file or directory",
     "filenotfoundexception",
@@ -881,19 +881,29 @@ _PERMANENT_RAISED = re.compile(
 )
 
 
+#: Operating-system errors that freeing space fixes: the write is retried, whatever else the
+#: chain says.
+_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
 def sink_failure_retryable(exc: BaseException) -> bool:
     """Whether retrying a write that failed with ``exc`` may succeed.
 
     False when its cause is one retrying cannot fix (:data:`_PERMANENT_CAUSES`,
-    :data:`_PERMANENT_TYPES`): permission denied, a read-only or full disk, a bad path, a
-    missing table or format, a schema or layout mismatch. True otherwise: an I/O timeout, a
-    reset connection, a storage 5xx, a lost executor, a concurrent commit. Every exception of
-    the chain (``__cause__``/``__context__``) is looked at, so a JVM error's buried cause counts.
+    :data:`_PERMANENT_TYPES`): permission denied, a read-only disk, a bad path, a missing table
+    or format, a schema or layout mismatch. True otherwise: an I/O timeout, a reset connection,
+    a storage 5xx, a lost executor, a concurrent commit, a full disk or quota (an ``OSError``
+    whose errno is ``ENOSPC``/``EDQUOT``: freeing space helps). Every exception of the chain
+    (``__cause__``/``__context__``) is looked at, so a JVM error's buried cause counts.
     """
-    seen: set[int] = set()
+    chain: list[BaseException] = []
     current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    while current is not None and all(current is not c for c in chain):
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    if any(isinstance(c, OSError) and c.errno in _SPACE_ERRNOS for c in chain):
+        return True  # the typed cause, whatever the messages wrapped around it say
+    for current in chain:
         if any(k.__name__ in _PERMANENT_TYPES for k in type(current).__mro__):
             return False
         text = str(getattr(current, "desc", None) or current)

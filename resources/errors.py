@@ -118,8 +118,8 @@ class DataLossError(EventHubIngestError):
 class SinkError(EventHubIngestError):
     """Raised when the sink cannot be written; ``retryable`` is set per error from its cause:
     True for a transient one (an I/O timeout, a reset connection, a storage 5xx, a lost
-    executor), False when retrying cannot help (permission denied, a read-only or full disk, a
-    bad path, a schema or layout mismatch)."""
+    executor, a full disk or quota: freeing space helps), False when retrying cannot help
+    (permission denied, a read-only disk, a bad path, a schema or layout mismatch)."""
 
     def __init__(self, message: str, *, retryable: bool = False) -> None:
         super().__init__(message)

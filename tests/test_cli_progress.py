@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import io
+import os
 import re
 import signal
 from pathlib import Path
@@ -95,7 +97,6 @@ PERMANENT_WRITE_FAILURES = [
     "[TASK_WRITE_FAILED] Task failed\nCaused by: java.nio.file.AccessDeniedException: /out/x",
     "Caused by: java.io.IOException: Permission denied",
     "Caused by: java.io.IOException: Read-only file system",
-    "[TASK_WRITE_FAILED] x\nCaused by: java.io.IOException: No space left on device",
     "Mkdirs failed to create file:/data/out/_temporary/0 (exists=false, cwd=file:/w)",
     "java.io.FileNotFoundException: File file:/nope/out does not exist",
     'Operation failed: "This request is not authorized to perform this operation using this '
@@ -114,6 +115,9 @@ TRANSIENT_WRITE_FAILURES = [
     "ServerBusy",
     "Python worker exited unexpectedly (crashed)",
     "Transaction failed: a concurrent transaction deleted the same data",
+    # A full disk or quota: freeing space helps.
+    "[TASK_WRITE_FAILED] x\nCaused by: java.io.IOException: No space left on device",
+    "Caused by: java.io.IOException: Disk quota exceeded",
 ]
 
 
@@ -139,6 +143,15 @@ def test_a_sink_errors_exit_code_follows_its_cause() -> None:
         RuntimeError("Traceback ...\n  File x\nTypeError: unsupported operand type(s)")
     )
     assert sink_failure_retryable(ConnectionResetError(104, "Connection reset by peer"))
+    # By errno, whatever the text around it (pyarrow and delta-rs raise OSError with errno).
+    for code in (errno.ENOSPC, errno.EDQUOT):
+        try:
+            try:
+                raise OSError(code, os.strerror(code))
+            except OSError as inner:
+                raise RuntimeError("writing part-0.parquet: file does not exist yet") from inner
+        except RuntimeError as outer:
+            assert sink_failure_retryable(outer), code
 
 
 def test_the_startup_phase_is_the_process_age_to_the_centisecond() -> None:
