@@ -14,7 +14,8 @@ Three connections, one per service, so each can be shared and rotated on its own
   YAML's ``credential:`` keys (``managed_identity_client_id``, ``tenant_id``, ``exclude_*``),
   validated by ``resources/config/``.
 - Sink (``eventhub_sink_default``): ``extra.format`` (default ``parquet``), ``extra.path`` or
-  ``extra.table``, ``extra.partition_by``, ``extra.shared`` (a local path every node mounts);
+  ``extra.table``, ``extra.partition_by``, ``extra.shared`` (a local path every node mounts),
+  ``extra.sources`` (``one`` or ``many``: whether several hubs or consumer groups share it);
   optional ``extra.spark`` = ``{"master": ... or "remote": "sc://...", "app_name": ...,
   "conf": {...}, "ship_code": true}`` for the SparkSession the task starts.
 - The store may instead be an existing ``wasb`` connection of the Azure provider
@@ -81,7 +82,9 @@ _CREDENTIALS: tuple[CredentialType, ...] = ("default_azure_credential",)
 _SECRET_RE = re.compile(r"(?i)\b(SharedAccessKey|AccountKey|SharedAccessSignature|sig)=[^;&\s]+")
 _EVENTHUB_EXTRA = {"eventhub_name", "consumer_group", "fully_qualified_namespace", "credential"}
 _STORE_EXTRA = {"container", "create_container", "account_url", "credential"}
-_SINK_EXTRA = {"format", "path", "table", "partition_by", "shared", "spark"}
+# The sink's keys of resources/config/ SinkConfig (storage options are for delta-rs on abfss,
+# whose secrets have no place in an extra), and the task's SparkSession.
+_SINK_EXTRA = (set(SinkConfig.model_fields) - {"storage_options"}) | {"spark"}
 # Run options a DAG may set on the operator: resources/config/ RunOptions.
 RUN_OPTIONS = tuple(RunOptions.model_fields)
 # Where Jinja starts in a string Airflow renders (its default delimiters).

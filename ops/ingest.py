@@ -14,9 +14,11 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any, Protocol
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from dagster_eventhub_ingest.ops.stats import PartitionWriteStats
+from dagster_eventhub_ingest.ops.sink_source import SinkSource
+from dagster_eventhub_ingest.ops.stats import BatchKey, PartitionWriteStats, parse_batch_key
 from dagster_eventhub_ingest.resources.limits import (
     DEFAULT_PREFETCH,
     DEFAULT_READERS_PER_PARTITION,
@@ -119,6 +121,8 @@ class SparkIngestor:
         self._location: str | None = None
         self.eventhub = eventhub
         self.sink = sink
+        #: The source of the events (named by batch keys and rows when the sink is shared).
+        self.source = SinkSource.of(eventhub.hub_ref())
         self.receive_timeout_seconds = receive_timeout_seconds
         self.prefetch = prefetch
         self.max_readers_per_partition = max_readers_per_partition
@@ -339,7 +343,12 @@ class SparkIngestor:
             raise _unwrap(exc) from exc
         try:
             result = write_batch(
-                df, self.sink, dict(ranges), generations=generations, read_stats=read_stats
+                df,
+                self.sink,
+                dict(ranges),
+                generations=generations,
+                read_stats=read_stats,
+                source=self.source,
             )
         except SinkError as exc:
             # The job reads and writes in one pass: a reader's failure (the hub killed

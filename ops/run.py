@@ -1322,8 +1322,11 @@ def _run(
 
     def preflight() -> None:
         from dagster_eventhub_ingest.ops.sink_checks import check_sink_layout
+        from dagster_eventhub_ingest.ops.sink_source import check_sink_source
 
         check_sink_layout(config.sink)  # a changed partition_by would land replays twice
+        # Another source's sink, or one shared without saying so: refused before any claim.
+        check_sink_source(config.sink, store.hub, lambda: ingestor.spark)
 
     common: dict[str, Any] = {
         "owner_id": owner_id,

@@ -62,6 +62,7 @@ from dagster_eventhub_ingest.ops.sink_checks import (
     check_sink_reachable,
     sink_location,
 )
+from dagster_eventhub_ingest.ops.sink_source import SOURCE_COLUMN, SinkSource
 from dagster_eventhub_ingest.ops.stats import PartitionWriteStats, batch_key
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, SinkError, redact
 from dagster_eventhub_ingest.resources.ranges import SeqRange
@@ -87,6 +88,8 @@ __all__ = [
     "check_sink_layout",
     "check_sink_reachable",
     "clean_batch_staging",
+    "delta_output_schema",
+    "output_schema",
     "read_batches",
     "read_sink",
     "sink_failure_retryable",
@@ -150,11 +153,31 @@ def _stats_method(
 
 
 def _batch_keys(
-    ranges: Mapping[str, SeqRange], generations: Mapping[str, int] | None
+    ranges: Mapping[str, SeqRange],
+    generations: Mapping[str, int] | None,
+    source: str | None = None,
 ) -> dict[str, str]:
-    """Partition id -> the batch key of its range (with its generation, if any)."""
+    """Partition id -> the batch key of its range (with its generation and source, if any)."""
     gens = generations or {}
-    return {p: batch_key(p, s, e, gens.get(p)) for p, (s, e) in ranges.items()}
+    return {p: batch_key(p, s, e, gens.get(p), source) for p, (s, e) in ranges.items()}
+
+
+def output_schema(sink: SinkSettings) -> StructType:
+    """The columns a sink gets: the ``eventhubs`` source's, ``eh_source`` in a sink several
+    sources share, and the batch key (what :func:`write_batch` writes, in its order)."""
+    from pyspark.sql.types import StringType, StructField
+
+    from dagster_eventhub_ingest.resources.spark_source import eventhubs_schema
+
+    schema = eventhubs_schema()
+    if sink.sources == "many":
+        schema = schema.add(StructField(SOURCE_COLUMN, StringType(), True))
+    return schema.add(StructField(BATCH_COLUMN, StringType(), True))
+
+
+def delta_output_schema(sink: SinkSettings) -> pa.Schema:
+    """:func:`output_schema` as the ``deltalake`` sink's Arrow schema."""
+    return _delta_arrow_schema(output_schema(sink))
 
 
 @dataclass(frozen=True)
@@ -201,39 +224,26 @@ def check_sink_for_session(sink: SinkSettings, spark: SparkSession) -> None:
     check_sink_reachable(sink, local=session_is_local(spark), engine=describe_engine(spark))
 
 
-def batch_in_sink(sink: SinkSettings, key: str) -> bool | None:
+def batch_in_sink(
+    sink: SinkSettings, key: str, spark: Callable[[], SparkSession] | None = None
+) -> bool | None:
     """Whether a batch with this key is committed in the sink; None when it cannot be told.
 
-    Without Spark: a Spark-format path is listed (a batch directory appears only at the job's
-    commit), a ``deltalake`` table's files are read from its log. Tables are not looked at.
+    A batch directory appears only at the job's commit, a ``deltalake`` batch only in the
+    log (``dagster_eventhub_ingest.ops.sink_place``). Tables and paths outside this machine
+    are asked through ``spark`` (returns the session); without it they are not looked at.
     """
-    if sink.path is None:
-        return None
-    wanted = f"{BATCH_COLUMN}={key}"
-    if sink.format == DELTALAKE_FORMAT:
-        try:
-            return _delta_batch_rows(sink, [key]) > 0
-        except Exception:  # no table yet, or unreadable: cannot tell
-            return None
-    from pyarrow import fs as pafs
+    from dagster_eventhub_ingest.ops.sink_place import sink_place
+
+    def no_session() -> SparkSession:
+        raise LookupError("no session")
 
     try:
-        filesystem, root = pafs.FileSystem.from_uri(_delta_uri(sink.path))
-        depth = len(sink.partition_by)
-        levels = [root]
-        for _ in range(depth):
-            levels = [
-                e.path
-                for d in levels
-                for e in filesystem.get_file_info(pafs.FileSelector(d, allow_not_found=True))
-                if e.type == pafs.FileType.Directory and not e.base_name.startswith(("_", "."))
-            ]
-        return any(
-            filesystem.get_file_info(f"{d.rstrip('/')}/{wanted}").type == pafs.FileType.Directory
-            for d in levels
-        )
-    except Exception:
+        keys = sink_place(sink, spark or no_session).batch_keys()
+    except Exception:  # unreadable, or no session: cannot tell
+        logger.debug("could not list the batches of %s", sink_location(sink), exc_info=True)
         return None
+    return None if keys is None else key in keys
 
 
 #: Spark formats every session has: no need to start a session to check them.
@@ -438,6 +448,14 @@ def _key_column(ranges: Mapping[str, SeqRange], keys: Mapping[str, str]) -> Colu
     return F.expr(f"CASE {cases} END")
 
 
+def _source_column(ranges: Mapping[str, SeqRange], source: SinkSource) -> Column:
+    """The source of each row (null outside the ranges, as the batch key: the column has the
+    nullability :func:`output_schema` declares)."""
+    from pyspark.sql import functions as F
+
+    return F.expr(f"CASE WHEN {_in_ranges_sql(ranges)} THEN {_sql_string(source.name)} END")
+
+
 def write_batch(
     df: DataFrame,
     sink: SinkSettings,
@@ -446,6 +464,7 @@ def write_batch(
     stats_method: StatsMethod | None = None,
     generations: Mapping[str, int] | None = None,
     read_stats: Callable[[], Mapping[SubRangeKey, SubRangeStats]] | None = None,
+    source: SinkSource | None = None,
 ) -> WriteResult:
     """Write the events of ``ranges`` in ``df`` to ``sink`` so a rewrite replaces, never adds.
 
@@ -475,6 +494,9 @@ def write_batch(
             (``on_data_loss='fail'``): the sink must hold as many rows as the ranges have sequence
             numbers. The readers' statistics are used where their sub-ranges tile ``ranges``
             exactly; otherwise they are read back (``readback``).
+        source: where the events come from; required by a sink several sources share
+            (``sources: many``): its batch keys end with the source's tag and its rows carry
+            the source (column ``eh_source``). Ignored otherwise.
 
     Returns:
         Per-partition statistics (events, body bytes, first/last sequence number, the offset of
@@ -491,7 +513,17 @@ def write_batch(
 
     check_sink_layout(sink)
     rng = _normalise_ranges(ranges)
-    keys = _batch_keys(rng, {str(p): int(g) for p, g in (generations or {}).items()})
+    if sink.sources == "many" and source is None:
+        raise ConfigurationError(
+            "write_batch: a sink with sources: many needs the events' source (source=...): its "
+            "batch keys and rows name it"
+        )
+    shared_by = source if sink.sources == "many" else None
+    keys = _batch_keys(
+        rng,
+        {str(p): int(g) for p, g in (generations or {}).items()},
+        None if shared_by is None else shared_by.tag,
+    )
     check_sink_for_session(sink, df.sparkSession)
     missing = [c for c in ("partition", "sequenceNumber", "offset", "body") if c not in df.columns]
     if missing:
@@ -515,6 +547,8 @@ def write_batch(
         # the ranges: every event, each once, or the read fails).
         observation = Observation(f"ehwrite_{uuid.uuid4().hex[:12]}")
         observed = df.observe(observation, *_observed_columns(rng, method))
+    if shared_by is not None:
+        observed = observed.withColumn(SOURCE_COLUMN, _source_column(rng, shared_by))
     try:
         if sink.format == DELTALAKE_FORMAT:
             # The Delta writer drops key-less rows itself and refuses to commit if there are
@@ -912,7 +946,6 @@ def sink_failure_retryable(exc: BaseException) -> bool:
             return False
         if _PERMANENT_RAISED.search(text):
             return False
-        current = current.__cause__ or current.__context__
     return True
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from dagster_eventhub_ingest.resources.credentials import (
     CredentialOptions,
@@ -43,6 +43,10 @@ DELTALAKE_FORMAT = "deltalake"
 #: Spark formats that can hold the event schema (binary body, map columns). Other data sources
 #: are named by their fully qualified class name (anything with a dot).
 SPARK_FORMATS: tuple[str, ...] = ("parquet", "delta", "orc", "avro", "json", "iceberg", "hudi")
+#: Whose events a sink holds: one source's (a namespace, hub and consumer group), refusing any
+#: other, or several sources', each batch key and row naming its own (``SinkConfig.sources``).
+SinkSources = Literal["one", "many"]
+SINK_SOURCES: tuple[str, ...] = get_args(SinkSources)
 #: The output columns a sink may be partitioned by (scalars; not the body or the maps).
 PARTITION_COLUMNS: tuple[str, ...] = tuple(
     c for c in EVENT_COLUMNS if c not in ("body", "properties", "systemProperties", "amqpBody")
@@ -59,10 +63,12 @@ if TYPE_CHECKING:
     from dagster_eventhub_ingest.resources.store import BlobBackend
 
 __all__ = [
+    "SINK_SOURCES",
     "CredentialOptions",
     "CredentialType",
     "EventHubSettings",
     "SinkSettings",
+    "SinkSources",
     "StoreSettings",
     "check_container_name",
     "entity_path",
@@ -401,11 +407,17 @@ class SinkSettings:
     #: ``deltalake`` on ``abfss://`` / ``az://``: delta-rs storage options (account, key or SAS
     #: or service principal, endpoint); see resources/sink_storage.py. Hidden from repr.
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: ``one`` or ``many`` (``dagster_eventhub_ingest.resources.config.SinkConfig.sources``).
+    sources: SinkSources = "one"
 
     def __post_init__(self) -> None:
         format_problem = sink_format_problem(self.format)
         if format_problem:
             raise ConfigurationError(f"sink.format: {format_problem}")
+        if self.sources not in SINK_SOURCES:
+            raise ConfigurationError(
+                f"sink.sources: {self.sources!r} is not valid; valid: {', '.join(SINK_SOURCES)}"
+            )
         columns_problem = partition_by_problem(self.partition_by)
         if columns_problem:
             raise ConfigurationError(f"sink.partition_by: {columns_problem}")

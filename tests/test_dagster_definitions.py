@@ -214,7 +214,7 @@ def _without(yaml_text: str, key: str) -> str:
         (
             "  sink: {path: /tmp/out, formt: parquet}\n",
             "sink.formt: unknown key; did you mean 'format'? valid keys: format, path, table, "
-            "partition_by, shared, storage_options",
+            "partition_by, shared, storage_options, sources",
         ),
         (
             "  eventhub: {eventhub_name: telemetry, credentail: {}}\n",

@@ -14,6 +14,7 @@ from dagster_eventhub_ingest.resources.settings import (
     PARTITION_COLUMNS,
     SPARK_FORMATS,
     SinkSettings,
+    SinkSources,
     partition_by_problem,
     sink_format_problem,
     sink_place_problem,
@@ -48,6 +49,13 @@ class SinkConfig(StrictModel):
         description="format 'deltalake' on abfss:// / az://: delta-rs storage options (account, "
         "key or SAS from the environment, service principal, endpoint).",
         repr=False,
+    )
+    sources: SinkSources = Field(
+        default="one",
+        description="'one': the sink holds the events of one namespace, hub and consumer group "
+        "(recorded at its first write) and refuses any other; 'many': several sources share it, "
+        "each batch key and row (column eh_source) naming its source. Chosen when the sink is "
+        "new.",
     )
 
     @field_validator("format")
@@ -94,6 +102,7 @@ class SinkConfig(StrictModel):
             partition_by=tuple(self.partition_by),
             shared=self.shared,
             storage_options=dict(self.storage_options),
+            sources=self.sources,
         )
 
 
