@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 
 from dagster_eventhub_ingest.resources.errors import (
@@ -52,6 +53,9 @@ class LeaseKeeper:
         self.on_tick = on_tick
         self._warn = warn
         self._held: dict[str, Ownership] = {}
+        # When (time.monotonic) each held lease was last proven by a store write: the write
+        # was sent then, so the store stamped it no earlier and peers wait an expiry from there.
+        self._proven: dict[str, float] = {}
         self.lost: set[str] = set()
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -88,6 +92,7 @@ class LeaseKeeper:
         with self._lock:
             for own in ownerships:
                 self._held[own.partition_id] = own
+                self._proven.pop(own.partition_id, None)  # proven by the next write
                 self.lost.discard(own.partition_id)
 
     def apply(self, partition_id: str, op: Callable[[Ownership], Ownership]) -> Ownership:
@@ -102,16 +107,44 @@ class LeaseKeeper:
                     f"owner {self.owner_id!r} no longer holds partition {partition_id} of hub "
                     f"{self.store.hub.describe()}"
                 )
+            sent = time.monotonic()
             try:
                 updated = op(own)
             except OwnershipLostError:
                 self._forget(partition_id)
                 raise
             self._held[partition_id] = updated
+            self._proven[partition_id] = sent
             return updated
+
+    def confirm(self, partition_ids: Iterable[str], within: float) -> set[str]:
+        """The leases among ``partition_ids`` this run still holds, each proven by a store write
+        less than ``within`` seconds ago (renewed now if older): the fence before a sink write.
+
+        A lease found lost (now, or earlier by the renewer) is left out: its partition is not
+        written in this run any more, since a peer may be writing the same batch. A store that
+        cannot be reached raises :class:`StoreUnavailableError`: nothing can be proven.
+        """
+        held: set[str] = set()
+        for pid in partition_ids:
+            with self._lock:
+                fresh = (
+                    pid in self._held
+                    and time.monotonic() - self._proven.get(pid, float("-inf")) < within
+                )
+            if fresh:
+                held.add(pid)
+                continue
+            try:
+                self.apply(pid, self.store.renew)
+            except OwnershipLostError:
+                continue
+            held.add(pid)
+        return held
 
     def _forget(self, partition_id: str) -> None:
         self._held.pop(partition_id, None)
+        self._proven.pop(partition_id, None)
         self.lost.add(partition_id)
         self._warning(
             f"lease lost hub={self.store.hub.describe()} partition={partition_id} "
@@ -131,6 +164,7 @@ class LeaseKeeper:
         """Give one lease up (a lost race here is fine: someone else has it)."""
         with self._lock:
             own = self._held.pop(partition_id, None)
+            self._proven.pop(partition_id, None)
             if own is not None:
                 try:
                     self.store.release(own)
@@ -161,6 +195,7 @@ class LeaseKeeper:
                 with self._lock:
                     for rest in held[i + 1 :]:
                         self._held.pop(rest, None)
+                        self._proven.pop(rest, None)
                 self._warning(
                     f"store unavailable hub={self.store.hub.describe()} owner={self.owner_id}: "
                     f"{len(held) - i} lease(s) not released, they expire after "

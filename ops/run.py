@@ -653,6 +653,7 @@ class Processor:
         with self.clock.phase("planning"):
             steps, replayed, gens = self._plan_cycle(keeper, claimed, bounds, infos, reports)
         fault_point("after_intent")
+        self._fence(keeper, steps)
         ranges = {p: s.range for p, s in steps.items() if s.kind in ("read", "replay")}
         # Replays of intents whose head expired: read what is left, under the intent's key.
         expired = {
@@ -686,6 +687,30 @@ class Processor:
             self._checkpoint_cycle(keeper, steps, results, replayed, reports)
         fault_point("after_checkpoint")
         self._emit("checkpointed")
+
+    def _fence(self, keeper: LeaseKeeper, steps: dict[str, Step]) -> None:
+        """Drop from ``steps`` every partition to be written whose lease this run no longer
+        holds, right before the write.
+
+        A lease is lost when renewals failed for its whole expiry (a storage outage, a stalled
+        process): a peer then takes the partition and replays the same intent into the same
+        batch key. Planning may have taken that long (its store calls retry), and a replayed
+        intent needs no store write of its own, so nothing else would notice: each lease is
+        proven by a store write less than a renewal interval old, or renewed now
+        (:meth:`LeaseKeeper.confirm`).
+        """
+        writes = [p for p, s in steps.items() if s.kind in ("read", "replay")]
+        if not writes:
+            return
+        held = keeper.confirm(writes, within=max(self.config.lease_expiry_seconds / 3, 0.05))
+        for pid in writes:
+            if pid not in held:
+                step = steps.pop(pid)
+                self.log.warning(
+                    f"not writing partition {pid} hub={self.hub_desc} owner={self.owner_id}: its "
+                    f"lease was lost before the write of [{step.start}, {step.end}]; the owner "
+                    "that took it writes that batch"
+                )
 
     def _plan_cycle(
         self,

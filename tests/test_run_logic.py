@@ -13,6 +13,7 @@ import pytest
 from dagster_eventhub_ingest.ops.balancing import STRATEGIES, claim_cycle, get_strategy
 from dagster_eventhub_ingest.ops.fault import FaultPlan
 from dagster_eventhub_ingest.ops.hub import PartitionInfo
+from dagster_eventhub_ingest.ops.lease import LeaseKeeper
 from dagster_eventhub_ingest.ops.plan import cycle_size, next_step, replay_ranges, snapshot_bound
 from dagster_eventhub_ingest.ops.run import IngestConfig, Processor, ReplaySpec
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, DataLossError, RangeError
@@ -901,3 +902,56 @@ def test_an_early_session_start_that_fails_raises_where_the_session_is_first_use
     ingestor.start_early()
     with pytest.raises(RuntimeError, match="Java gateway"):
         ingestor.prepare()
+
+
+# -- the fence before a write ------------------------------------------------------------------
+def test_a_lease_lost_before_the_write_is_not_written_on() -> None:
+    """A replayed intent needs no store write of its own: a lease taken meanwhile (the renewer
+    saw it, or nobody did) must still stop the write. The partition is written again only
+    under a new claim, once the peer's lease expired."""
+    hub = FakeHub(2)
+    hub.send_all(10)
+    now = [datetime(2024, 1, 1, tzinfo=UTC)]
+    backend = InMemoryBackend(clock=lambda: now[0])
+    store = PartitionStore(backend, HUB)
+    for pid in ("0", "1"):
+        own = store.claim(pid, "crashed", None)
+        assert own is not None
+        store.release(store.record_intent(own, 0, 9))
+    proc, _, sink = make(hub, backend, owner="slow")
+    taken = []
+
+    def prepare() -> None:  # between the claims and the write: a peer takes partition 1
+        own = store.get_ownership("1")
+        if not taken and own is not None and own.owner_id == "slow":
+            taken.append(store.claim("1", "peer", own))
+
+    def sleep(seconds: float) -> None:
+        now[0] += timedelta(seconds=2)  # the peer stalls; its lease expires after 5 s
+
+    sink.prepare = prepare  # type: ignore[attr-defined]
+    proc.sleep = sleep
+    report = proc.run()
+    assert taken and taken[0] is not None
+    assert sink.calls == [{"0": (0, 9)}, {"1": (0, 9)}]  # 1 only after a new claim
+    assert report.complete and sink.rows() == sink.expected()
+    final = store.get_ownership("1")
+    assert final is not None and final.epoch > taken[0].epoch
+
+
+def test_the_fence_renews_only_leases_not_proven_lately() -> None:
+    now = [datetime(2024, 1, 1, tzinfo=UTC)]
+    backend = InMemoryBackend(clock=lambda: now[0])
+    store = PartitionStore(backend, HUB)
+    keeper = LeaseKeeper(store, "me", interval=100)
+    owns = [store.claim(p, "me", None) for p in ("0", "1", "2")]
+    keeper.hold([o for o in owns if o is not None])
+    keeper.apply("0", lambda o: store.record_intent(o, 0, 9))  # proven just now
+    stolen = store.claim("2", "peer", store.get_ownership("2"))
+    assert stolen is not None
+    etags = {p: store.get_ownership(p).etag for p in ("0", "1")}  # type: ignore[union-attr]
+    assert keeper.confirm(["0", "1", "2"], within=10) == {"0", "1"}
+    after = {p: store.get_ownership(p).etag for p in ("0", "1")}  # type: ignore[union-attr]
+    assert after["0"] == etags["0"]  # no call: proven by the intent
+    assert after["1"] != etags["1"]  # renewed: its claim was not a proof the keeper took
+    assert "2" in keeper.lost and "2" not in keeper.held
