@@ -36,7 +36,14 @@ if TYPE_CHECKING:
     from dagster_eventhub_ingest.resources.spark_source import ReadOptions
     from dagster_eventhub_ingest.resources.spark_source._stats import SubRangeKey, SubRangeStats
 
-__all__ = ["Ingestor", "SparkIngestor"]
+__all__ = ["Ingestor", "SinkEvent", "SparkIngestor"]
+
+
+class SinkEvent(NamedTuple):
+    """One event as the sink holds it."""
+
+    offset: str | None
+    enqueued_time: datetime | None
 
 
 class Ingestor(Protocol):
@@ -73,6 +80,16 @@ class Ingestor(Protocol):
         self, partition_id: str, start: int, end: int, generation: int | None = None
     ) -> bool | None:
         """Whether the batch of range ``[start, end]`` is in the sink (None: cannot tell)."""
+        ...
+
+    def sink_batches(self) -> dict[str, list[BatchKey]] | None:
+        """The batches of this run's source committed in the sink, by partition (None: the
+        sink cannot tell); what the run continues after when its checkpoint is behind."""
+        ...
+
+    def sink_event(self, batch: BatchKey, sequence_number: int) -> SinkEvent | None:
+        """The offset and enqueued time of one event the sink holds in ``batch`` (None: not
+        there)."""
         ...
 
     @property
@@ -244,7 +261,46 @@ class SparkIngestor:
         """Whether the batch of ``[start, end]`` is in the sink (None: cannot tell)."""
         from dagster_eventhub_ingest.ops.write import batch_in_sink, batch_key
 
-        return batch_in_sink(self.sink, batch_key(partition_id, start, end, generation))
+        key = batch_key(partition_id, start, end, generation, self._tag)
+        return batch_in_sink(self.sink, key, lambda: self.spark)
+
+    @property
+    def _tag(self) -> str | None:
+        """The source's tag in batch keys (a sink several sources share), else None."""
+        return self.source.tag if self.sink.sources == "many" else None
+
+    def sink_batches(self) -> dict[str, list[BatchKey]] | None:
+        """The batch keys of this source in the sink, by partition (None: cannot tell)."""
+        from dagster_eventhub_ingest.ops.sink_place import sink_place
+
+        keys = sink_place(self.sink, lambda: self.spark).batch_keys()
+        if keys is None:
+            return None
+        found: dict[str, list[BatchKey]] = {}
+        for key in keys:
+            batch = parse_batch_key(key)
+            if batch is not None and batch.source == self._tag:
+                found.setdefault(batch.partition_id, []).append(batch)
+        return found
+
+    def sink_event(self, batch: BatchKey, sequence_number: int) -> SinkEvent | None:
+        """The offset and enqueued time of event ``sequence_number`` in ``batch`` of the
+        sink (one small read of that batch)."""
+        from pyspark.sql import functions as F
+
+        from dagster_eventhub_ingest.ops.write import read_batches
+
+        row = (
+            read_batches(self.spark, self.sink, [batch.key])
+            .where(F.col("sequenceNumber") == sequence_number)
+            .select("offset", "enqueuedTime")
+            .first()
+        )
+        if row is None:
+            return None
+        from dagster_eventhub_ingest.ops.write import _utc
+
+        return SinkEvent(None if row[0] is None else str(row[0]), _utc(row[1]))
 
     def ingest(
         self,

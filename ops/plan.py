@@ -22,6 +22,7 @@ __all__ = [
     "checkpoint_problem",
     "next_step",
     "replay_ranges",
+    "sink_coverage",
     "sink_layout",
     "snapshot_bound",
 ]
@@ -292,6 +293,29 @@ def next_step(
             return Step("skip", skipped.start, skipped.end, skipped=skipped)
         return Step("done")
     return Step("read", start, end, skipped=skipped)
+
+
+def sink_coverage(start: int, end: int, held: Sequence[SeqRange]) -> tuple[int | None, int]:
+    """What the sink already holds of the range ``[start, end]`` a run is about to read.
+
+    ``held``: the ranges of the partition's batches in the sink (this source, this hub
+    generation). Returns ``(covered, stop)``: ``covered`` is the last sequence number of the
+    batches that hold ``start`` and what follows it without a gap (None when no batch holds
+    ``start``): the checkpoint belongs there, not behind. ``stop`` is where a read from
+    ``start`` must end so as not to overlap a batch the sink holds further on (``end`` when
+    none does): its events would land twice under two keys.
+    """
+    covered = start - 1
+    moved = True
+    while moved:
+        moved = False
+        for first, last in held:
+            if first <= covered + 1 <= last:
+                covered, moved = last, True
+    if covered >= start:
+        return covered, end
+    later = [first for first, _ in held if start < first <= end]
+    return None, (min(later) - 1 if later else end)
 
 
 def _position(

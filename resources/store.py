@@ -594,6 +594,8 @@ class PartitionStore:
         generation = generation_of(
             own.progress, self._parse_checkpoint(sdk_record) if sdk_record is not None else None
         )
+        if generation is None and own.intent is not None and own.intent.end <= sequence_number:
+            generation = own.intent.generation  # the key its batch was written under
         if generation is not None:
             changes[GENERATION_KEY] = str(generation)
         # What this project landed so far: the fenced copy's count (an SDK processor moving

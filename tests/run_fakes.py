@@ -15,7 +15,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from dagster_eventhub_ingest.ops.hub import PartitionInfo
-from dagster_eventhub_ingest.ops.stats import PartitionWriteStats, batch_key
+from dagster_eventhub_ingest.ops.ingest import SinkEvent
+from dagster_eventhub_ingest.ops.stats import BatchKey, PartitionWriteStats, batch_key
 from dagster_eventhub_ingest.resources.errors import DataLossError, RangeError
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -101,6 +102,8 @@ class FakeIngestor:
         self.infos_given: list[dict[str, Any]] = []
         self.before_write = before_write
         self.after_write: Callable[[Mapping[str, Any]], None] | None = None
+        #: When each landed event was enqueued, by (batch key, sequence number).
+        self.enqueued: dict[tuple[str, int], datetime] = {}
         self._lock = threading.Lock()
 
     @property
@@ -112,6 +115,22 @@ class FakeIngestor:
     ) -> bool | None:
         with self._lock:
             return _key(partition_id, start, end, generation) in self.sink
+
+    def sink_batches(self) -> dict[str, list[BatchKey]]:
+        with self._lock:
+            found: dict[str, list[BatchKey]] = {}
+            for pid, start, end, *gen in self.sink:
+                found.setdefault(pid, []).append(BatchKey(pid, start, end, gen[0] if gen else None))
+            return found
+
+    def sink_event(self, batch: BatchKey, sequence_number: int) -> SinkEvent | None:
+        with self._lock:
+            rows = self.sink.get(_key(batch.partition_id, batch.start, batch.end, batch.generation))
+        if rows is None or not any(seq == sequence_number for seq, _ in rows):
+            return None
+        return SinkEvent(
+            str(sequence_number * 100), self.enqueued.get((batch.key, sequence_number))
+        )
 
     def ingest(
         self,
@@ -134,10 +153,12 @@ class FakeIngestor:
                 raise DataLossError(f"partition {pid}: events before {self.hub.begin[pid]} gone")
             rows = [(s, b) for s, b, _ in self.hub.events[pid][first : end + 1]]
             gen = (generations or {}).get(pid)
+            evs = self.hub.events[pid][first : end + 1]
             with self._lock:
                 # Keyed by the whole range (and generation), like eh_batch.
                 self.sink[_key(pid, start, end, gen)] = rows
-            evs = self.hub.events[pid][first : end + 1]
+                for seq, _, when in evs:
+                    self.enqueued[(batch_key(pid, start, end, gen), seq)] = when
             out[pid] = PartitionWriteStats(
                 partition_id=pid,
                 start=start,
