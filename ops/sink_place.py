@@ -41,7 +41,6 @@ from dagster_eventhub_ingest.ops.sink_checks import (
     DELTALAKE_FORMAT,
     _delta_uri,
     _is_local_path,
-    sink_location,
 )
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
 from dagster_eventhub_ingest.resources.settings import SinkSettings
@@ -439,8 +438,3 @@ class SparkPathPlace:
                 return []
             return None
         return sorted(str(r[0]) for r in values if r[0] is not None)
-
-
-def describe(sink: SinkSettings) -> str:
-    """The sink for messages: format and location."""
-    return f"{sink.format} {'path' if sink.path else 'table'} {sink_location(sink)!r}"

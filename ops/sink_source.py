@@ -30,6 +30,7 @@ from dagster_eventhub_ingest.resources.settings import SinkSettings
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from dagster_eventhub_ingest.ops.sink_place import SinkPlace
     from dagster_eventhub_ingest.resources.store import HubRef
 
 __all__ = ["SOURCE_COLUMN", "SinkRecord", "SinkSource", "check_sink_source"]
@@ -203,10 +204,28 @@ def check_sink_source(
             and what to do.
     """
     from dagster_eventhub_ingest.ops.sink_place import sink_place
+    from dagster_eventhub_ingest.resources.errors import SinkError
 
     mine = SinkRecord.for_run(sink, hub)
     place = sink_place(sink, spark)
     location = repr(sink_location(sink))
+    try:
+        return _check(mine, place, location)
+    except (ConfigurationError, SinkError):
+        raise
+    except Exception as exc:
+        from dagster_eventhub_ingest.ops.write import _cause, _sink_error
+
+        raise _sink_error(
+            f"sink {sink.format} {location}: cannot read or record the source it holds the "
+            f"events of ({place.where}): {_cause(exc)}; nothing was claimed. Check that the "
+            "location exists and is writable",
+            exc,
+        ) from exc
+
+
+def _check(mine: SinkRecord, place: SinkPlace, location: str) -> SinkRecord:
+    """:func:`check_sink_source` once the place is known."""
     for _ in range(5):
         found = place.read_record()
         if found is not None:
