@@ -29,8 +29,9 @@ from pydantic import ConfigDict, InstanceOf
 from dagster_eventhub_ingest.ops.cancel import Cancellation
 from dagster_eventhub_ingest.ops.fault import fault_point, fault_timer, pause_point
 from dagster_eventhub_ingest.ops.hub import HubClient, PartitionInfo
-from dagster_eventhub_ingest.ops.ingest import Ingestor, SinkEvent
+from dagster_eventhub_ingest.ops.ingest import Ingestor
 from dagster_eventhub_ingest.ops.lag import age_seconds, partition_lag
+from dagster_eventhub_ingest.ops.last_resort import Adjusted, LastResort
 from dagster_eventhub_ingest.ops.lease import LeaseKeeper
 from dagster_eventhub_ingest.ops.plan import (
     Bound,
@@ -39,7 +40,6 @@ from dagster_eventhub_ingest.ops.plan import (
     cycle_size,
     next_step,
     replay_ranges,
-    sink_coverage,
     sink_layout,
     snapshot_bound,
 )
@@ -51,7 +51,7 @@ from dagster_eventhub_ingest.ops.progress import (
     RunProgress,
     progress_targets,
 )
-from dagster_eventhub_ingest.ops.stats import BatchKey, PartitionWriteStats
+from dagster_eventhub_ingest.ops.stats import PartitionWriteStats
 from dagster_eventhub_ingest.resources.config import IngestSpec, OneLineErrors, RunOptions
 from dagster_eventhub_ingest.resources.errors import (
     CheckpointAheadError,
@@ -59,7 +59,6 @@ from dagster_eventhub_ingest.resources.errors import (
     ConfigurationError,
     DataLossError,
     OwnershipLostError,
-    SinkError,
 )
 from dagster_eventhub_ingest.resources.ranges import SeqRange
 from dagster_eventhub_ingest.resources.settings import EventHubSettings, SinkSettings, StoreSettings
@@ -383,9 +382,8 @@ class Processor:
         self._cycles_alone = 0
         self._cap = config.max_events_per_cycle
         self._layout = sink_layout(config.sink.format, config.sink.partition_by)
-        # The batches the sink holds, by partition, listed once per cycle when a partition is
-        # to be read (None: the sink cannot tell); False: not listed yet this cycle.
-        self._in_sink: dict[str, list[BatchKey]] | bool | None = False
+        # What the sink already holds, looked at before a range is chosen.
+        self._last_resort = LastResort(config, store, owner_id, self.hub_desc, self.log)
         self.on_progress = on_progress
         self.progress_interval = progress_interval
         self.preflight = preflight
@@ -642,7 +640,7 @@ class Processor:
         self,
         keeper: LeaseKeeper,
         claimed: Mapping[str, Ownership],
-        bounds: Mapping[str, Bound],
+        bounds: dict[str, Bound],
         infos: dict[str, PartitionInfo],
         reports: dict[str, PartitionReport],
     ) -> None:
@@ -722,7 +720,7 @@ class Processor:
         self,
         keeper: LeaseKeeper,
         claimed: Mapping[str, Ownership],
-        bounds: Mapping[str, Bound],
+        bounds: dict[str, Bound],
         infos: dict[str, PartitionInfo],
         reports: dict[str, PartitionReport],
     ) -> tuple[dict[str, Step], dict[str, tuple[int, int, str]], dict[str, int]]:
@@ -734,7 +732,7 @@ class Processor:
         steps: dict[str, Step] = {}
         replayed: dict[str, tuple[int, int, str]] = {}
         gens: dict[str, int] = {}
-        self._in_sink = False
+        self._last_resort.new_cycle(self.ingestor)
         for pid, own in claimed.items():
             try:
                 sdk_cp = sdk.get(pid)
@@ -742,7 +740,7 @@ class Processor:
                     own, sdk_cp = self._reset(keeper, pid, own, sdk_cp, infos, reports)
                 gen = generation_of(sdk_cp, own.progress)
                 step, gen = self._plan_partition(
-                    keeper, pid, own, sdk_cp, bounds[pid], infos, gen, reports[pid]
+                    keeper, pid, own, sdk_cp, bounds, infos, gen, reports[pid]
                 )
             except OwnershipLostError:
                 continue
@@ -925,13 +923,14 @@ class Processor:
         pid: str,
         own: Ownership,
         sdk_cp: Checkpoint | None,
-        bound: Bound,
+        bounds: dict[str, Bound],
         infos: Mapping[str, PartitionInfo],
         generation: int | None,
         report: PartitionReport,
     ) -> tuple[Step, int | None]:
         """The partition's step this cycle (its intent recorded), and the hub generation its
-        batch key names."""
+        batch key names. ``bounds[pid]`` moves with a checkpoint moved past the sink."""
+        bound = bounds[pid]
         begin = infos[pid].begin_sequence_number
         cp = _effective(sdk_cp, own.progress)
         cap = self._cap
@@ -947,9 +946,20 @@ class Processor:
             step = next_step(bound, cp, None, begin, self.config.on_data_loss, self.hub_desc, cap)
         if step.kind == "read":
             # Never a range the sink already holds: the checkpoint of last resort.
-            step, generation = self._around_sink(
-                keeper, pid, cp, step, bound, infos, generation, report
+            adjusted = self._last_resort.adjust(
+                keeper,
+                pid,
+                cp,
+                step,
+                bound,
+                infos[pid],
+                generation,
+                hub_created=self._hub_created,
+                cap=cap,
             )
+            step, generation = adjusted.step, adjusted.generation
+            if adjusted.moved is not None:
+                self._moved(pid, adjusted.moved, adjusted, bounds, report)
         if step.kind == "read":
             keeper.apply(
                 pid,
@@ -989,201 +999,24 @@ class Processor:
             )
         return step, generation
 
-    def _sink_batches(self) -> dict[str, list[BatchKey]] | None:
-        """The batches the sink holds for this run's source, listed once per cycle."""
-        if self._in_sink is False:
-            listing = getattr(self.ingestor, "sink_batches", None)
-            try:
-                self._in_sink = listing() if listing is not None else None
-            except (SinkError, ConfigurationError):
-                raise
-            except Exception as exc:
-                from dagster_eventhub_ingest.ops.write import sink_failure_retryable
-
-                raise SinkError(
-                    f"sink {self.ingestor.output_location!r}: cannot list the batches it holds "
-                    f"({type(exc).__name__}: {str(exc)[:300]}); nothing was read. The run looks "
-                    "before reading so that it never lands an event the sink already holds.",
-                    retryable=sink_failure_retryable(exc),
-                ) from exc
-            if self._in_sink is None:
-                self.log.warning(
-                    f"sink {self.ingestor.output_location!r} cannot tell which batches it holds: "
-                    "the run trusts the store's checkpoints alone"
-                )
-        return self._in_sink if isinstance(self._in_sink, dict) else None
-
-    def _around_sink(
+    def _moved(
         self,
-        keeper: LeaseKeeper,
         pid: str,
-        cp: Checkpoint | None,
-        step: Step,
-        bound: Bound,
-        infos: Mapping[str, PartitionInfo],
-        generation: int | None,
+        cp: Checkpoint,
+        adjusted: Adjusted,
+        bounds: dict[str, Bound],
         report: PartitionReport,
-    ) -> tuple[Step, int | None]:
-        """A read step adjusted to what the sink already holds, under the lease.
-
-        The store's checkpoint is behind the sink when it was lost (a deleted blob) or restored
-        from an older copy: reading from it would land the sink's events again under other
-        batch keys. So when batches of this partition (this source, this hub generation) hold
-        the step's first event, the checkpoint moves past them first (recorded like a reset);
-        a read never reaches into a batch the sink holds further on. The listing may be
-        older than the lease (a cycle's): it can only miss batches written since, by owners
-        whose checkpoints the store then shows.
-        """
-        held = (self._sink_batches() or {}).get(pid)
-        if not held:
-            return step, generation
-        hub_created = self._hub_created
-        if (
-            generation is None
-            and hub_created is not None
-            and any(b.generation == hub_created for b in held)
-        ):
-            # The store lost the generation a reset gave this hub; its batches name it.
-            generation = hub_created
-        info = infos[pid]
-        while step.kind == "read":
-            batches = [b for b in held if b.generation == generation]
-            covered, stop = sink_coverage(
-                step.start, step.end, [SeqRange(b.start, b.end) for b in batches]
-            )
-            if covered is None:
-                if stop < step.end:
-                    self.log.info(
-                        f"read cut before a batch the sink holds hub={self.hub_desc} "
-                        f"partition={pid} range=[{step.start}, {stop}] (was up to {step.end})"
-                    )
-                    step = Step("read", step.start, stop, skipped=step.skipped)
-                return step, generation
-            last = max((b for b in batches if b.end == covered), key=lambda b: b.start)
-            find = getattr(self.ingestor, "sink_event", None)
-            event = find(last, covered) if find is not None else None
-            earlier = self._earlier_hub(covered, event, info)
-            if earlier is not None:
-                generation = self._new_generation(keeper, pid, cp, earlier, info, report)
-                cp = Checkpoint(pid, info.begin_sequence_number - 1, "-1")
-            else:
-                offset = event.offset if event is not None else None
-                cp = self._pass_sink(keeper, pid, cp, step.start, covered, offset, last, report)
-            skipped = step.skipped
-            step = next_step(
-                bound,
-                cp,
-                None,
-                info.begin_sequence_number,
-                self.config.on_data_loss,
-                self.hub_desc,
-                self._cap,
-            )
-            if step.kind == "read" and skipped is not None and step.skipped is None:
-                step = Step("read", step.start, step.end, skipped=skipped)
-        return step, generation
-
-    def _earlier_hub(
-        self, covered: int, event: SinkEvent | None, info: PartitionInfo
-    ) -> str | None:
-        """Why the sink's batches up to ``covered`` (``event`` is that last one as the sink
-        holds it) cannot be this hub's events, or None."""
-        if covered > info.last_enqueued_sequence_number:
-            return (
-                f"they reach {covered}, past the hub's last enqueued event "
-                f"{info.last_enqueued_sequence_number}"
-            )
-        if self._hub_created is None:
-            return None
-        if event is not None and event.enqueued_time is not None:
-            created = datetime.fromtimestamp(self._hub_created / 1000, UTC)
-            if event.enqueued_time < created:
-                return (
-                    f"event {covered} there was enqueued at {event.enqueued_time.isoformat()}, "
-                    f"before this hub was created at {created.isoformat(timespec='seconds')}"
-                )
-        return None
-
-    def _pass_sink(
-        self,
-        keeper: LeaseKeeper,
-        pid: str,
-        cp: Checkpoint | None,
-        start: int,
-        covered: int,
-        offset: str | None,
-        last: BatchKey,
-        report: PartitionReport,
-    ) -> Checkpoint:
-        """Move the checkpoint past the batches the sink holds from ``start`` to ``covered``
-        (``offset``: that of event ``covered``, as the sink holds it)."""
-        before = cp.sequence_number if cp is not None else None
-        why = (
-            "its checkpoint was lost (a deleted blob)"
-            if cp is None
-            else "its checkpoint is older than the sink (restored from an older copy?)"
-        )
-        note = (
-            f"moved from {before} to {covered} at "
-            f"{datetime.now(UTC).isoformat(timespec='seconds')} by {self.owner_id}: the sink "
-            f"already holds [{start}, {covered}] of this partition and {why}"
-        )
-        keeper.apply(
-            pid,
-            lambda o: self.store.reset_checkpoint(
-                o,
-                covered,
-                offset,
-                note,
-                hub_created_ms=self._hub_created,
-                generation=last.generation,
-            ),
-        )
-        report.checkpoint_reset = note
-        self._last_cp[pid] = covered
-        self.log.warning(f"checkpoint behind the sink hub={self.hub_desc} partition={pid}: {note}")
-        return Checkpoint(pid, covered, offset, generation=last.generation)
-
-    def _new_generation(
-        self,
-        keeper: LeaseKeeper,
-        pid: str,
-        cp: Checkpoint | None,
-        why: str,
-        info: PartitionInfo,
-        report: PartitionReport,
-    ) -> int:
-        """The sink's batches of this partition are an earlier hub's: refuse, or (opted in)
-        give this hub a generation of its own, so its batches never replace them."""
-        target = info.begin_sequence_number - 1
-        if self.config.on_checkpoint_ahead != "reset_to_earliest" or self._hub_created is None:
-            raise CheckpointAheadError(
-                f"hub={self.hub_desc} partition={pid}: the checkpoint is "
-                f"{cp.sequence_number if cp is not None else 'missing'}, and the sink holds "
-                f"batches of this partition from {target + 1} on, but {why}: they belong to an "
-                "earlier hub of the same name (deleted and re-created, its sequence numbers "
-                "restarted). Reading on after them would skip this hub's events, reading from "
-                "the checkpoint would replace them, so nothing was read. To land this hub's "
-                "events under batch keys of its own next to them, run once with "
-                "on_checkpoint_ahead: reset_to_earliest (`ehingest run --config FILE "
-                f"--partition {pid} --on-checkpoint-ahead reset_to_earliest`)."
-            )
-        generation = self._hub_created
-        note = (
-            f"reset from {cp.sequence_number if cp else None} to {target} at "
-            f"{datetime.now(UTC).isoformat(timespec='seconds')} by {self.owner_id}: the sink's "
-            f"batches of this partition are an earlier hub's ({why})"
-        )
-        keeper.apply(
-            pid,
-            lambda o: self.store.reset_checkpoint(
-                o, target, "-1", note, hub_created_ms=self._hub_created, generation=generation
-            ),
-        )
-        report.checkpoint_reset = note
-        self._last_cp[pid] = target
-        self.log.warning(f"checkpoint reset hub={self.hub_desc} partition={pid}: {note}")
-        return generation
+    ) -> None:
+        """The checkpoint was moved past what the sink holds: the bound, report and progress
+        follow it."""
+        bounds[pid] = adjusted.bound
+        report.checkpoint_reset = adjusted.note
+        report.snapshot_end_sequence_number = adjusted.bound.target
+        self._last_cp[pid] = cp.sequence_number
+        progress = self.progress.partitions.get(pid)
+        if progress is not None:  # what is left to land from the moved checkpoint
+            left = progress_targets({pid: adjusted.bound.target}, {pid: cp.sequence_number})
+            progress.target_events = progress.landed_events + left[pid].target_events
 
     def _ingest(
         self,

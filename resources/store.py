@@ -267,7 +267,8 @@ def _int(record: BlobRecord, key: str) -> int | None:
         raise CorruptStoreStateError(
             f"blob {record.name!r}: metadata {key}={raw!r} is not an integer. Someone edited it "
             "by hand? Restore a valid value or delete the blob (deleting an ownership blob "
-            "forgets its pending intent; deleting a checkpoint blob restarts the partition)."
+            "forgets its pending intent and its copy of the checkpoint; with both checkpoint "
+            "copies gone the next run continues after what the sink holds)."
         ) from None
 
 
@@ -364,7 +365,8 @@ class PartitionStore:
         if seq is None:
             raise CorruptStoreStateError(
                 f"blob {record.name!r} has no 'sequencenumber' metadata. Someone edited it by "
-                "hand? Restore it or delete the blob to restart the partition from its start."
+                "hand? Restore it, or delete the blob: the next run continues after what the "
+                "sink holds (or the ownership blob's copy of the checkpoint, if later)."
             )
         return Checkpoint(
             pid,
@@ -686,15 +688,18 @@ class PartitionStore:
         *,
         hub_created_ms: int | None = None,
         generation: int | None = None,
+        landed_unknown: bool = False,
     ) -> Ownership:
         """Move the checkpoint to ``sequence_number`` even backwards, and drop a pending intent.
 
         Only for a checkpoint the hub cannot have produced (ahead of it, or written for a hub
         since re-created): the caller has decided, on the user's explicit opt-in, to restart
-        the partition. Fenced like :meth:`checkpoint`; ``note`` (why, from what, when) is kept
-        in the ``ehireset`` metadata of both blobs. The SDK blob is overwritten by CAS.
-        ``generation`` (a new hub generation, after a re-creation) replaces the one both blobs
-        carry; None keeps theirs.
+        the partition; or for one behind what the sink already holds (lost, or restored from
+        an older copy), moved past it. Fenced like :meth:`checkpoint`; ``note`` (why, from
+        what, when) is kept in the ``ehireset`` metadata of both blobs. The SDK blob is
+        overwritten by CAS. ``generation`` (a new hub generation, after a re-creation) replaces
+        the one both blobs carry; None keeps theirs. ``landed_unknown``: the landed count
+        (``ehilanded``) no longer holds (events landed that it never counted): dropped.
         """
         changes: dict[str, str | None] = {
             OWN_SEQ_KEY: str(sequence_number),
@@ -709,6 +714,8 @@ class PartitionStore:
         }
         if generation is not None:
             changes[GENERATION_KEY] = str(generation)
+        if landed_unknown:
+            changes[LANDED_KEY] = None
         updated = self._update(own, changes, "reset the checkpoint")
         name = self._checkpoint_name(own.partition_id)
         for _ in range(5):
@@ -718,6 +725,8 @@ class PartitionStore:
                 {SEQ_KEY: str(sequence_number), OFFSET_KEY: offset or "", RESET_KEY: note}
             )
             metadata.pop(HUB_CREATED_KEY, None)
+            if landed_unknown:
+                metadata.pop(LANDED_KEY, None)
             if hub_created_ms is not None:
                 metadata[HUB_CREATED_KEY] = str(hub_created_ms)
             if generation is not None:
