@@ -115,7 +115,9 @@ def _die(step: str) -> None:
 
 
 def fault_point(step: str) -> None:
-    """Kill this process with SIGKILL if ``EHINGEST_FAULT`` says so for ``step``."""
+    """Kill this process with SIGKILL if ``EHINGEST_FAULT`` says so for ``step`` (after the
+    pause ``EHINGEST_PAUSE`` gives it, if any)."""
+    pause_point(step)
     plan = _current()
     if plan is not None and plan.fires(step):
         _die(step)
