@@ -30,16 +30,11 @@ import yaml
 from tests.faultproxy import FaultProxy
 from tests.landed import assert_exactly_once, sent_events
 from tests.test_edge_states_integration import send
+from tests.test_sink_source_integration import _sink_block
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _sink_block(fmt: str, tmp_path: Path) -> dict[str, Any]:
-    if fmt == "table":
-        return {"format": "parquet", "table": f"t_{uuid.uuid4().hex[:12]}"}
-    return {"format": fmt, "path": str(tmp_path / "out")}
 
 
 def _config(tmp_path: Path, hub: Any, store_conn_var: str, container: str, sink: dict, **extra):

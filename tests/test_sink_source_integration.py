@@ -9,6 +9,7 @@ Azurite, local Spark writing Parquet.
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,13 @@ def test_a_second_consumer_group_is_refused_before_any_claim(
     assert_exactly_once(landed_events(sink), sent_events(sent))
 
 
+def _sink_block(fmt: str, tmp_path: Path) -> dict[str, Any]:
+    """The ``sink:`` block of a config for ``fmt`` (``table``: a new parquet catalog table)."""
+    if fmt == "table":
+        return {"format": "parquet", "table": f"t_{uuid.uuid4().hex[:12]}"}
+    return {"format": fmt, "path": str(tmp_path / "out")}
+
+
 def _landed_by_source(spark, sink) -> dict[str, Any]:
     """(partition, sequence number, sha256(body)) counts per ``eh_source``, read by Spark."""
     import collections
@@ -149,8 +157,6 @@ def test_several_sources_share_a_sink_only_when_told_and_each_lands_once(
 ) -> None:
     """Two hubs and a second consumer group of one of them, all into one sink with
     ``sources: many``: every source's events once, under batch keys and a column naming it."""
-    import uuid
-
     from dagster_eventhub_ingest.ops.sink_source import SinkSource
     from dagster_eventhub_ingest.ops.write import read_sink
     from dagster_eventhub_ingest.resources.settings import SinkSettings
@@ -161,12 +167,8 @@ def test_several_sources_share_a_sink_only_when_told_and_each_lands_once(
     sent_b: dict[str, list[bytes]] = {}
     send(hub_a, sent_a, 10, "a")
     send(hub_b, sent_b, 10, "b")
-    if fmt == "table":
-        block: dict[str, Any] = {"format": "parquet", "table": f"t_{uuid.uuid4().hex[:12]}"}
-        sink = SinkSettings(table=block["table"], sources="many")
-    else:
-        block = {"format": fmt, "path": str(tmp_path / "out")}
-        sink = SinkSettings(format=fmt, path=block["path"], sources="many")
+    block = _sink_block(fmt, tmp_path)
+    sink = SinkSettings(**block, sources="many")
     shared = {**block, "sources": "many"}
     runs = [
         (hub_a, "$Default", f"{container_name}-a", 10),
@@ -223,8 +225,6 @@ def test_a_sink_written_before_records_is_adopted_then_another_source_refused(
 ) -> None:
     """A sink an earlier version wrote has no record: the first run adopts it (nothing
     refused, nothing lost); from then on it is that source's."""
-    import uuid
-
     from dagster_eventhub_ingest.ops.sink_place import sink_place
     from dagster_eventhub_ingest.ops.write import write_batch
     from dagster_eventhub_ingest.resources.errors import ConfigurationError
@@ -239,12 +239,8 @@ def test_a_sink_written_before_records_is_adopted_then_another_source_refused(
     sent: dict[str, list[bytes]] = {}
     send(hub, sent, 12, "old")
     send(other, {}, 3, "other")
-    if fmt == "table":
-        block: dict[str, Any] = {"format": "parquet", "table": f"t_{uuid.uuid4().hex[:12]}"}
-        sink = SinkSettings(table=block["table"])
-    else:
-        block = {"format": fmt, "path": str(tmp_path / "out")}
-        sink = SinkSettings(format=fmt, path=block["path"])
+    block = _sink_block(fmt, tmp_path)
+    sink = SinkSettings(**block)
     # What an earlier version left: batch 0-0-7 written, no record.
     df = read_eventhubs(spark, ReadOptions(hub.settings(), (PartitionRange("0", 0, 7),)))
     write_batch(df, sink, {"0": (0, 7)})
