@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import errno
 import io
-import os
 import re
 import signal
 from pathlib import Path
@@ -122,6 +120,9 @@ TRANSIENT_WRITE_FAILURES = [
 
 
 def test_a_sink_errors_exit_code_follows_its_cause() -> None:
+    import errno
+    import os
+
     from dagster_eventhub_ingest.ops.write import _sink_error, sink_failure_retryable
 
     for text in PERMANENT_WRITE_FAILURES:
