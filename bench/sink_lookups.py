@@ -60,7 +60,7 @@ def _delta_sink(root: Path, batches: int) -> SinkSettings:
     import pyarrow as pa
     import pyarrow.parquet as pq
     from deltalake import DeltaTable
-    from deltalake.transaction import AddAction
+    from deltalake.transaction import AddAction, RemoveAction
 
     from dagster_eventhub_ingest.ops.write import delta_output_schema
 
@@ -69,7 +69,7 @@ def _delta_sink(root: Path, batches: int) -> SinkSettings:
     DeltaTable.create(str(root), schema=schema, partition_by=["eh_batch"])
     pq.write_table(pa.table({"sequenceNumber": [0]}), root / "part.parquet")
     size = os.path.getsize(root / "part.parquet")
-    actions = [
+    actions: list[AddAction | RemoveAction] = [
         AddAction(
             path=f"eh_batch={key}/part.parquet",
             size=size,
@@ -86,6 +86,16 @@ def _delta_sink(root: Path, batches: int) -> SinkSettings:
     return sink
 
 
+def _looks(sink: SinkSettings) -> dict[str, Callable[[], object]]:
+    def record() -> object:
+        return check_sink_source(sink, HUB, _no_session)
+
+    def keys() -> object:
+        return sink_place(sink, _no_session).batch_keys()
+
+    return {"source record (per run)": record, "batch keys (per cycle)": keys}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[2000, 8000])
@@ -97,14 +107,7 @@ def main() -> None:
             with tempfile.TemporaryDirectory(prefix="ehingest-bench-") as tmp:
                 sink = build(Path(tmp) / "out", batches)
                 check_sink_source(sink, HUB, _no_session)  # records it (adopts the sink)
-                looks = {
-                    "source record (per run)": lambda s=sink: check_sink_source(  # type: ignore[misc]
-                        s, HUB, _no_session
-                    ),
-                    "batch keys (per cycle)": lambda s=sink: sink_place(  # type: ignore[misc]
-                        s, _no_session
-                    ).batch_keys(),
-                }
+                looks = _looks(sink)
                 for name, look in looks.items():
                     median, best = _time(args.samples, look)
                     print(f"{kind:<10} {batches:>8} {name:<28} {median:>10.2f} {best:>8.2f}")

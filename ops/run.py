@@ -31,7 +31,7 @@ from dagster_eventhub_ingest.ops.fault import fault_point, fault_timer, pause_po
 from dagster_eventhub_ingest.ops.hub import HubClient, PartitionInfo
 from dagster_eventhub_ingest.ops.ingest import Ingestor
 from dagster_eventhub_ingest.ops.lag import age_seconds, partition_lag
-from dagster_eventhub_ingest.ops.last_resort import Adjusted, LastResort
+from dagster_eventhub_ingest.ops.last_resort import LastResort
 from dagster_eventhub_ingest.ops.lease import LeaseKeeper
 from dagster_eventhub_ingest.ops.plan import (
     Bound,
@@ -959,7 +959,7 @@ class Processor:
             )
             step, generation = adjusted.step, adjusted.generation
             if adjusted.moved is not None:
-                self._moved(pid, adjusted.moved, adjusted, bounds, report)
+                self._moved(pid, adjusted.moved, adjusted.bound, adjusted.note, bounds, report)
         if step.kind == "read":
             keeper.apply(
                 pid,
@@ -1003,19 +1003,20 @@ class Processor:
         self,
         pid: str,
         cp: Checkpoint,
-        adjusted: Adjusted,
+        bound: Bound,
+        note: str | None,
         bounds: dict[str, Bound],
         report: PartitionReport,
     ) -> None:
-        """The checkpoint was moved past what the sink holds: the bound, report and progress
-        follow it."""
-        bounds[pid] = adjusted.bound
-        report.checkpoint_reset = adjusted.note
-        report.snapshot_end_sequence_number = adjusted.bound.target
+        """The checkpoint was moved past what the sink holds (``note`` says so): the bound,
+        report and progress follow it."""
+        bounds[pid] = bound
+        report.checkpoint_reset = note
+        report.snapshot_end_sequence_number = bound.target
         self._last_cp[pid] = cp.sequence_number
         progress = self.progress.partitions.get(pid)
         if progress is not None:  # what is left to land from the moved checkpoint
-            left = progress_targets({pid: adjusted.bound.target}, {pid: cp.sequence_number})
+            left = progress_targets({pid: bound.target}, {pid: cp.sequence_number})
             progress.target_events = progress.landed_events + left[pid].target_events
 
     def _ingest(
