@@ -197,13 +197,13 @@ def test_a_copy_that_lost_its_lease_in_a_store_outage_does_not_write_the_partiti
                 *("--config", str(config_a), "--owner", "copy-a"),
             ],
             cwd=ROOT,
-            env={**os.environ, **env, "ST_PROXIED": proxied, "EHINGEST_PAUSE": "after_intent:45"},
+            env={**os.environ, **env, "ST_PROXIED": proxied, "EHINGEST_PAUSE": "after_intent:60"},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
         try:
             deadline = time.monotonic() + 120
-            while b"pausing 45.0 s at step after_intent" not in (tmp_path / "a.log").read_bytes():
+            while b"pausing 60.0 s at step after_intent" not in (tmp_path / "a.log").read_bytes():
                 assert a.poll() is None and time.monotonic() < deadline, (
                     tmp_path / "a.log"
                 ).read_text()[-3000:]
