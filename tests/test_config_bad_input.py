@@ -203,11 +203,17 @@ CASES: list[tuple[str, dict[str, Any], dict[str, str], str]] = [
         "use format 'delta' with a Spark catalog that has Delta",
     ),
     (
+        "sink-sources",
+        {"sink.sources": "several"},
+        {},
+        "sink.sources: 'several' is not valid; valid: one, many",
+    ),
+    (
         "sink-unknown-key",
         {"sink.mode": "append"},
         {},
         "sink.mode: unknown key; valid keys: format, path, table, partition_by, shared, "
-        "storage_options",
+        "storage_options, sources",
     ),
     (
         "container-name",
