@@ -235,6 +235,14 @@ def test_spark_remote_is_exclusive_with_master_and_must_be_sc() -> None:
         parse_config(doc(spark={"remote": "http://h:15002"}, sink=_shared()), ENV)
 
 
+def test_sink_sources_is_one_unless_the_config_says_many() -> None:
+    assert parse_config(doc(sink={"path": "/a"}), ENV).ingest.sink.sources == "one"
+    shared = parse_config(doc(sink={"path": "/a", "sources": "many"}), ENV)
+    assert shared.ingest.sink.sources == "many"
+    with pytest.raises(ConfigurationError, match=r"^sink\.sources: 'all' is not valid; valid: one"):
+        parse_config(doc(sink={"path": "/a", "sources": "all"}), ENV)
+
+
 def _shared(**extra) -> dict:
     return {"format": "deltalake", "path": "/mnt/shared/out", "shared": True, **extra}
 

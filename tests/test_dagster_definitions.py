@@ -114,6 +114,17 @@ def test_component_from_yaml_coerces_partition_ids_and_builds_everything() -> No
     }
 
 
+def test_the_sink_block_reaches_the_sink_resource_whole() -> None:
+    """sources (a SinkConfig field) from defs.yaml to the run's settings, as every sink key."""
+    component = _component(
+        YAML.replace("    path: /tmp/out\n", "    path: /tmp/out\n    sources: many\n")
+    )
+    defs = component_defs(component=component)
+    sink = (defs.resources or {})["raw__telemetry_sink"]
+    assert sink.settings().sources == "many"
+    assert _component(YAML).sink.sources == "one"
+
+
 def test_component_without_partitions_is_dynamic_with_a_sync_sensor() -> None:
     component = _component(YAML.replace("  partitions: [0, 1, 2, 10]\n", ""))
     defs = component_defs(component=component)

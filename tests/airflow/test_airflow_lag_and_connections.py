@@ -206,7 +206,9 @@ def test_store_sink_and_options() -> None:
     sink = sink_settings(
         Conn("sk", extra={"format": "deltalake", "path": "/p", "partition_by": "partition"})
     )
-    assert sink.partition_by == ("partition",)
+    assert sink.partition_by == ("partition",) and sink.sources == "one"
+    # Every key of the CLI's sink block is a sink extra, sources included.
+    assert sink_settings(Conn("sk", extra={"path": "/p", "sources": "many"})).sources == "many"
     from dagster_eventhub_ingest.airflow_provider._connections import eventhub_settings
 
     hub = eventhub_settings(Conn(password=EH, schema="t"))
