@@ -62,7 +62,7 @@ def _delta_sink(root: Path, batches: int) -> SinkSettings:
     from deltalake import DeltaTable
     from deltalake.transaction import AddAction, RemoveAction
 
-    from dagster_eventhub_ingest.ops.write import delta_output_schema
+    from dagster_eventhub_ingest.ops.sink_read import delta_output_schema
 
     sink = SinkSettings(format="deltalake", path=str(root))
     schema = delta_output_schema(sink)

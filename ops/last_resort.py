@@ -107,7 +107,7 @@ class LastResort:
             except (SinkError, ConfigurationError):
                 raise
             except Exception as exc:
-                from dagster_eventhub_ingest.ops.write import sink_failure_retryable
+                from dagster_eventhub_ingest.ops.sink_errors import sink_failure_retryable
 
                 raise SinkError(
                     f"sink {self.ingestor.output_location!r}: cannot list the batches it holds "

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BATCH_COLUMN",
     "DELTALAKE_FORMAT",
+    "SOURCE_COLUMN",
     "check_sink_layout",
     "check_sink_reachable",
     "sink_location",
@@ -27,6 +28,8 @@ __all__ = [
 
 #: The column holding each row's batch key; the output is partitioned by it.
 BATCH_COLUMN = "eh_batch"
+#: The column naming each row's source in a sink several sources share (``sources: many``).
+SOURCE_COLUMN = "eh_source"
 #: ``SinkSettings.format`` for Delta tables written by delta-rs (the ``deltalake`` package).
 DELTALAKE_FORMAT = "deltalake"
 

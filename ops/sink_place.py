@@ -255,7 +255,7 @@ class DeltaPlace:
         from deltalake import DeltaTable
         from deltalake.exceptions import CommitFailedError
 
-        from dagster_eventhub_ingest.ops.write import delta_output_schema
+        from dagster_eventhub_ingest.ops.sink_read import delta_output_schema
 
         table = self._table()
         try:
@@ -330,7 +330,7 @@ class TablePlace:
         from pyspark.errors import AnalysisException
         from pyspark.sql import functions as F
 
-        from dagster_eventhub_ingest.ops.write import output_schema
+        from dagster_eventhub_ingest.ops.sink_read import output_schema
 
         writer = (
             spark.createDataFrame([], output_schema(self.sink))
@@ -379,7 +379,7 @@ class SparkPathPlace:
 
     def read_record(self) -> dict[str, str] | None:
         """The record dataset's lines, parsed; None when absent."""
-        from dagster_eventhub_ingest.ops.write import _nothing_there
+        from dagster_eventhub_ingest.ops.sink_read import _nothing_there
 
         try:
             rows = self._spark().read.text(self.record).collect()
@@ -412,7 +412,7 @@ class SparkPathPlace:
     def batch_keys(self) -> list[str] | None:
         """The ``eh_batch=`` directories (a glob on the driver, or a distinct over the
         column where the session has no JVM here)."""
-        from dagster_eventhub_ingest.ops.write import _nothing_there, read_sink
+        from dagster_eventhub_ingest.ops.sink_read import _nothing_there, read_sink
         from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
 
         spark = self._spark()

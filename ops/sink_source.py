@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dagster_eventhub_ingest.ops.sink_checks import sink_location
+from dagster_eventhub_ingest.ops.sink_checks import SOURCE_COLUMN, sink_location
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
 from dagster_eventhub_ingest.resources.settings import SinkSettings
 
@@ -37,8 +37,6 @@ __all__ = ["SOURCE_COLUMN", "SinkRecord", "SinkSource", "check_sink_source"]
 
 logger = logging.getLogger(__name__)
 
-#: The column naming each row's source in a sink several sources share (``sources: many``).
-SOURCE_COLUMN = "eh_source"
 #: The record's version; a record of a later version is refused (the run is older than it).
 RECORD_VERSION = "1"
 _PREFIX = "ehingest."
@@ -214,7 +212,7 @@ def check_sink_source(
     except (ConfigurationError, SinkError):
         raise
     except Exception as exc:
-        from dagster_eventhub_ingest.ops.write import _cause, _sink_error
+        from dagster_eventhub_ingest.ops.sink_errors import _cause, _sink_error
 
         raise _sink_error(
             f"sink {sink.format} {location}: cannot read or record the source it holds the "

@@ -34,8 +34,6 @@ See docs/sinks.md for the trade-offs and the measurements.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import logging
 import re
@@ -56,13 +54,24 @@ from pyspark.sql.datasource import (
 from dagster_eventhub_ingest.ops.sink_checks import (
     BATCH_COLUMN,
     DELTALAKE_FORMAT,
+    SOURCE_COLUMN,
     _delta_uri,
     _is_local_path,
     check_sink_layout,
     check_sink_reachable,
     sink_location,
 )
-from dagster_eventhub_ingest.ops.sink_source import SOURCE_COLUMN, SinkSource
+from dagster_eventhub_ingest.ops.sink_errors import _cause, _sink_error, sink_failure_retryable
+from dagster_eventhub_ingest.ops.sink_read import (
+    _BUILTIN_FORMATS,
+    _delta_arrow_schema,
+    _nothing_there,
+    delta_output_schema,
+    output_schema,
+    read_batches,
+    read_sink,
+)
+from dagster_eventhub_ingest.ops.sink_source import SinkSource
 from dagster_eventhub_ingest.ops.stats import PartitionWriteStats, batch_key
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, SinkError, redact
 from dagster_eventhub_ingest.resources.ranges import SeqRange
@@ -162,24 +171,6 @@ def _batch_keys(
     return {p: batch_key(p, s, e, gens.get(p), source) for p, (s, e) in ranges.items()}
 
 
-def output_schema(sink: SinkSettings) -> StructType:
-    """The columns a sink gets: the ``eventhubs`` source's, ``eh_source`` in a sink several
-    sources share, and the batch key (what :func:`write_batch` writes, in its order)."""
-    from pyspark.sql.types import StringType, StructField
-
-    from dagster_eventhub_ingest.resources.spark_source import eventhubs_schema
-
-    schema = eventhubs_schema()
-    if sink.sources == "many":
-        schema = schema.add(StructField(SOURCE_COLUMN, StringType(), True))
-    return schema.add(StructField(BATCH_COLUMN, StringType(), True))
-
-
-def delta_output_schema(sink: SinkSettings) -> pa.Schema:
-    """:func:`output_schema` as the ``deltalake`` sink's Arrow schema."""
-    return _delta_arrow_schema(output_schema(sink))
-
-
 @dataclass(frozen=True)
 class WriteResult:
     """The outcome of :func:`write_batch`: where it went and per-partition statistics."""
@@ -244,10 +235,6 @@ def batch_in_sink(
         logger.debug("could not list the batches of %s", sink_location(sink), exc_info=True)
         return None
     return None if keys is None else key in keys
-
-
-#: Spark formats every session has: no need to start a session to check them.
-_BUILTIN_FORMATS = ("parquet", "orc", "json")
 
 
 def check_sink_format(sink: SinkSettings, spark: SparkSession | Callable[[], SparkSession]) -> None:
@@ -813,147 +800,6 @@ def _delta_batch_rows(sink: SinkSettings, keys: list[str]) -> int:
     return total
 
 
-def _cause(exc: BaseException) -> str:
-    text = str(getattr(exc, "desc", None) or exc)
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    # A Python worker's failure arrives as a whole traceback: its last "...Error: msg" line is
-    # the cause. Otherwise the JVM error's first lines say what went wrong.
-    raised = [ln for ln in lines if _RAISED.match(ln)]
-    head = raised[-1] if raised else " | ".join(lines[:3])
-    # A JVM write error (TASK_WRITE_FAILED, a failed job commit) names the operating system's
-    # cause only deep in its stack: bring it forward, it is what the user must fix.
-    for ln in lines:
-        low = ln.lower()
-        root = next((c for c in _OS_CAUSES if c in low), None)
-        if root is not None:
-            rest = head.replace(ln, "").strip(" |")
-            head = f"{_OS_CAUSES[root]}: {ln[:300]}" + (f" ({rest[:300]})" if rest else "")
-            break
-    return redact(head[:900])
-
-
-#: Operating-system causes hidden in JVM write errors, and what they mean to the user.
-_OS_CAUSES = {
-    "no space left on device": "the disk is full",
-    "disk quota exceeded": "the disk quota is exceeded",
-    "permission denied": "permission denied",
-    "accessdeniedexception": "permission denied",
-    "read-only file system": "the file system is read-only",
-}
-
-
-_RAISED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): ")
-
-#: Causes retrying cannot fix, as they appear in JVM, Python, Hadoop, ABFS and delta-rs errors
-#: (lower-cased): rights, a read-only disk, a bad path or table, a schema or layout that does not
-#: match. Anything else (an I/O timeout, a reset connection, a storage 5xx, a lost executor, a
-#: concurrent Delta commit, a full disk or quota: space can be freed) may pass: the write is
-#: retryable.
-_PERMANENT_CAUSES = (
-    # rights
-    "permission denied",
-    "accessdenied",
-    "access denied",
-    "not authorized",
-    "authorizationpermissionmismatch",
-    "authorizationfailure",
-    "authenticationfailed",
-    # read-only
-    "read-only file system",
-    # bad path, missing table or format
-    "no such file or directory",
-    "filenotfoundexception",
-    "does not exist",
-    "not a directory",
-    "notdirectoryexception",
-    "filealreadyexistsexception",
-    "mkdirs failed",
-    "no filesystem for scheme",
-    "unsupportedfilesystemexception",
-    "wrong fs",
-    "containernotfound",
-    "filesystemnotfound",
-    "pathnotfound",
-    "table_or_view_not_found",
-    "data_source_not_found",
-    # schema or layout
-    "schema mismatch",
-    "schemamismatch",
-    "does not match",
-    "incompatible",
-    "cannot be cast",
-    "cannot_up_cast",
-    "datatype_mismatch",
-    "unresolved_column",
-)
-
-#: Exception classes (by name, anywhere in the chain's MROs) that are deterministic: analysis of
-#: the plan, bad arguments, a Python bug, an operating system refusal.
-_PERMANENT_TYPES = frozenset(
-    {
-        "AnalysisException",
-        "ParseException",
-        "IllegalArgumentException",
-        "SchemaMismatchError",
-        "TableNotFoundError",
-        "DeltaProtocolError",
-        "PermissionError",
-        "FileNotFoundError",
-        "NotADirectoryError",
-        "IsADirectoryError",
-        "TypeError",
-        "ValueError",
-        "KeyError",
-        "AttributeError",
-        "NotImplementedError",
-    }
-)
-
-#: The same errors when a Python worker's traceback names them (``TypeError: ...``).
-_PERMANENT_RAISED = re.compile(
-    r"^(?:[\w.]+\.)?(" + "|".join(sorted(_PERMANENT_TYPES)) + r"): ", re.MULTILINE
-)
-
-
-#: Operating-system errors that freeing space fixes: the write is retried, whatever else the
-#: chain says.
-_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
-
-
-def sink_failure_retryable(exc: BaseException) -> bool:
-    """Whether retrying a write that failed with ``exc`` may succeed.
-
-    False when its cause is one retrying cannot fix (:data:`_PERMANENT_CAUSES`,
-    :data:`_PERMANENT_TYPES`): permission denied, a read-only disk, a bad path, a missing table
-    or format, a schema or layout mismatch. True otherwise: an I/O timeout, a reset connection,
-    a storage 5xx, a lost executor, a concurrent commit, a full disk or quota (an ``OSError``
-    whose errno is ``ENOSPC``/``EDQUOT``: freeing space helps). Every exception of the chain
-    (``__cause__``/``__context__``) is looked at, so a JVM error's buried cause counts.
-    """
-    chain: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and all(current is not c for c in chain):
-        chain.append(current)
-        current = current.__cause__ or current.__context__
-    if any(isinstance(c, OSError) and c.errno in _SPACE_ERRNOS for c in chain):
-        return True  # the typed cause, whatever the messages wrapped around it say
-    for current in chain:
-        if any(k.__name__ in _PERMANENT_TYPES for k in type(current).__mro__):
-            return False
-        text = str(getattr(current, "desc", None) or current)
-        low = text.lower()
-        if any(marker in low for marker in _PERMANENT_CAUSES):
-            return False
-        if _PERMANENT_RAISED.search(text):
-            return False
-    return True
-
-
-def _sink_error(message: str, exc: BaseException) -> SinkError:
-    """A :class:`SinkError` for a failure caused by ``exc``, retryable as its cause says."""
-    return SinkError(message, retryable=sink_failure_retryable(exc))
-
-
 # --------------------------------------------------------------------------------------------
 # Spark formats: dynamic partition overwrite on the batch key
 # --------------------------------------------------------------------------------------------
@@ -1080,12 +926,6 @@ def _write_spark(out: DataFrame, sink: SinkSettings) -> None:
         _write_table(out, sink.table, sink.format, partition_cols)
 
 
-def _batch_filter(keys: list[str]) -> Column:
-    from pyspark.sql import functions as F
-
-    return F.col(BATCH_COLUMN).isin(keys)
-
-
 def _write_table(df: DataFrame, table: str, fmt: str, partition_cols: list[str]) -> None:
     from pyspark.errors import AnalysisException
 
@@ -1125,23 +965,6 @@ def _write_table(df: DataFrame, table: str, fmt: str, partition_cols: list[str])
 #: Internal Python data source that writes a batch into a Delta table with delta-rs.
 DELTA_WRITER_SOURCE = "ehingest_deltalake"
 _NULL_DIR = "__HIVE_DEFAULT_PARTITION__"
-
-
-def _delta_arrow_schema(schema: StructType) -> pa.Schema:
-    import pyarrow as pa
-
-    from dagster_eventhub_ingest.resources.spark_source._schema import arrow_schema
-
-    arrow = arrow_schema(schema)
-    # delta-rs stores timestamps as UTC microseconds; Spark labels them with the session zone.
-    return pa.schema(
-        [
-            pa.field(f.name, pa.timestamp("us", tz="UTC"), f.nullable)
-            if pa.types.is_timestamp(f.type)
-            else f
-            for f in arrow
-        ]
-    )
 
 
 @dataclass(frozen=True)
@@ -1439,142 +1262,3 @@ def _write_deltalake(keyed: DataFrame, sink: SinkSettings, keys: list[str]) -> N
         .option("storage_secret_options", json.dumps(dict(sink.storage_options)))
         .save()
     )
-
-
-# --------------------------------------------------------------------------------------------
-# Reading back
-# --------------------------------------------------------------------------------------------
-
-
-def read_sink(spark: SparkSession, sink: SinkSettings) -> DataFrame:
-    """The sink's current content as a DataFrame (tests, demos, verification).
-
-    ``deltalake`` tables are read through delta-rs into Arrow on the driver: meant for checks,
-    not for large tables (on a cluster with Delta use ``spark.read.format("delta")``).
-    """
-    if sink.format == DELTALAKE_FORMAT:
-        from deltalake import DeltaTable
-
-        assert sink.path is not None
-        uri = _delta_uri(sink.path)
-        try:
-            table = DeltaTable(
-                uri, storage_options=dict(sink.storage_options) or None
-            ).to_pyarrow_table()
-        except Exception as exc:
-            raise _sink_error(
-                f"sink deltalake path {uri!r}: cannot read: {_cause(exc)}", exc
-            ) from exc
-        if table.num_rows == 0:
-            import pyarrow as pa
-
-            # Spark cannot build a DataFrame from columns without chunks: one empty chunk each.
-            table = pa.Table.from_arrays(
-                [pa.array([], type=f.type) for f in table.schema], schema=table.schema
-            )
-        return spark.createDataFrame(table)
-    if sink.path is not None:
-        with _partition_values_as_written(spark):
-            return spark.read.format(sink.format).load(sink.path)
-    assert sink.table is not None
-    return spark.table(sink.table)
-
-
-@contextlib.contextmanager
-def _partition_values_as_written(spark: SparkSession) -> Iterator[None]:
-    """Hive-style directories would turn partition "0" into an int: keep the written types
-    (partition discovery runs inside load(), so the setting only needs to span it)."""
-    key = "spark.sql.sources.partitionColumnTypeInference.enabled"
-    previous = spark.conf.get(key, None)
-    spark.conf.set(key, "false")
-    try:
-        yield
-    finally:
-        if previous is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, previous)
-
-
-#: Batch keys written into a glob as they are: what Spark's partition directory names keep
-#: unescaped and Hadoop's glob syntax does not interpret.
-_GLOB_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.-]+")
-
-
-def read_batches(
-    spark: SparkSession, sink: SinkSettings, keys: list[str], *, schema: StructType | None = None
-) -> DataFrame:
-    """The rows of the batches ``keys`` in the sink.
-
-    A path of Spark's own file formats (parquet, orc, json) is read through the batches' own
-    directories (one glob,
-    ``<path>/<a level per partition_by column>/eh_batch={k1,k2}``, the path as base for
-    partition discovery): reading the whole sink lists every batch directory it ever got and
-    reads their footers, which grows with every run (2,000 batch directories: 5.7-6.8 s a
-    verification, 8,000: 24-25 s; the batch's own: 0.15 s). A glob that matches nothing is
-    Spark's PATH_NOT_FOUND. Keys with other characters, tables, and the table formats (delta,
-    iceberg, hudi, ``deltalake``: what their log says is in the table, not every file under the
-    path) read the sink with a filter on the key.
-
-    ``schema``: the columns the batches were written with (the verification passes the
-    DataFrame it wrote), so the format's reader takes them as given: Parquet and ORC skip the
-    job that reads a footer for the schema (one Spark job fewer per cycle), JSON the full pass
-    over the batch that infers one. Without it, the files' schema is inferred.
-    """
-    if (
-        sink.path is None
-        or sink.format not in _BUILTIN_FORMATS
-        or not keys
-        or not all(_GLOB_PLAIN_KEY.fullmatch(k) for k in keys)
-    ):
-        return read_sink(spark, sink).where(_batch_filter(keys))
-    root = sink.path.rstrip("/")
-    levels = "[^._]*/" * len(sink.partition_by)  # not Spark's _temporary or .spark-staging-*
-    batches = keys[0] if len(keys) == 1 else "{" + ",".join(keys) + "}"
-    pattern = f"{root}/{levels}{BATCH_COLUMN}={batches}"
-    reader = spark.read.format(sink.format).option("basePath", root)
-    if schema is not None:
-        reader = reader.schema(schema)
-    with _partition_values_as_written(spark):
-        df = reader.load(_glob_directories(spark, pattern) or pattern)
-    return df.where(_batch_filter(keys))
-
-
-#: What makes Spark take a path for a glob (``SparkHadoopUtil.isGlobPath``).
-_GLOB_CHARACTERS = frozenset("{}[]*?\\")
-
-
-def _glob_directories(spark: SparkSession, pattern: str) -> list[str] | None:
-    """The directories ``pattern`` matches, globbed by the driver's Hadoop file system, or None
-    to pass Spark the pattern itself (Spark Connect, which has no JVM here; nothing matched, so
-    Spark raises its PATH_NOT_FOUND; a failure; a match Spark would glob again).
-
-    Spark looks for a streaming sink's ``_spark_metadata`` under a lone load path without
-    globbing it, so a multi-key pattern made every verification log a WARN with a ~90-line
-    ``FileNotFoundException`` stack trace (``FileStreamSink: Assume no metadata directory``):
-    on the CLI's stderr and in a cluster's driver log, on every run. The directories
-    themselves are paths that exist. Hadoop expands the braces into one lookup per key, as
-    Spark's own glob would.
-    """
-    from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
-
-    if is_connect_session(spark):
-        return None
-    try:
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None
-        path = jvm.org.apache.hadoop.fs.Path(pattern)
-        fs = path.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
-        found = fs.globStatus(path) or []
-        directories = sorted(str(s.getPath().toString()) for s in found if s.isDirectory())
-    except Exception:
-        logger.debug("globbing %s on the driver failed; Spark globs it", pattern, exc_info=True)
-        return None
-    if any(_GLOB_CHARACTERS.intersection(d) for d in directories):
-        return None  # a partition value with a glob character: only the pattern reads it
-    return directories or None
-
-
-def _nothing_there(exc: BaseException) -> bool:
-    """Whether ``exc`` is Spark's answer to a path or glob that matches nothing."""
-    return "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc)

@@ -123,7 +123,7 @@ def test_a_sink_errors_exit_code_follows_its_cause() -> None:
     import errno
     import os
 
-    from dagster_eventhub_ingest.ops.write import _sink_error, sink_failure_retryable
+    from dagster_eventhub_ingest.ops.sink_errors import _sink_error, sink_failure_retryable
 
     for text in PERMANENT_WRITE_FAILURES:
         err = _sink_error("sink parquet path '/out': cannot write batch", RuntimeError(text))

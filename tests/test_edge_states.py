@@ -382,7 +382,7 @@ def test_skip_keeps_a_partly_expired_intent_the_crashed_attempt_already_wrote() 
 
 def test_write_errors_bring_the_operating_system_cause_forward() -> None:
     pytest.importorskip("pyspark")
-    from dagster_eventhub_ingest.ops.write import _cause
+    from dagster_eventhub_ingest.ops.sink_errors import _cause
 
     jvm = RuntimeError(
         "[TASK_WRITE_FAILED] Task failed while writing rows to file:/data/out.\n"

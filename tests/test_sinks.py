@@ -564,7 +564,7 @@ def test_the_batch_directories_are_globbed_on_the_driver(
     as before) or a directory Spark would glob again."""
     from pyspark.sql.readwriter import DataFrameReader
 
-    from dagster_eventhub_ingest.ops.write import _glob_directories, read_batches
+    from dagster_eventhub_ingest.ops.sink_read import _glob_directories, read_batches
 
     sink = make_sink("parquet", tmp_path)
     ranges = {"0": (0, 4), "1": (0, 2)}
