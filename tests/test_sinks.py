@@ -610,8 +610,8 @@ def test_table_formats_on_a_path_are_read_through_their_own_reader(
 ) -> None:
     """A table format's files under its path are not its table (an overwritten batch's old
     files stay until vacuumed): only Spark's own file formats are read by a glob."""
-    import dagster_eventhub_ingest.ops.write
-    from dagster_eventhub_ingest.ops.write import read_batches
+    import dagster_eventhub_ingest.ops.sink_read
+    from dagster_eventhub_ingest.ops.sink_read import read_batches
 
     class Read:
         def where(self, condition: object) -> str:
@@ -619,7 +619,7 @@ def test_table_formats_on_a_path_are_read_through_their_own_reader(
 
     seen: list[SinkSettings] = []
     monkeypatch.setattr(
-        dagster_eventhub_ingest.ops.write,
+        dagster_eventhub_ingest.ops.sink_read,
         "read_sink",
         lambda spark, sink: seen.append(sink) or Read(),
     )
