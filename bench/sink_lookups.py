@@ -65,7 +65,7 @@ def _delta_sink(root: Path, batches: int) -> SinkSettings:
     from dagster_eventhub_ingest.ops.sink_read import delta_output_schema
 
     sink = SinkSettings(format="deltalake", path=str(root))
-    schema = delta_output_schema(sink)
+    schema = delta_output_schema(sink.sources)
     DeltaTable.create(str(root), schema=schema, partition_by=["eh_batch"])
     pq.write_table(pa.table({"sequenceNumber": [0]}), root / "part.parquet")
     size = os.path.getsize(root / "part.parquet")

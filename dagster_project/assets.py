@@ -473,6 +473,7 @@ def build_eventhub_ingest_asset(
                     output_location=report.output_location,
                     replay=replay is not None,
                     sink_table=sink_settings.table,
+                    sink_sources=sink_settings.sources,
                 ),
             )
         # Every partition, measured now: keys outside this run's subset are judged too, and

@@ -23,6 +23,7 @@ import dagster as dg
 
 from dagster_eventhub_ingest.ops.run import PartitionReport
 from dagster_eventhub_ingest.resources.errors import redact
+from dagster_eventhub_ingest.resources.settings import SinkSources
 
 __all__ = [
     "BACKFILL_TAG",
@@ -46,23 +47,28 @@ _SPARK_TO_TYPE = {
 
 
 @cache
-def column_schema() -> dg.TableSchema:
-    """The sink's columns: the ``eventhubs`` source schema plus the ``eh_batch`` key column."""
-    from dagster_eventhub_ingest.ops.write import BATCH_COLUMN
-    from dagster_eventhub_ingest.resources.spark_source import eventhubs_schema
+def column_schema(sources: SinkSources = "one") -> dg.TableSchema:
+    """The sink's columns (``dagster_eventhub_ingest.ops.sink_read.output_schema``): the
+    ``eventhubs`` source schema, ``eh_source`` in a sink several sources share, the ``eh_batch``
+    key column."""
+    from dagster_eventhub_ingest.ops.sink_checks import BATCH_COLUMN, SOURCE_COLUMN
+    from dagster_eventhub_ingest.ops.sink_read import output_schema
 
+    described = {
+        BATCH_COLUMN: "Batch key partition-first-last (e.g. 0-100-199): rewriting a batch "
+        "replaces it.",
+        SOURCE_COLUMN: "The row's source: namespace/hub/consumer group.",
+    }
     columns = []
-    for f in eventhubs_schema().fields:
+    for f in output_schema(sources).fields:
         kind = type(f.dataType).__name__
-        columns.append(dg.TableColumn(f.name, _SPARK_TO_TYPE.get(kind, f.dataType.simpleString())))
-    columns.append(
-        dg.TableColumn(
-            BATCH_COLUMN,
-            "string",
-            description="Batch key partition-first-last (e.g. 0-100-199): rewriting a batch "
-            "replaces it.",
+        columns.append(
+            dg.TableColumn(
+                f.name,
+                _SPARK_TO_TYPE.get(kind, f.dataType.simpleString()),
+                description=described.get(f.name),
+            )
         )
-    )
     return dg.TableSchema(columns=columns)
 
 
@@ -98,6 +104,7 @@ def partition_metadata(
     output_location: str | None,
     replay: bool,
     sink_table: str | None = None,
+    sink_sources: SinkSources = "one",
 ) -> dict[str, dg.MetadataValue]:
     """Metadata of one partition's materialization; numbers stay numeric so Dagster plots them.
 
@@ -118,7 +125,7 @@ def partition_metadata(
         else:
             md["dagster/uri"] = dg.MetadataValue.text(redact(output_location))
         md["output_location"] = dg.MetadataValue.path(redact(output_location))
-    md["dagster/column_schema"] = dg.MetadataValue.table_schema(column_schema())
+    md["dagster/column_schema"] = dg.MetadataValue.table_schema(column_schema(sink_sources))
     if report.first_sequence_number is not None and report.last_sequence_number is not None:
         md["first_sequence_number"] = dg.MetadataValue.int(report.first_sequence_number)
         md["last_sequence_number"] = dg.MetadataValue.int(report.last_sequence_number)

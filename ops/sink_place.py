@@ -262,7 +262,7 @@ class DeltaPlace:
             if table is None:
                 DeltaTable.create(
                     self.uri,
-                    schema=delta_output_schema(self.sink),
+                    schema=delta_output_schema(self.sink.sources),
                     mode="ignore",  # a concurrent creator won: its properties stay
                     partition_by=[*self.sink.partition_by, BATCH_COLUMN],
                     configuration=dict(properties),
@@ -333,7 +333,7 @@ class TablePlace:
         from dagster_eventhub_ingest.ops.sink_read import output_schema
 
         writer = (
-            spark.createDataFrame([], output_schema(self.sink))
+            spark.createDataFrame([], output_schema(self.sink.sources))
             .writeTo(self.table)
             .using(self.sink.format)
         )

@@ -21,7 +21,7 @@ from dagster_eventhub_ingest.ops.sink_checks import (
     _delta_uri,
 )
 from dagster_eventhub_ingest.ops.sink_errors import _cause, _sink_error
-from dagster_eventhub_ingest.resources.settings import SinkSettings
+from dagster_eventhub_ingest.resources.settings import SinkSettings, SinkSources
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -33,22 +33,23 @@ __all__ = ["delta_output_schema", "output_schema", "read_batches", "read_sink"]
 logger = logging.getLogger(__name__)
 
 
-def output_schema(sink: SinkSettings) -> StructType:
-    """The columns a sink gets: the ``eventhubs`` source's, ``eh_source`` in a sink several
-    sources share, and the batch key (what :func:`write_batch` writes, in its order)."""
+def output_schema(sources: SinkSources = "one") -> StructType:
+    """The columns a sink of ``sources`` (``SinkSettings.sources``) gets: the ``eventhubs``
+    source's, ``eh_source`` in a sink several sources share, and the batch key (what
+    ``write_batch`` writes, in its order; the Dagster asset's column schema)."""
     from pyspark.sql.types import StringType, StructField
 
     from dagster_eventhub_ingest.resources.spark_source import eventhubs_schema
 
     schema = eventhubs_schema()
-    if sink.sources == "many":
+    if sources == "many":
         schema = schema.add(StructField(SOURCE_COLUMN, StringType(), True))
     return schema.add(StructField(BATCH_COLUMN, StringType(), True))
 
 
-def delta_output_schema(sink: SinkSettings) -> pa.Schema:
+def delta_output_schema(sources: SinkSources = "one") -> pa.Schema:
     """:func:`output_schema` as the ``deltalake`` sink's Arrow schema."""
-    return _delta_arrow_schema(output_schema(sink))
+    return _delta_arrow_schema(output_schema(sources))
 
 
 def _delta_arrow_schema(schema: StructType) -> pa.Schema:

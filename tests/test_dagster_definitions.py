@@ -657,6 +657,12 @@ def test_partition_metadata_has_standard_keys_and_no_zero_noise() -> None:
     assert isinstance(md["dagster/column_schema"].value, dg.TableSchema)
     names = [c.name for c in md["dagster/column_schema"].value.columns]
     assert names[:4] == ["body", "partition", "offset", "sequenceNumber"] and "eh_batch" in names
+    assert "eh_source" not in names
+    shared = partition_metadata(
+        _written("0", 5), output_location="/data/ev", replay=False, sink_sources="many"
+    )
+    names = [c.name for c in shared["dagster/column_schema"].value.columns]
+    assert names[-2:] == ["eh_source", "eh_batch"]
     assert md["lag_seconds"].value == 0 and isinstance(md["lag_seconds"], dg.IntMetadataValue)
     table = partition_metadata(
         _written("0", 5), output_location="db.ev", replay=False, sink_table="db.ev"
