@@ -261,11 +261,11 @@ class SparkIngestor:
         """Whether the batch of ``[start, end]`` is in the sink (None: cannot tell)."""
         from dagster_eventhub_ingest.ops.write import batch_in_sink, batch_key
 
-        key = batch_key(partition_id, start, end, generation, self._tag)
+        key = batch_key(partition_id, start, end, generation, self._source_tag)
         return batch_in_sink(self.sink, key, lambda: self.spark)
 
     @property
-    def _tag(self) -> str | None:
+    def _source_tag(self) -> str | None:
         """The source's tag in batch keys (a sink several sources share), else None."""
         return self.source.tag if self.sink.sources == "many" else None
 
@@ -279,7 +279,7 @@ class SparkIngestor:
         found: dict[str, list[BatchKey]] = {}
         for key in keys:
             batch = parse_batch_key(key)
-            if batch is not None and batch.source == self._tag:
+            if batch is not None and batch.source == self._source_tag:
                 found.setdefault(batch.partition_id, []).append(batch)
         return found
 
