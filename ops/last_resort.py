@@ -24,7 +24,7 @@ replayed exactly as recorded.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from dagster_eventhub_ingest.ops.plan import Bound, Step, next_step, sink_coverage, snapshot_bound
@@ -208,7 +208,7 @@ class LastResort:
                 f"{info.last_enqueued_sequence_number}"
             )
         if hub_created is not None and event is not None and event.enqueued_time is not None:
-            created = datetime.fromtimestamp(hub_created / 1000, UTC)
+            created = datetime.fromtimestamp(hub_created / 1000, timezone.utc)
             if event.enqueued_time < created:
                 return (
                     f"event {covered} there was enqueued at {event.enqueued_time.isoformat()}, "
@@ -235,10 +235,10 @@ class LastResort:
             if cp is None
             else "its checkpoint is older than the sink (restored from an older copy?)"
         )
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         note = (
-            f"moved from {before} to {covered} at "
-            f"{datetime.now(UTC).isoformat(timespec='seconds')} by {self.owner_id}: the sink "
-            f"already holds [{start}, {covered}] of this partition and {why}"
+            f"moved from {before} to {covered} at {now} by {self.owner_id}: the sink already "
+            f"holds [{start}, {covered}] of this partition and {why}"
         )
         keeper.apply(
             pid,
@@ -279,10 +279,10 @@ class LastResort:
                 "on_checkpoint_ahead: reset_to_earliest (`ehingest run --config FILE "
                 f"--partition {pid} --on-checkpoint-ahead reset_to_earliest`)."
             )
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         note = (
-            f"reset from {cp.sequence_number if cp else None} to {target} at "
-            f"{datetime.now(UTC).isoformat(timespec='seconds')} by {self.owner_id}: the sink's "
-            f"batches of this partition are an earlier hub's ({why})"
+            f"reset from {cp.sequence_number if cp else None} to {target} at {now} by "
+            f"{self.owner_id}: the sink's batches of this partition are an earlier hub's ({why})"
         )
         keeper.apply(
             pid,

@@ -911,7 +911,7 @@ def test_a_lease_lost_before_the_write_is_not_written_on() -> None:
     under a new claim, once the peer's lease expired."""
     hub = FakeHub(2)
     hub.send_all(10)
-    now = [datetime(2024, 1, 1, tzinfo=UTC)]
+    now = [datetime(2024, 1, 1, tzinfo=timezone.utc)]
     backend = InMemoryBackend(clock=lambda: now[0])
     store = PartitionStore(backend, HUB)
     for pid in ("0", "1"):
@@ -940,7 +940,7 @@ def test_a_lease_lost_before_the_write_is_not_written_on() -> None:
 
 
 def test_the_fence_renews_only_leases_not_proven_lately() -> None:
-    now = [datetime(2024, 1, 1, tzinfo=UTC)]
+    now = [datetime(2024, 1, 1, tzinfo=timezone.utc)]
     backend = InMemoryBackend(clock=lambda: now[0])
     store = PartitionStore(backend, HUB)
     keeper = LeaseKeeper(store, "me", interval=100)

@@ -8,7 +8,7 @@ tests/test_sink_last_resort_integration.py.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -158,11 +158,11 @@ def test_a_recreated_hub_whose_store_was_lost_is_refused_then_reset_on_request()
     assert proc.run().complete  # the old hub's batch 0-0-29, plain key
     hub.recreate()
     # The new hub was created after every old event was enqueued (service clock).
-    hub.created_ms = int((datetime(2024, 1, 2, tzinfo=UTC)).timestamp() * 1000)
+    hub.created_ms = int((datetime(2024, 1, 2, tzinfo=timezone.utc)).timestamp() * 1000)
     hub.send_all(40)
+    day3 = datetime(2024, 1, 3, tzinfo=timezone.utc)
     hub.events = {
-        p: [(s, b, datetime(2024, 1, 3, tzinfo=UTC) + timedelta(seconds=s)) for s, b, _ in evs]
-        for p, evs in hub.events.items()
+        p: [(s, b, day3 + timedelta(seconds=s)) for s, b, _ in evs] for p, evs in hub.events.items()
     }
     _forget_checkpoints(backend, store)
     proc, _, _ = make(hub, backend, owner="b")
