@@ -29,7 +29,7 @@ from dagster_eventhub_ingest.cli.exit_codes import EXIT_TERMINATED
 from dagster_eventhub_ingest.resources.settings import StoreSettings
 from dagster_eventhub_ingest.resources.store import PartitionStore
 from tests.landed import assert_exactly_once, landed_events, sent_events
-from tests.processes import descendants, still_running
+from tests.processes import STOPPED_PROMPTLY_SECONDS, descendants, still_running
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
@@ -113,14 +113,14 @@ def test_sigterm_mid_read_stops_cleanly_and_the_next_run_takes_over_at_once(
         assert any(p.name() == "java" for p in tree), [p.name() for p in tree]
         sent_at = time.monotonic()
         os.kill(first.pid, signal.SIGTERM)
-        code = first.wait(30)
+        code = first.wait(STOPPED_PROMPTLY_SECONDS + 15)
         took = time.monotonic() - sent_at
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(first.pid, signal.SIGKILL)
     text = first_log.read_text()
     assert code == EXIT_TERMINATED, text[-3000:]
-    assert took < 15, (took, text[-3000:])
+    assert took < STOPPED_PROMPTLY_SECONDS, (took, text[-3000:])
     print(f"SIGTERM mid-read: exit {code} after {took:.1f} s")
     assert "stopped: the run stopped while reading and writing (SIGTERM received)" in text, text
     assert still_running(tree) == [], text[-2000:]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -223,6 +223,33 @@ def test_a_message_that_is_not_amqp_is_kept_whole_and_never_raises() -> None:
     event = decode_event(broken)
     assert event.seq == 5 and event.problem is not None and event.amqp_body == broken
     assert event.unusual is not None and "amqpBody" in event.unusual
+
+
+@pytest.mark.parametrize(
+    ("ms", "kept"),
+    [
+        (253_402_300_799_999, True),  # 9999-12-31T23:59:59.999Z: the last time a row holds
+        (-62_135_596_800_000, True),  # 0001-01-01T00:00:00Z: the first
+        (253_402_300_800_000, False),  # year 10000: fits Arrow's 64-bit microseconds, not Spark
+        (-62_135_596_800_001, False),
+        (2**62, False),  # microseconds would not fit 64 bits
+    ],
+)
+def test_an_enqueued_time_no_timestamp_can_hold_leaves_the_column_null(
+    native: Any, ms: int, kept: bool
+) -> None:
+    """A damaged frame's time never becomes a value that fails whoever converts the row (a
+    Python datetime, Spark's collect, the write's statistics); both paths agree."""
+    payload = delivered(c.data(b"x"), 7, enqueued_ms=ms)
+    (row,) = python_rows([payload])
+    assert row["sequenceNumber"] == 7 and row["body"] == b"x"
+    if kept:
+        assert row["enqueuedTime"] == datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(
+            milliseconds=ms
+        )
+    else:
+        assert row["enqueuedTime"] is None
+    assert native_rows(native, [payload]) in (None, [row])
 
 
 # -- any value, both paths ----------------------------------------------------------------------

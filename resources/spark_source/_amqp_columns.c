@@ -676,8 +676,9 @@ static Py_ssize_t annotations(const uint8_t *b, Py_ssize_t i, Py_ssize_t end, ro
                 } else if (read_int(b, &i, stop, &ms) < 0) {
                     return -1;
                 }
-                /* microseconds must fit 64 bits (the Python path leaves such a time null) */
-                if (ms > INT64_MAX / 1000 || ms < INT64_MIN / 1000) return -1;
+                /* years 1 to 9999 (_message.TIME_MIN_MS/TIME_MAX_MS); the Python path
+                   leaves another time null */
+                if (ms > 253402300799999LL || ms < -62135596800000LL) return -1;
                 r->time_ms = ms;
                 r->has_time = 1;
             }

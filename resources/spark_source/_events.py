@@ -13,6 +13,8 @@ from dagster_eventhub_ingest.resources.spark_source._message import (
     _SEQ,
     _TIME,
     MESSAGE_PROPERTY_NAMES,
+    TIME_MAX_MS,
+    TIME_MIN_MS,
     Event,
 )
 from dagster_eventhub_ingest.resources.spark_source._values import text_of
@@ -42,14 +44,13 @@ _MESSAGE_PROPERTIES = (
 )
 # Annotations removed from systemProperties (they have their own column), as the connector does.
 _DROPPED_ANNOTATIONS = frozenset({_SEQ, _OFFSET, _TIME})
-_US_MAX_MS = (2**63 - 1) // 1000
 
 
 def _ms(value: Any) -> int | None:
     """Milliseconds of an enqueued time as the SDK decoded it (an int, or a datetime)."""
     if isinstance(value, datetime):
         value = int(value.timestamp() * 1000)
-    if type(value) is not int or not -_US_MAX_MS <= value <= _US_MAX_MS:
+    if type(value) is not int or not TIME_MIN_MS <= value <= TIME_MAX_MS:
         return None
     return value
 

@@ -69,8 +69,11 @@ _INTEGERS = frozenset(
     (0x43, 0x44, 0x50, 0x51, 0x52, 0x53, 0x54, 0x55, 0x60, 0x61, 0x70, 0x71, 0x80, 0x81, 0x83)
 )
 _INT64_MAX = (1 << 63) - 1
-_US_MAX_MS = _INT64_MAX // 1000  # microseconds (Arrow's timestamp) must fit 64 bits
-_US_MIN_MS = -(1 << 63) // 1000 + 1
+#: The enqueued times a row holds, in milliseconds: 0001-01-01 to 9999-12-31, what a Spark
+#: timestamp and a Python datetime can hold. Another time (only a damaged or hostile frame has
+#: one) leaves ``enqueuedTime`` null rather than a value that fails whoever converts it.
+TIME_MIN_MS = -62_135_596_800_000
+TIME_MAX_MS = 253_402_300_799_999
 
 #: Section names used as symbolic descriptors (AMQP 1.0, 3.2).
 _SECTION_NAMES = {
@@ -263,7 +266,7 @@ def _annotations(b: bytes, j: int, n: int, ev: Event) -> int:
             ev.seq = seq if seq is not None and seq <= _INT64_MAX else None
         elif name == _TIME:
             ms, i = _integer(b, k, stop)
-            ev.time_ms = ms if ms is not None and _US_MIN_MS <= ms <= _US_MAX_MS else None
+            ev.time_ms = ms if ms is not None and TIME_MIN_MS <= ms <= TIME_MAX_MS else None
         else:
             if b[k] == 0x40:
                 value, i = None, k + 1
