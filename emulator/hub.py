@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from dagster_eventhub_ingest.emulator.codec import (
+from dagster_eventhub_ingest.resources.amqp.codec import (
     Symbol,
     Timestamp,
     decode,
@@ -514,7 +514,7 @@ class Hub:
 
     def properties(self) -> dict[str, Any]:
         """Management READ of this hub, with the AMQP types the SDK expects."""
-        from dagster_eventhub_ingest.emulator.codec import Array
+        from dagster_eventhub_ingest.resources.amqp.codec import Array
 
         return {
             "name": self.name,

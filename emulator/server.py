@@ -20,9 +20,11 @@ import time
 import uuid
 from typing import Any
 
-from dagster_eventhub_ingest.emulator import framing
 from dagster_eventhub_ingest.emulator.auth import Authenticator
-from dagster_eventhub_ingest.emulator.codec import (
+from dagster_eventhub_ingest.emulator.hub import Hub, Namespace, Partition, StoredEvent
+from dagster_eventhub_ingest.emulator.ws import WEBSOCKET_PATH, WebSocketProtocol
+from dagster_eventhub_ingest.resources.amqp import framing
+from dagster_eventhub_ingest.resources.amqp.codec import (
     AMQPDecodeError,
     Described,
     Int,
@@ -32,9 +34,7 @@ from dagster_eventhub_ingest.emulator.codec import (
     encode,
     split_list,
 )
-from dagster_eventhub_ingest.emulator.framing import Performative, section_spans
-from dagster_eventhub_ingest.emulator.hub import Hub, Namespace, Partition, StoredEvent
-from dagster_eventhub_ingest.emulator.ws import WEBSOCKET_PATH, WebSocketProtocol
+from dagster_eventhub_ingest.resources.amqp.framing import Performative, section_spans
 
 __all__ = [
     "BATCH_MESSAGE_FORMAT",
@@ -392,7 +392,7 @@ class _ConsumerLink(_Link):
 
 
 def _ulong(code: int) -> Any:
-    from dagster_eventhub_ingest.emulator.codec import ULong
+    from dagster_eventhub_ingest.resources.amqp.codec import ULong
 
     return ULong(code)
 

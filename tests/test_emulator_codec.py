@@ -12,8 +12,9 @@ from azure.eventhub._pyamqp.message import Message, Properties
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dagster_eventhub_ingest.emulator import framing
-from dagster_eventhub_ingest.emulator.codec import (
+from dagster_eventhub_ingest.emulator.hub import _lookup3, build_stored_payload, partition_for_key
+from dagster_eventhub_ingest.resources.amqp import framing
+from dagster_eventhub_ingest.resources.amqp.codec import (
     AMQPDecodeError,
     Array,
     Described,
@@ -26,7 +27,6 @@ from dagster_eventhub_ingest.emulator.codec import (
     skip,
     split_list,
 )
-from dagster_eventhub_ingest.emulator.hub import _lookup3, build_stored_payload, partition_for_key
 
 scalars = st.one_of(
     st.none(),

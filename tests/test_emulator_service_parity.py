@@ -22,7 +22,6 @@ from azure.eventhub._client_base import EventHubSASTokenCredential
 from azure.eventhub.aio import EventHubProducerClient as AsyncProducer
 from azure.eventhub.exceptions import AuthenticationError
 
-from dagster_eventhub_ingest.emulator import framing
 from dagster_eventhub_ingest.emulator.auth import (
     AsyncTestTokenCredential,
     TestTokenCredential,
@@ -38,6 +37,7 @@ from dagster_eventhub_ingest.emulator.testing import (
     make_test_certificates,
     running_emulator,
 )
+from dagster_eventhub_ingest.resources.amqp import framing
 
 MakeHub = Callable[..., EmulatedHub]
 SECRET = "jwt-test-secret-for-tests"

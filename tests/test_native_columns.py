@@ -24,7 +24,7 @@ from azure.eventhub._pyamqp.types import TYPE, VALUE, AMQPTypes
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
-from dagster_eventhub_ingest.emulator.framing import transfer_header
+from dagster_eventhub_ingest.resources.amqp.framing import transfer_header
 from dagster_eventhub_ingest.resources.spark_source import (
     PartitionRange,
     _amqp,

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dagster_eventhub_ingest.emulator.framing import transfer_header
+from dagster_eventhub_ingest.resources.amqp.framing import transfer_header
 from dagster_eventhub_ingest.resources.spark_source._events import ColumnRows, _ArrowBuilder
 from dagster_eventhub_ingest.resources.spark_source._message import decode_event
 from dagster_eventhub_ingest.resources.spark_source._schema import _arrow_schema

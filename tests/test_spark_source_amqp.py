@@ -520,7 +520,7 @@ def performative(kind: int, fields: list[bytes], body: bytes = b"", *, wide: boo
 
 def test_the_frame_decoder_on_the_emulators_transfers() -> None:
     """What the emulator sends (resources' tests read through it): every field, the message view."""
-    from dagster_eventhub_ingest.emulator.framing import transfer_header
+    from dagster_eventhub_ingest.resources.amqp.framing import transfer_header
 
     message = b"\x00\x53\x75\xb0" + (1024).to_bytes(4) + bytes(range(256)) * 4
     for handle, delivery, more in [(0, 0, False), (3, 2**32 - 1, True), (255, 123_456, False)]:

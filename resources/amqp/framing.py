@@ -1,9 +1,10 @@
 """AMQP 1.0 frames and performatives, always with every spec field present.
 
-The Azure SDK's pure-Python transport reads performative fields by position (``attach[10]``,
-``flow[6]``, ...) and fails with "list index out of range" when a peer drops trailing null
-fields, so each builder here writes the full field list. Descriptors are small ulongs
-(``00 53 xx``), which is what the SDK's frame decoder assumes.
+The builders of both ends: the emulator's (a server answering) and the reader's receiver (a
+client opening, attaching, granting credit). The Azure SDK's pure-Python transport reads
+performative fields by position (``attach[10]``, ``flow[6]``, ...) and fails with "list index out
+of range" when a peer drops trailing null fields, so each builder here writes the full field
+list. Descriptors are small ulongs (``00 53 xx``), which is what the SDK's frame decoder assumes.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from dagster_eventhub_ingest.emulator.codec import (
+from dagster_eventhub_ingest.resources.amqp.codec import (
     Array,
     Described,
     Symbol,
@@ -43,8 +44,12 @@ __all__ = [
     "open_",
     "parse_performative",
     "rejected",
+    "sasl_init",
     "sasl_mechanisms",
     "sasl_outcome",
+    "source",
+    "target",
+    "transfer",
     "transfer_header",
 ]
 
@@ -122,11 +127,24 @@ def sasl_outcome(code: int) -> bytes:
     return frame(0, _performative(Performative.SASL_OUTCOME, [UByte(code), None]), frame_type=1)
 
 
-def open_(container_id: str, max_frame_size: int, idle_timeout_ms: int | None) -> bytes:
-    """Open performative with all 10 fields."""
+def sasl_init(mechanism: str, initial_response: bytes, hostname: str | None) -> bytes:
+    """sasl-init frame (type 1): the client's choice of mechanism."""
+    fields = [Symbol(mechanism), initial_response, hostname]
+    return frame(0, _performative(Performative.SASL_INIT, fields), frame_type=1)
+
+
+def open_(
+    container_id: str,
+    max_frame_size: int,
+    idle_timeout_ms: int | None,
+    *,
+    hostname: str | None = None,
+    properties: dict[Any, Any] | None = None,
+) -> bytes:
+    """Open performative with all 10 fields (``hostname`` and ``properties``: a client's)."""
     fields = [
         container_id,
-        None,  # hostname
+        hostname,
         UInt(max_frame_size),
         UShort(65535),  # channel-max
         UInt(idle_timeout_ms) if idle_timeout_ms else None,
@@ -134,21 +152,21 @@ def open_(container_id: str, max_frame_size: int, idle_timeout_ms: int | None) -
         None,  # incoming-locales
         None,  # offered-capabilities
         None,  # desired-capabilities
-        None,  # properties
+        properties,
     ]
     return frame(0, _performative(Performative.OPEN, fields))
 
 
 def begin(
     channel: int,
-    remote_channel: int,
+    remote_channel: int | None,
     next_outgoing_id: int,
     incoming_window: int,
     outgoing_window: int,
 ) -> bytes:
-    """Begin performative (answering the peer's begin) with all 8 fields."""
+    """Begin performative with all 8 fields (``remote_channel`` None: the client's own begin)."""
     fields = [
-        UShort(remote_channel),
+        None if remote_channel is None else UShort(remote_channel),
         UInt(next_outgoing_id),
         UInt(incoming_window),
         UInt(outgoing_window),
@@ -197,11 +215,14 @@ def attach(
     snd_settle_mode: int,
     rcv_settle_mode: int,
     initial_delivery_count: int | None,
-    max_message_size: int,
+    max_message_size: int | None,
     offered_capabilities: list[str] | None = None,
+    desired_capabilities: list[str] | None = None,
     properties: dict[Any, Any] | None = None,
+    incomplete_unsettled: bool | None = False,
 ) -> bytes:
-    """Attach performative with all 14 fields; ``source``/``target`` are raw encodings or None."""
+    """Attach performative with all 14 fields; ``source``/``target`` are raw encodings or None
+    (a client leaves ``incomplete_unsettled`` and ``max_message_size`` null, as the SDK does)."""
     fields: list[Any] = [
         name,
         UInt(handle),
@@ -211,11 +232,11 @@ def attach(
         Raw(source) if source is not None else None,
         Raw(target) if target is not None else None,
         None,  # unsettled
-        False,  # incomplete-unsettled
+        incomplete_unsettled,
         UInt(initial_delivery_count) if initial_delivery_count is not None else None,
-        ULong(max_message_size),
+        None if max_message_size is None else ULong(max_message_size),
         Array(Symbol, offered_capabilities) if offered_capabilities else None,
-        None,  # desired-capabilities
+        Array(Symbol, desired_capabilities) if desired_capabilities else None,
         properties,
     ]
     return frame(channel, _encode_fields(Performative.ATTACH, fields))
@@ -294,6 +315,37 @@ def transfer_header(
 
 
 TRANSFER_OVERHEAD = _TRANSFER.size
+
+
+def transfer(
+    channel: int, handle: int, delivery_id: int, tag: bytes, payload: bytes, *, settled: bool
+) -> bytes:
+    """One whole message in one transfer frame (11 fields), e.g. a CBS request."""
+    fields = [
+        UInt(handle),
+        UInt(delivery_id),
+        tag,
+        UInt(0),  # message-format
+        settled,
+        False,  # more
+        None,  # rcv-settle-mode
+        None,  # state
+        False,  # resume
+        False,  # aborted
+        False,  # batchable
+    ]
+    return frame(channel, _performative(Performative.TRANSFER, fields) + payload)
+
+
+def source(address: str, filters: dict[Any, Any] | None = None) -> bytes:
+    """A link source (all 11 fields) with ``address`` and a filter set, encoded."""
+    fields: list[Any] = [address, None, None, None, None, None, None, filters, None, None, None]
+    return encode(Described(ULong(0x28), fields))
+
+
+def target(address: str) -> bytes:
+    """A link target (all 7 fields) with ``address``, encoded."""
+    return encode(Described(ULong(0x29), [address, None, None, None, None, None, None]))
 
 
 def disposition(

@@ -1,7 +1,10 @@
-"""AMQP 1.0 type system: an encoder and decoder written for the emulator.
+"""AMQP 1.0 type system: the project's own encoder and decoder.
 
-Independent of the Azure SDK's private codec on purpose: a bug shared by both ends would be
-invisible in tests. Python values map to AMQP types as follows (encode):
+One codec for both ends the project speaks: the reader's receiver (``resources/amqp/``, the client
+side) and the emulator (``emulator/``, the server side). Independent of the Azure SDK's private
+codec on purpose: a bug shared with the SDK would be invisible in tests, which drive the emulator
+with the real SDK (tests/test_emulator_codec.py cross-checks the two codecs value by value).
+Python values map to AMQP types as follows (encode):
 
 * ``None`` -> null, ``bool`` -> boolean, ``int`` -> long, ``float`` -> double, ``str`` -> string,
   ``bytes`` -> binary, ``uuid.UUID`` -> uuid, ``list`` -> list, ``dict`` -> map;
