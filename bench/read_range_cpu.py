@@ -1,14 +1,12 @@
-"""CPU per event of ``read_range`` alone (the fast pull), with and without each pyamqp cut.
+"""CPU per event of ``read_range`` alone (the reader's own receiver), Python path and native.
 
-The cuts (``resources/spark_source/_amqp.py``): ``sock``, pyamqp's socket reads served from a
-buffer; ``dec``, the faster AMQP payload decoder; ``frame``, the faster performative decoder;
-``xfer`` (mode ``all``, with the three), transfer frames taken inline, past pyamqp's dispatch;
-``native`` (with all four), runs of plain transfers laid out as Arrow columns by the compiled
-step (``resources/spark_source/_native.py``; built first if this host has no copy).
-The emulator runs in its own process (``python -m dagster_eventhub_ingest.emulator serve``); this
-process reads the same range once per mode, round after round, each round starting one mode later
-(the machine is shared: alternating spreads its noise over every mode), and prints the
-``time.process_time()`` per event of each read and each mode's median. Run:
+Modes: ``python`` (also ``all``, its name when it stood for every pyamqp cut together): each
+event decoded from its bytes in Python; ``native``: runs of plain transfers laid out as Arrow
+columns by the compiled step (``resources/spark_source/_native.py``; built first if this host has
+no copy). The emulator runs in its own process (``python -m dagster_eventhub_ingest.emulator
+serve``); this process reads the same range once per mode, round after round, each round
+starting one mode later (the machine is shared: alternating spreads its noise over every mode),
+and prints the ``time.process_time()`` per event of each read and each mode's median. Run:
 
     source scripts/_bootstrap.sh && uv run --frozen python bench/read_range_cpu.py
     uv run --frozen python bench/read_range_cpu.py --events 20000 --rounds 2  # quicker
@@ -30,41 +28,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from source_throughput import emulator_process, send  # noqa: E402
 
-MODES = {
-    "none": (),
-    "sock": ("sock",),
-    "dec": ("dec",),
-    "sock+dec": ("sock", "dec"),
-    "sock+dec+frame": ("sock", "dec", "frame"),
-    "all": ("sock", "dec", "frame", "xfer"),
-    "native": ("sock", "dec", "frame", "xfer", "native"),
-}
+MODES = {"python": False, "all": False, "native": True}
 
 
-def _no_buffering(_handler: Any) -> bool:
-    return False
-
-
-def _no_inline_transfers(_handler: Any, _consumer: Any, **_kw: Any) -> bool:
-    return False
-
-
-def set_cuts(cuts: tuple[str, ...]) -> None:
-    """Turn the cuts on or off for the next read_range (the pull installs them as it runs)."""
-    from azure.eventhub._pyamqp import _decode, _transport, receiver
-
-    from dagster_eventhub_ingest.resources.spark_source import _amqp, _receiver
-
-    wanted = _amqp.buffer_reads if "sock" in cuts else _no_buffering
-    vars(_receiver)["buffer_reads"] = wanted  # the names the pull calls
-    inline = _amqp.fast_transfers if "xfer" in cuts else _no_inline_transfers
-    vars(_receiver)["fast_transfers"] = inline
-    _amqp._decoder_installed = True  # the pull's install_decoder() leaves this choice alone
-    receiver.decode_payload = _amqp.decode_payload if "dec" in cuts else _decode.decode_payload
-    _transport.decode_frame = _amqp.decode_frame if "frame" in cuts else _decode.decode_frame
+def set_mode(mode: str) -> None:
+    """The native step on or off for the next read_range."""
     from dagster_eventhub_ingest.resources.spark_source import _native
 
-    os.environ[_native.NATIVE_ENV] = "1" if "native" in cuts else "0"
+    os.environ[_native.NATIVE_ENV] = "1" if MODES[mode] else "0"
     _native.reset_for_tests()
 
 
@@ -101,7 +72,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024, help="body bytes")
     parser.add_argument("--prefetch", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--modes", default=",".join(MODES), help=f"of {', '.join(MODES)}")
+    parser.add_argument("--modes", default="python,native", help=f"of {', '.join(MODES)}")
     parser.add_argument(
         "--properties",
         type=int,
@@ -113,9 +84,9 @@ def main() -> None:
 
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
     from dagster_eventhub_ingest.resources.spark_source import PartitionRange, read_range
-    from dagster_eventhub_ingest.resources.spark_source._receiver import partition_pull_available
+    from dagster_eventhub_ingest.resources.spark_source._receiver import sdk_receive
 
-    assert partition_pull_available(), "the fast pull is off (EHINGEST_SDK_RECEIVE=1?)"
+    assert not sdk_receive(), "EHINGEST_SDK_RECEIVE=1 reads with the SDK's receive"
     modes = args.modes.split(",")
     n = args.events
     figures: dict[str, list[float]] = {m: [] for m in modes}
@@ -126,11 +97,11 @@ def main() -> None:
         else:
             send(settings, ["0"], n, args.size)
         rng = PartitionRange("0", 0, n - 1)
-        set_cuts(MODES["all"])  # warm up: imports, first connection
+        set_mode("native")  # warm up: imports, the native step, first connection
         sum(b.num_rows for b in read_range(settings, PartitionRange("0", 0, 999)))
         for r in range(args.rounds):
             for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:
-                set_cuts(MODES[mode])
+                set_mode(mode)
                 wall, cpu = time.perf_counter(), time.process_time()
                 got = sum(b.num_rows for b in read_range(settings, rng, prefetch=args.prefetch))
                 cpu = time.process_time() - cpu

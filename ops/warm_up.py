@@ -107,7 +107,8 @@ def warm_up(spark: SparkSession, workdir: Path) -> int:
 
 def _import_reader(batches: Any) -> Any:
     """A worker's first task: import what the ``eventhubs`` reader needs (pyarrow, the Azure
-    SDK and its transport, the decoder); one row, the worker's pid, per batch."""
+    SDK for the planner's management calls, the reader's receiver and its native step); one
+    row, the worker's pid, per batch."""
     import os
 
     import azure.eventhub  # noqa: F401
@@ -115,15 +116,11 @@ def _import_reader(batches: Any) -> Any:
 
     import dagster_eventhub_ingest.resources.spark_source._read  # noqa: F401
     from dagster_eventhub_ingest.resources.eventhubs_transport import prompt_transport
-    from dagster_eventhub_ingest.resources.spark_source._amqp import (
-        install_decoder,
-        transfer_path_proven,
-    )
     from dagster_eventhub_ingest.resources.spark_source._arrow import int64_array
+    from dagster_eventhub_ingest.resources.spark_source._native import amqp_columns
 
     prompt_transport()
-    install_decoder()
-    transfer_path_proven()  # the inline transfers' source check, before the first read
+    amqp_columns()  # loaded (or built) once per worker, before the first read
     for _batch in batches:
         # Built from buffers, as the reader builds its batches: pa.array would import pandas.
         pid = int64_array([os.getpid()], pa.int64())

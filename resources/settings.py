@@ -53,6 +53,7 @@ PARTITION_COLUMNS: tuple[str, ...] = tuple(
 )
 
 if TYPE_CHECKING:
+    from azure.core.credentials import TokenCredential
     from azure.eventhub import (
         EventHubConnectionStringProperties,
         EventHubConsumerClient,
@@ -216,6 +217,11 @@ class EventHubSettings:
             EventHubConsumerClient, make_credential, kwargs
         )
         return client
+
+    def credential(self) -> TokenCredential:
+        """The Entra ID credential of ``credential_type`` (created where it is used), for a
+        namespace without a connection string."""
+        return make_credential(self.credential_type, self.credential_options)
 
     def aio_consumer_client(self, **kwargs: Any) -> AsyncEventHubConsumerClient:
         """:meth:`consumer_client` from ``azure.eventhub.aio``, for an event loop (Airflow's

@@ -12,6 +12,8 @@ network or a dying service causes:
 - ``die_at(marker)``: the service dies when a request containing ``marker`` arrives (that
   request never reaches it): e.g. the store killed at the checkpoint.
 - ``dead``: set it to refuse service from now on (connections are accepted, then closed).
+- ``sent``: every byte the clients sent, one ``bytearray`` per connection in the order they
+  were accepted (what a client says on the wire, for tests that compare two clients).
 
 :class:`HttpFaultProxy` forwards HTTP/1.1 requests (Azurite behind it) and answers some of them
 itself the way a busy storage account does:
@@ -71,6 +73,7 @@ class FaultProxy(_Proxy):
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self._sockets: list[socket.socket] = []
+        self.sent: list[bytearray] = []
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._accept, name="faultproxy", daemon=True)
 
@@ -113,9 +116,10 @@ class FaultProxy(_Proxy):
                 client.close()
                 continue
             server.settimeout(None)
-            state = {"down": 0, "drop": False}
+            state = {"down": 0, "drop": False, "sent": bytearray()}
             with self._lock:
                 self._sockets += [client, server]
+                self.sent.append(state["sent"])
             threading.Thread(
                 target=self._pump, args=(client, server, state, True), daemon=True
             ).start()
@@ -140,6 +144,7 @@ class FaultProxy(_Proxy):
                             self.dropped.append(self._drop_marker)
                             self._drop_marker = None
                             state["drop"] = True
+                        state["sent"] += data
                     dst.sendall(data)
                     continue
                 if state["drop"]:

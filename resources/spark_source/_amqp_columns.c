@@ -1,9 +1,10 @@
 /*
- * Plain transfer frames straight to the columns of the `eventhubs` schema (the fast pull's
- * native step; resources/spark_source/_native.py builds and loads it, _amqp.py calls it).
+ * Plain transfer frames straight to the columns of the `eventhubs` schema (the reader's native
+ * step; resources/spark_source/_native.py builds and loads it, resources/amqp/receiver.py calls
+ * it on its connection's receive buffer).
  *
  * scan() walks the AMQP frames whole in a receive buffer, from `start`, while each one is a
- * plain transfer of the pull's link: a transfer performative of 11 fields on the link's channel
+ * plain transfer of the reader's link: a transfer performative of 11 fields on the link's channel
  * and handle, with a delivery id and tag, not `more`, not aborted, no delivery state; a message
  * of one or more data sections, message annotations, properties, application properties, and at
  * most a header, delivery annotations and a footer (skipped, as the Python path skips them).
@@ -18,9 +19,9 @@
  * strings that are not UTF-8, subnormal doubles, dates before 1582-10-15, keys that are not
  * strings, integers, booleans or null, a message with no data section, an amqp-sequence or
  * amqp-value body: the scan stops before that frame, and the Python path (_message.py) decodes
- * it. For every frame it took it adds the delivery tag to the link's set and lays its row out
- * in Arrow's buffers: the caller does the link's and session's counting for the whole run.
- * Nothing here allocates a Python object per event but the tag.
+ * it. For every frame it took it lays its row out in Arrow's buffers (and adds the delivery tag
+ * to `tags`, when a set is given): the caller does the link's and session's counting for the
+ * whole run. Nothing here allocates a Python object per event (but the tag, when asked for).
  *
  * Every read is bounded by the frame, every frame by the buffer's filled part.
  */
@@ -1117,7 +1118,8 @@ PyDoc_STRVAR(scan_doc,
 "scan(buffer, start, end, channel, handle, limit, tags) -> None or (taken, new_start,\n"
 "last_performative_start, last_frame_end, last_delivery_id, columns)\n\n"
 "Plain transfer frames of `handle` on `channel` whole in buffer[start:end], at most `limit`;\n"
-"each delivery tag is added to the set `tags`. None when the first frame is not one.");
+"each delivery tag is added to the set `tags` (None: not kept). None when the first frame\n"
+"is not one.");
 
 static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer view;
@@ -1126,9 +1128,14 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     long long want_handle;
     PyObject *tags;
     (void)self;
-    if (!PyArg_ParseTuple(args, "y*nniLnO!", &view, &start, &end, &channel, &want_handle, &limit,
-                          &PySet_Type, &tags))
+    if (!PyArg_ParseTuple(args, "y*nniLnO", &view, &start, &end, &channel, &want_handle, &limit,
+                          &tags))
         return NULL;
+    if (tags != Py_None && !PySet_Check(tags)) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "tags must be a set or None");
+        return NULL;
+    }
     const uint8_t *b = (const uint8_t *)view.buf;
     if (start < 0 || end > view.len || start > end || limit <= 0) {
         PyBuffer_Release(&view);
@@ -1159,15 +1166,17 @@ static PyObject *scan(PyObject *self, PyObject *args) {
             E.n = mark; /* the Python path takes this frame, entries and all */
             break;
         }
-        PyObject *tag = PyBytes_FromStringAndSize((const char *)b + r->tag.pos, r->tag.len);
-        if (!tag || PySet_Add(tags, tag) < 0) {
-            Py_XDECREF(tag);
-            PyMem_Free(rows);
-            PyMem_Free(E.items);
-            PyBuffer_Release(&view);
-            return NULL;
+        if (tags != Py_None) {
+            PyObject *tag = PyBytes_FromStringAndSize((const char *)b + r->tag.pos, r->tag.len);
+            if (!tag || PySet_Add(tags, tag) < 0) {
+                Py_XDECREF(tag);
+                PyMem_Free(rows);
+                PyMem_Free(E.items);
+                PyBuffer_Release(&view);
+                return NULL;
+            }
+            Py_DECREF(tag);
         }
-        Py_DECREF(tag);
         last_p = p;
         last_end = fend;
         at = fend;

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
     from dagster_eventhub_ingest.resources.spark_source._stats import SubRangeStats
 
-# pyamqp's names of the message properties (its ``Properties`` fields), in field order: the
-# SDK's decoded messages name them so (MESSAGE_PROPERTY_NAMES are the connector's).
+# The SDK's names of the message properties (``AmqpMessageProperties``), in field order: what
+# its public receive's events have (MESSAGE_PROPERTY_NAMES are the connector's).
 _MESSAGE_PROPERTIES = (
     "message_id",
     "user_id",
@@ -64,17 +64,12 @@ def _sdk_other_body(sequence: Any, value: Any, has_value: bool) -> bytes | None:
     receive keeps no bytes: strings come back as binary there)."""
     if not sequence and not has_value:
         return None
-    from azure.eventhub._pyamqp._encode import encode_value
-    from azure.eventhub._pyamqp.types import TYPE, VALUE, AMQPTypes
+    from dagster_eventhub_ingest.resources.amqp.framing import encode_section
 
-    out = bytearray()
     sections = [(0x76, part) for part in sequence or ()]
     if has_value:
         sections.append((0x77, value))
-    for code, part in sections:
-        described = ({TYPE: AMQPTypes.ulong, VALUE: code}, {TYPE: None, VALUE: part})
-        encode_value(out, {TYPE: AMQPTypes.described, VALUE: described})
-    return bytes(out)
+    return b"".join(encode_section(code, part) for code, part in sections)
 
 
 def _sdk_row(data: Any, other_body: bytes | None, ann: Any, app: Any, mprops: Any) -> Event:
@@ -310,20 +305,6 @@ class _ArrowBuilder:
             _sdk_row(data, other, msg.annotations, msg.application_properties, msg.properties),
             seq,
         )
-
-    def add_message(self, message: Any, seq: int) -> None:
-        """A received message: an :class:`Event` the reader decoded from its bytes, or a pyamqp
-        ``Message`` (values as the SDK decoded them)."""
-        if type(message) is not Event:
-            other = _sdk_other_body(message.sequence, message.value, message.value is not None)
-            message = _sdk_row(
-                message.data,
-                other,
-                message.message_annotations,
-                message.application_properties,
-                message.properties,
-            )
-        self.add_event(message, seq)
 
     def add_event(self, event: Event, seq: int) -> None:
         """One decoded event (:func:`._message.decode_event`)."""

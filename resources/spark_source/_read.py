@@ -32,7 +32,7 @@ from dagster_eventhub_ingest.resources.spark_source._range import PartitionRange
 from dagster_eventhub_ingest.resources.spark_source._receiver import (
     _BatchReceiver,
     _PartitionPull,
-    partition_pull_available,
+    sdk_receive,
 )
 from dagster_eventhub_ingest.resources.spark_source._schema import _arrow_schema
 
@@ -146,10 +146,10 @@ def read_range(
         "wait_seconds": receive_timeout,
     }
     receiver: _BatchReceiver | _PartitionPull
-    if partition_pull_available():
+    if not sdk_receive():
         receiver = _PartitionPull(settings, rng.partition_id, end=rng.end, columns=True, **receive)
         seq_of: Callable[[Any], int | None] = receiver.sequence_number
-        add: Callable[[Any, int], None] = builder.add_message
+        add: Callable[[Any, int], None] = builder.add_event
     else:
         receiver = _BatchReceiver(settings, rng.partition_id, max_batch_size=credit, **receive)
         seq_of, add = _event_sequence_number, builder.add

@@ -1,4 +1,10 @@
-"""A bounded pull over the SDK's callback-driven receive (executors, and the driver's probes)."""
+"""A bounded pull of one partition (executors, and the driver's position probes).
+
+:class:`_PartitionPull` is the reader's: its own AMQP receiver
+(:mod:`dagster_eventhub_ingest.resources.amqp`), every event decoded from its bytes.
+:class:`_BatchReceiver` is the SDK's public ``receive_batch``, run only when asked for
+(``EHINGEST_SDK_RECEIVE=1``: a way around the reader's receiver, values as the SDK decodes them).
+"""
 
 from __future__ import annotations
 
@@ -11,26 +17,33 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from dagster_eventhub_ingest.resources.amqp.cbs import Cbs, audience_of, token_source
+from dagster_eventhub_ingest.resources.amqp.connection import Connection, Endpoint
+from dagster_eventhub_ingest.resources.amqp.errors import AmqpError
+from dagster_eventhub_ingest.resources.amqp.receiver import PartitionReceiver, source_address
 from dagster_eventhub_ingest.resources.errors import (
     EventHubIngestError,
     EventHubUnavailableError,
     redact,
 )
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
-from dagster_eventhub_ingest.resources.spark_source._amqp import (
-    buffer_reads,
-    fast_transfers,
-    install_decoder,
-    raw_transfers,
-)
 from dagster_eventhub_ingest.resources.spark_source._events import ColumnRows
-from dagster_eventhub_ingest.resources.spark_source._message import _OFFSET, _SEQ, Event
-from dagster_eventhub_ingest.resources.spark_source._values import text_of
+from dagster_eventhub_ingest.resources.spark_source._message import decode_event
 
 if TYPE_CHECKING:
     from azure.eventhub import EventData
 
 logger = logging.getLogger(__name__)
+
+#: Reconnects in a row before a read fails (the SDK's ``retry_total``), and their back-off:
+#: ``BACKOFF_FACTOR * 2**n`` seconds, at most ``BACKOFF_MAX_SECONDS`` (the SDK's exponential).
+MAX_RETRIES = 3
+BACKOFF_FACTOR = 0.8
+BACKOFF_MAX_SECONDS = 120.0
+#: How long opening a connection, authorizing and attaching may take (the SDK's auth timeout).
+HANDSHAKE_TIMEOUT_SECONDS = 60.0
+#: ``EHINGEST_SDK_RECEIVE=1``: read with the SDK's public receive instead.
+SDK_RECEIVE_ENV = "EHINGEST_SDK_RECEIVE"
 
 
 def _unavailable(settings: EventHubSettings, what: str, exc: BaseException) -> EventHubIngestError:
@@ -44,40 +57,7 @@ class _Done:
     """Sentinel: the receive thread ended."""
 
 
-class _Closable:
-    """``close()`` of both receivers: once, now or in a daemon thread."""
-
-    _partition_id: str
-    _closed: bool
-
-    def _close_client(self) -> None:
-        raise NotImplementedError
-
-    def _stopping(self) -> None:
-        """Called at once by ``close()``, before the client closes (now or in a thread)."""
-
-    def close(self, *, wait: bool = True) -> None:
-        """Stop receiving and close the client (idempotent).
-
-        ``wait=False`` closes in a daemon thread: detaching the link (and a receive thread's
-        exit) take 0.3-1 s that a reader which already has its whole range need not wait for
-        (it is a task's tail, paid once per task otherwise).
-        """
-        if self._closed:
-            return
-        self._closed = True
-        self._stopping()
-        if wait:
-            self._close_client()
-        else:
-            threading.Thread(
-                target=self._close_client,
-                name=f"eventhubs-close-{self._partition_id}",
-                daemon=True,
-            ).start()
-
-
-class _BatchReceiver(_Closable):
+class _BatchReceiver:
     """Runs ``receive_batch`` in a thread and hands event lists over through a bounded queue.
 
     The SDK's receive is callback-driven and never returns on its own; a bounded read needs to
@@ -179,8 +159,24 @@ class _BatchReceiver(_Closable):
                 ) from item
             yield item
 
-    def _stopping(self) -> None:
+    def close(self, *, wait: bool = True) -> None:
+        """Stop receiving and close the client (idempotent).
+
+        ``wait=False`` closes in a daemon thread: detaching the link (and the receive thread's
+        exit) take 0.3-1 s that a reader which already has its whole range need not wait for.
+        """
+        if self._closed:
+            return
+        self._closed = True
         self._stop.set()
+        if wait:
+            self._close_client()
+        else:
+            threading.Thread(
+                target=self._close_client,
+                name=f"eventhubs-close-{self._partition_id}",
+                daemon=True,
+            ).start()
 
     def _close_client(self) -> None:
         try:
@@ -192,30 +188,23 @@ class _BatchReceiver(_Closable):
             self._thread.join(timeout=5)
 
 
-class _PartitionPull(_Closable):
-    """Pulls one partition's raw AMQP messages on the calling thread (the fast path).
+class _PartitionPull:
+    """Pulls one partition's events on the calling thread, with the reader's own AMQP receiver.
 
-    The SDK's public receive (:class:`_BatchReceiver`) runs an event processor in a thread,
-    builds an ``EventData`` (and its ``AmqpAnnotatedMessage``) per event and hands lists over
-    through a queue: a third of the SDK's CPU per event, and the two threads contend for the
-    GIL. A bounded read needs none of it: this drives the SDK's own partition consumer
-    (connection, CBS auth, link, credit and reconnects stay the SDK's) and yields its decoded
-    messages as they are buffered, ``sequence number`` read from their annotations.
+    The connection, its authorization and the link are the project's own
+    (:mod:`dagster_eventhub_ingest.resources.amqp`): nothing of azure-eventhub runs here, nothing
+    is shared with any other receiver in the process. Each message is decoded from its bytes
+    (:func:`~dagster_eventhub_ingest.resources.spark_source._message.decode_event`); with
+    ``columns`` (the reader's) and the native step loaded, runs of plain transfers arrive as
+    :class:`~dagster_eventhub_ingest.resources.spark_source._events.ColumnRows` among the
+    events, in the order received. An empty list means nothing arrived for ``wait_seconds``.
 
-    The cuts of :mod:`._amqp` make pyamqp itself cheaper per event: the connection's socket
-    reads are buffered (installed on each new connection, so after a reconnect too), and
-    messages and performatives are decoded by equivalent, faster ``decode_payload`` and
-    ``decode_frame``. With ``columns`` (the reader's) and the native step built on this host,
-    runs of plain transfers arrive as
-    :class:`~dagster_eventhub_ingest.resources.spark_source._events.ColumnRows` among the messages,
-    in the order received.
-
-    It stands on azure-eventhub internals (``_create_consumer``, the consumer's message buffer),
-    so :func:`partition_pull_available` checks they are there and the reader falls back to
-    :class:`_BatchReceiver` otherwise; each cut checks the pyamqp internals it needs and stays
-    off without them (the pull works either way). A failed link is reopened at
-    the next sequence number the caller has not seen (``max_retries`` times, the SDK's policy
-    deciding what is retryable); an empty list means nothing arrived for ``wait_seconds``.
+    A connection that fails (or a link the service detaches) is opened again at the next
+    sequence number the caller has not seen, inclusive: up to :data:`MAX_RETRIES` times in a
+    row, after the SDK's exponential back-off; what a new connection cannot cure (an unknown
+    hub, consumer group or partition, a refused token, a stolen link) fails at once. Either way
+    the error is an :class:`~dagster_eventhub_ingest.resources.errors.EventHubUnavailableError`
+    naming the hub, the consumer group and the partition.
     """
 
     def __init__(
@@ -231,7 +220,6 @@ class _PartitionPull(_Closable):
         inclusive: bool = True,
     ) -> None:
         self._settings = settings
-        self._columns = columns
         self._partition_id = partition_id
         self._wait = wait_seconds
         self._prefetch = prefetch
@@ -240,17 +228,17 @@ class _PartitionPull(_Closable):
         self._next: int | str | datetime = starting_position
         self._inclusive = inclusive
         self._end = end
-        self._client = settings.consumer_client()
-        self._consumer = self._client._create_consumer(
-            settings.consumer_group,
-            partition_id,
-            starting_position,
-            on_event_received=_ignore,
-            prefetch=prefetch,
-            event_position_inclusive=inclusive,
-        )
+        self._native = None
+        if columns:
+            from dagster_eventhub_ingest.resources.spark_source._native import amqp_columns
+
+            self._native = amqp_columns()
+        self._endpoint = Endpoint.of(settings)
+        self._tokens = token_source(settings)
+        self._conn: Connection | None = None
+        self._cbs: Cbs | None = None
+        self._link: PartitionReceiver | None = None
         self._closed = False
-        install_decoder()
 
     def __enter__(self) -> _PartitionPull:
         return self
@@ -260,63 +248,71 @@ class _PartitionPull(_Closable):
 
     @staticmethod
     def sequence_number(message: Any) -> int | None:
-        """The sequence number of a received message (an
-        :class:`~dagster_eventhub_ingest.resources.spark_source._message.Event`, or a pyamqp
-        message: its ``x-opt-sequence-number`` annotation), or of the last row of a native run
-        (:class:`~dagster_eventhub_ingest.resources.spark_source._events.ColumnRows`)."""
-        kind = type(message)
-        if kind is Event:
-            seq: int | None = message.seq
-            return seq
-        if kind is ColumnRows:
+        """The sequence number of a received event, or of the last row of a native run."""
+        if type(message) is ColumnRows:
             return message.last_seq
-        annotations = message.message_annotations
-        return None if annotations is None else annotations.get(_SEQ)
+        seq: int | None = message.seq
+        return seq
+
+    def _open(self) -> PartitionReceiver:
+        settings = self._settings
+        conn = Connection(self._endpoint, timeout=HANDSHAKE_TIMEOUT_SECONDS)
+        self._conn = conn
+        conn.open()
+        self._cbs = Cbs(conn, self._tokens, audience_of(settings))
+        self._cbs.authorize()
+        link = PartitionReceiver(
+            conn,
+            source_address(
+                settings.namespace,
+                settings.eventhub_name,
+                settings.consumer_group,
+                self._partition_id,
+            ),
+            self._next,
+            inclusive=self._inclusive,
+            prefetch=self._prefetch,
+            end=self._end,
+            decode=decode_event,
+            native=self._native,
+            run=ColumnRows,
+        )
+        link.attach()
+        self._link = link
+        return link
+
+    def _drop(self) -> None:
+        conn, self._conn, self._cbs, self._link = self._conn, None, None, None
+        if conn is not None:
+            conn.close()
 
     def __iter__(self) -> Iterator[list[Any]]:
-        consumer = self._consumer
-        buffer = consumer._message_buffer
-        max_retries = self._client._config.max_retries
         retried = 0
         last = time.monotonic()
         while not self._closed:
             try:
-                if consumer._open():
-                    handler: Any = consumer._handler
-                    # Once per link, socket and connection: a reconnect brings new ones.
-                    raw_transfers(handler, consumer)
-                    if buffer_reads(handler):
-                        fast_transfers(handler, consumer, columns=self._columns)
-                    handler.do_work(batch=self._frames(handler))
-            except Exception as exc:
+                link = self._link or self._open()
+                assert self._cbs is not None
+                self._cbs.renew_if_due()
+                messages = link.receive(max(0.0, self._wait - (time.monotonic() - last)))
+            except AmqpError as exc:
+                self._drop()
                 if self._closed:
                     return
-                if isinstance(exc, ImportError):
-                    raise
-                # As the SDK's own receive: a stolen link is final; otherwise reopen where the
-                # caller is (inclusive), the SDK's policy deciding what can be retried.
-                consumer._amqp_transport.check_link_stolen(consumer, exc)
-                consumer._offset = self._next
-                consumer._offset_inclusive = self._inclusive
-                try:
-                    last_exception = consumer._handle_exception(exc, is_consumer=True)
-                except Exception as final:  # not retryable (the SDK raised it again)
-                    raise _unavailable(
-                        self._settings, f"receiving from partition {self._partition_id}", final
-                    ) from final
+                if not exc.retryable or retried >= MAX_RETRIES:
+                    raise self._failed(exc) from exc
+                logger.info(
+                    "Event Hub %s consumer group %s partition %s: %s; reconnecting at %s",
+                    self._settings.eventhub_name,
+                    self._settings.consumer_group,
+                    self._partition_id,
+                    redact(str(exc)),
+                    self._next,
+                )
+                time.sleep(min(BACKOFF_FACTOR * 2**retried, BACKOFF_MAX_SECONDS))
                 retried += 1
-                if retried > max_retries:
-                    raise _unavailable(
-                        self._settings,
-                        f"receiving from partition {self._partition_id}",
-                        last_exception,
-                    ) from last_exception
                 continue
-            if buffer:
-                # One at a time: the SDK's keep-alive thread may append meanwhile (a copy and a
-                # clear would drop what it appended between the two).
-                take = buffer.popleft
-                messages = [take() for _ in range(len(buffer))]
+            if messages:
                 seq = self.sequence_number(messages[-1])
                 if seq is not None:
                     nxt = self._next
@@ -329,31 +325,14 @@ class _PartitionPull(_Closable):
                 last = time.monotonic()
                 yield []
 
-    def _frames(self, handler: Any) -> int:
-        """How many frames the next listen asks for: no more than can arrive before it returns.
+    def _failed(self, exc: AmqpError) -> EventHubIngestError:
+        return _unavailable(self._settings, f"receiving from partition {self._partition_id}", exc)
 
-        pyamqp's listen reads up to that many frames and, when fewer come, waits one socket
-        timeout (0.2 s; 1 s over WebSocket) for the rest. The SDK asks for a whole credit window
-        each time, so a reader waited that long at the tail of every range the partition holds
-        nothing after (the service sends what there is and no more), and whenever a listen
-        spanned the end of a credit window (the next flow is sent only once it returns). So:
-        the link's credit left (a full window when it is spent: the call flows first), and no
-        more than the events the range still needs (``end``; a large event spans several
-        frames, which only makes a listen return sooner).
-        """
-        link = getattr(handler, "_link", None)
-        credit = getattr(link, "current_link_credit", None)
-        frames = credit if isinstance(credit, int) and credit > 0 else self._prefetch
-        if self._end is not None and isinstance(self._next, int):
-            frames = min(frames, self._end - self._next + 1)
-        return max(1, frames)
-
-    def _close_client(self) -> None:
-        try:
-            self._consumer.close()
-            self._client.close()
-        except Exception:  # closing a half-open AMQP link must not mask the real error
-            logger.debug("closing the consumer of partition %s failed", self._partition_id)
+    def close(self, *, wait: bool = True) -> None:
+        """Stop the pull and close its connection, at once (a few frames written, no answer
+        awaited: nothing to wait for, ``wait`` or not). Idempotent."""
+        self._closed = True
+        self._drop()
 
 
 def first_event_at(
@@ -367,11 +346,11 @@ def first_event_at(
     """Sequence number and offset of the first event at ``position`` (a sequence number, an
     offset, an enqueued time), or None when none arrives within ``wait_seconds``.
 
-    Received as a read receives (the pull, each message decoded from its bytes), so the event
-    found there cannot fail the look-up, whatever it holds; the SDK's public receive where the
-    pull cannot run.
+    Received as a read receives (each message decoded from its bytes), so the event found there
+    cannot fail the look-up, whatever it holds; the SDK's public receive with
+    ``EHINGEST_SDK_RECEIVE=1``.
     """
-    if not partition_pull_available():
+    if sdk_receive():
         receiver = _BatchReceiver(
             settings,
             partition_id,
@@ -398,38 +377,16 @@ def first_event_at(
         inclusive=inclusive,
     )
     with pull:
-        for messages in pull:
-            if not messages:
+        for received in pull:
+            if not received:
                 return None
-            first = messages[0]
-            seq = pull.sequence_number(first)
-            if seq is None:
-                continue
-            if type(first) is Event:
-                offset = first.offset
-            else:
-                raw = (first.message_annotations or {}).get(_OFFSET)
-                offset = None if raw is None else text_of(raw)
-            return seq, offset or ""
+            for event in received:
+                if event.seq is not None:
+                    return event.seq, event.offset or ""
     return None
 
 
-def _ignore(*_args: Any) -> None:
-    """The consumer's event callback, never called: messages are taken from its buffer."""
-
-
-def partition_pull_available() -> bool:
-    """Whether this azure-eventhub has the internals :class:`_PartitionPull` drives.
-
-    Off with ``EHINGEST_SDK_RECEIVE=1`` (the SDK's public receive, for comparison).
-    """
-    if os.environ.get("EHINGEST_SDK_RECEIVE") == "1":
-        return False
-    try:
-        from azure.eventhub._consumer import EventHubConsumer
-        from azure.eventhub._consumer_client import EventHubConsumerClient
-    except ImportError:
-        return False
-    return hasattr(EventHubConsumerClient, "_create_consumer") and all(
-        hasattr(EventHubConsumer, name) for name in ("_open", "_handle_exception")
-    )
+def sdk_receive() -> bool:
+    """Whether reads use the SDK's public receive (``EHINGEST_SDK_RECEIVE=1``) instead of the
+    reader's own receiver."""
+    return os.environ.get(SDK_RECEIVE_ENV) == "1"
