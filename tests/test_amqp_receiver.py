@@ -215,10 +215,16 @@ def test_the_handshake_and_the_link_are_the_sdks(
     put_ours, put_theirs = one(ours, 0x14)[2], one(theirs, 0x14)[2]
     mine, sdk = sections(put_ours), sections(put_theirs)
     assert mine[0x73][0] == sdk[0x73][0] == "list"
-    assert [t for t, _ in mine[0x73][1]] == [t for t, _ in sdk[0x73][1]]
-    app_ours = {k: v for k, v in mine[0x74][1].items() if k[1] != "expiration"}
-    app_theirs = {k: v for k, v in sdk[0x74][1].items() if k[1] != "expiration"}
+    # A message id of any of AMQP's four kinds (the SDK's is a ulong up to 5.12, a uuid later).
+    assert {mine[0x73][1][0][0], sdk[0x73][1][0][0]} <= {"uuid", "ulong", "string", "binary"}
+    assert [t for t, _ in mine[0x73][1][1:]] == [t for t, _ in sdk[0x73][1][1:]]
+    app_ours = {k: v for k, v in mine[0x74][1].items() if k[1] not in ("expiration", "name")}
+    app_theirs = {k: v for k, v in sdk[0x74][1].items() if k[1] not in ("expiration", "name")}
     assert app_ours == app_theirs
+    # The audience: the consumer group, as the SDK's consumers put it (up to 5.12: the hub).
+    audience = mine[0x74][1][("string", "name")]
+    assert audience[1].endswith(f"/{settings.eventhub_name}/consumergroups/$Default")
+    assert audience[1].startswith(sdk[0x74][1][("string", "name")][1])
     expiry = [v for k, v in mine[0x74][1].items() if k[1] == "expiration"]
     assert [t for t, _ in expiry] == [
         t for k, (t, _v) in sdk[0x74][1].items() if k[1] == "expiration"
@@ -228,7 +234,11 @@ def test_the_handshake_and_the_link_are_the_sdks(
     # The partition's attach: all but its name, handle and target's name (the SDK's shape).
     attach_ours = one(ours, 0x12, lambda f: "Partitions" in repr(f[5]))[1]
     attach_theirs = one(theirs, 0x12, lambda f: "Partitions" in repr(f[5]))[1]
-    assert _without(attach_ours, 0, 1, 6) == _without(attach_theirs, 0, 1, 6)
+    assert _without(attach_ours, 0, 1, 6, 12) == _without(attach_theirs, 0, 1, 6, 12)
+    # Desired capabilities: the SDK's since 5.13 (5.12 asks for none; the service accepts both).
+    georeplication = ("array of symbol", ("com.microsoft:georeplication",))
+    assert attach_ours[12] == georeplication
+    assert attach_theirs[12] in (georeplication, ("null", None))
     target_ours, target_theirs = attach_ours[6], attach_theirs[6]
     assert target_ours[2][1][0][1].startswith("receiver-link-")
     assert _without(target_ours[2][1], 0) == _without(target_theirs[2][1], 0)
@@ -550,17 +560,9 @@ def _entra_settings(
 def test_an_entra_id_credential_reads_with_its_jwt(
     jwt_tls_emulator: tuple[Any, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from azure.eventhub import EventData, EventHubProducerClient
-
     emu, ca = jwt_tls_emulator
     hub = emu.create_hub(partitions=1)
-    with EventHubProducerClient.from_connection_string(
-        emu.connection_string,
-        eventhub_name=hub.name,
-        connection_verify=ca,
-        custom_endpoint_address=f"sb://127.0.0.1:{emu.port}",
-    ) as producer:
-        producer.send_batch([EventData(f"e{n}") for n in range(20)], partition_id="0")
+    emu.enqueue(hub.name, "0", [framing.encode_section(0x75, f"e{n}".encode()) for n in range(20)])
     settings = _entra_settings(emu, ca, hub.name, SECRET, monkeypatch)
     rows = [r for b in read_range(settings, PartitionRange("0", 5, 19)) for r in b.to_pylist()]
     assert [r["body"] for r in rows] == [f"e{n}".encode() for n in range(5, 20)]

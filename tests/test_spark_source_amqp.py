@@ -243,11 +243,11 @@ def test_the_sdk_receive_when_asked_for(
 def tls_hub_with(
     tls_emulator: tuple[Any, str], items: list[bytes], monkeypatch: pytest.MonkeyPatch
 ) -> Any:
-    """A one-partition hub on the TLS-only emulator holding ``items``; the settings to read it
-    (every connection made in this test dials the emulator's TLS port and trusts the test CA:
-    the reader's, and the SDK's management calls)."""
-    from azure.eventhub import EventHubProducerClient
-
+    """A one-partition hub on the TLS-only emulator holding ``items`` (stored as sent, not
+    through the SDK: before 5.13 it reaches a custom endpoint over WebSockets only); the
+    settings to read it (every connection made in this test dials the emulator's TLS port and
+    trusts the test CA: the reader's, and the SDK's management calls)."""
+    from dagster_eventhub_ingest.resources.amqp.framing import encode_section
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
 
     emu, ca = tls_emulator
@@ -258,12 +258,7 @@ def tls_hub_with(
         "custom_endpoint_address": f"sb://127.0.0.1:{emu.port}",
     }
     hub = emu.create_hub(partitions=1)
-    send_all(
-        EventHubProducerClient.from_connection_string(
-            emu.connection_string, eventhub_name=hub.name, **tls
-        ),
-        items,
-    )
+    emu.enqueue(hub.name, "0", [encode_section(0x75, body) for body in items])
     consumer_client = EventHubSettings.consumer_client
     monkeypatch.setattr(
         EventHubSettings, "consumer_client", lambda self, **kw: consumer_client(self, **tls, **kw)
