@@ -184,24 +184,12 @@ class Cbs:
         conn = self._conn
         request = _RequestLink(f"cbs-request-{uuid.uuid4()}", conn.new_handle())
         reply = _ReplyLink(f"cbs-reply-{uuid.uuid4()}", conn.new_handle())
-        cbs = framing.source("$cbs")
-        cbs_target = framing.target("$cbs")
         for link, receiver in ((request, False), (reply, True)):
-            conn.add_link(link)
-            conn.send(
-                framing.attach(
-                    conn.channel,
-                    name=link.name,
-                    handle=link.handle,
-                    role_receiver=receiver,
-                    source=cbs,
-                    target=cbs_target,
-                    snd_settle_mode=0,
-                    rcv_settle_mode=0,
-                    initial_delivery_count=None if receiver else 0,
-                    max_message_size=None,
-                    incomplete_unsettled=None,
-                )
+            conn.attach(
+                link,
+                receiver=receiver,
+                source=framing.source("$cbs"),
+                target=framing.target("$cbs"),
             )
         conn.pump(lambda: request.attached and reply.attached, deadline, "attaching to $cbs")
         conn.send_flow(handle=reply.handle, delivery_count=0, link_credit=_REPLY_CREDIT)

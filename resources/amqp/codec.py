@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 __all__ = [
+    "FIXED_WIDTH",
     "AMQPDecodeError",
     "Array",
     "Described",
@@ -287,8 +288,9 @@ def encode(v: Any) -> bytes:
 
 Decoder = Callable[[bytes, int], tuple[Any, int]]
 
-# Fixed widths after the constructor byte; None marks variable-width or compound types.
-_FIXED_WIDTH: dict[int, int] = {
+#: Bytes after the constructor of each fixed-width type (arrays hold their elements so);
+#: variable-width and compound types are not in it.
+FIXED_WIDTH: dict[int, int] = {
     0x40: 0, 0x41: 0, 0x42: 0, 0x43: 0, 0x44: 0, 0x45: 0,
     0x50: 1, 0x51: 1, 0x52: 1, 0x53: 1, 0x54: 1, 0x55: 1, 0x56: 1,
     0x60: 2, 0x61: 2,
@@ -305,7 +307,7 @@ def skip(data: bytes, pos: int) -> int:
         if code == 0x00:
             pos = skip(data, pos + 1)
             return skip(data, pos)
-        width = _FIXED_WIDTH.get(code)
+        width = FIXED_WIDTH.get(code)
         if width is not None:
             end = pos + 1 + width
         elif code in (0xA0, 0xA1, 0xA3, 0xC0, 0xC1, 0xE0):

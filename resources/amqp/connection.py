@@ -15,6 +15,7 @@ Nothing here is shared between connections or with any other library: a reader o
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import platform
 import socket
@@ -29,7 +30,11 @@ from urllib.parse import urlparse
 
 from dagster_eventhub_ingest.resources.amqp import framing
 from dagster_eventhub_ingest.resources.amqp.codec import AMQPDecodeError, Symbol
-from dagster_eventhub_ingest.resources.amqp.errors import AmqpError, ConnectionLostError
+from dagster_eventhub_ingest.resources.amqp.errors import (
+    AmqpError,
+    ConnectionLostError,
+    LinkDetachedError,
+)
 from dagster_eventhub_ingest.resources.amqp.framing import AMQP_HEADER, SASL_HEADER, Performative
 
 if TYPE_CHECKING:
@@ -110,13 +115,12 @@ class Link:
         """A disposition on the session (every link sees it)."""
 
     def on_detach(self, fields: list[Any]) -> None:
-        from dagster_eventhub_ingest.resources.amqp.errors import LinkDetachedError
-
         self.attached = False
         error = fields[2] if len(fields) > 2 else None
         self.error = LinkDetachedError.from_error(error, "amqp:link:detach-forced")
 
 
+@functools.cache
 def _properties() -> dict[Any, Any]:
     """The connection's properties, as a user agent (what the SDK sends under its own name)."""
     try:
@@ -471,18 +475,43 @@ class Connection:
             )
         )
 
-    def add_link(self, link: Link) -> None:
-        """Register ``link`` (its attach follows): the peer's frames reach it by name, then by
-        its handle."""
+    def attach(
+        self,
+        link: Link,
+        *,
+        receiver: bool,
+        source: bytes,
+        target: bytes,
+        max_message_size: int | None = None,
+        desired_capabilities: list[str] | None = None,
+        properties: dict[Any, Any] | None = None,
+    ) -> None:
+        """Send ``link``'s attach as the SDK's clients write theirs (settlement left to the
+        service, no delivery count on a receiver); the peer's frames reach the link by its name
+        until its attach names its handle."""
         self._links[link.name] = link
+        self.send(
+            framing.attach(
+                self.channel,
+                name=link.name,
+                handle=link.handle,
+                role_receiver=receiver,
+                source=source,
+                target=target,
+                snd_settle_mode=0,
+                rcv_settle_mode=0,
+                initial_delivery_count=None if receiver else 0,
+                max_message_size=max_message_size,
+                desired_capabilities=desired_capabilities,
+                properties=properties,
+                incomplete_unsettled=None,
+            )
+        )
 
     def new_handle(self) -> int:
         handle = self._next_handle
         self._next_handle += 1
         return handle
-
-    def link_of(self, remote_handle: int) -> Link | None:
-        return self._remote.get(remote_handle)
 
     def close(self) -> None:
         """End the session and close the connection without waiting for the peer's answers

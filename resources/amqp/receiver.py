@@ -31,9 +31,8 @@ from types import ModuleType
 from typing import Any
 
 from dagster_eventhub_ingest.resources.amqp import framing
-from dagster_eventhub_ingest.resources.amqp.codec import Described, Symbol
+from dagster_eventhub_ingest.resources.amqp.codec import FIXED_WIDTH, Described, Symbol
 from dagster_eventhub_ingest.resources.amqp.connection import Connection, Link
-from dagster_eventhub_ingest.resources.amqp.errors import LinkDetachedError
 
 __all__ = ["PartitionReceiver", "selector", "source_address"]
 
@@ -47,8 +46,6 @@ MAX_MESSAGE_SIZE = 1024 * 1024
 _NATIVE_RUN = 4096
 
 _u32 = struct.Struct(">I").unpack_from
-# Bytes after the constructor of a fixed-width value (transfer fields: uints, booleans, ubyte).
-_WIDTH = {0x40: 0, 0x41: 0, 0x42: 0, 0x43: 0, 0x50: 1, 0x52: 1, 0x56: 1, 0x70: 4}
 
 
 def selector(position: int | str | datetime, *, inclusive: bool) -> str:
@@ -100,7 +97,7 @@ def _transfer(b: bytearray, q: int, stop: int) -> tuple[int, bool, int] | None:
             elif c == 0xB0:
                 i += 5 + _u32(b, i + 1)[0]
             else:
-                width = _WIDTH.get(c)
+                width = FIXED_WIDTH.get(c)
                 if width is None:
                     return None
                 i += 1 + width
@@ -156,23 +153,14 @@ class PartitionReceiver(Link):
         service refuses (an unknown hub, consumer group or partition, a stolen link...)."""
         conn = self._conn
         filters = {SELECTOR_FILTER: Described(SELECTOR_FILTER, self.filter)}
-        conn.add_link(self)
-        conn.send(
-            framing.attach(
-                conn.channel,
-                name=self.name,
-                handle=self.handle,
-                role_receiver=True,
-                source=framing.source(self.address, filters),
-                target=framing.target(f"receiver-link-{self.name}"),
-                snd_settle_mode=0,
-                rcv_settle_mode=0,
-                initial_delivery_count=None,
-                max_message_size=MAX_MESSAGE_SIZE,
-                incomplete_unsettled=None,
-                desired_capabilities=_DESIRED_CAPABILITIES,
-                properties=_LINK_PROPERTIES,
-            )
+        conn.attach(
+            self,
+            receiver=True,
+            source=framing.source(self.address, filters),
+            target=framing.target(f"receiver-link-{self.name}"),
+            max_message_size=MAX_MESSAGE_SIZE,
+            desired_capabilities=_DESIRED_CAPABILITIES,
+            properties=_LINK_PROPERTIES,
         )
         deadline = time.monotonic() + conn.timeout
 
@@ -210,11 +198,6 @@ class PartitionReceiver(Link):
         if event.seq is not None:
             self.last_seq = event.seq
         self._pending.append(event)
-
-    def on_detach(self, fields: list[Any]) -> None:
-        super().on_detach(fields)
-        if self.error is not None and not isinstance(self.error, LinkDetachedError):
-            self.error = LinkDetachedError(self.error.condition, self.error.description)
 
     # -- receiving ---------------------------------------------------------------------------
 

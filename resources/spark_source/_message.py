@@ -30,8 +30,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from dagster_eventhub_ingest.resources.amqp.codec import FIXED_WIDTH
 from dagster_eventhub_ingest.resources.spark_source._values import (
-    FIXED_WIDTH,
     MalformedAMQP,
     compound_head,
     skip,

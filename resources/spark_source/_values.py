@@ -49,6 +49,8 @@ from datetime import datetime
 from decimal import ROUND_HALF_EVEN, Context, Decimal
 from typing import Any
 
+from dagster_eventhub_ingest.resources.amqp.codec import FIXED_WIDTH
+
 __all__ = [
     "MalformedAMQP",
     "byte_array",
@@ -198,16 +200,6 @@ _u64 = struct.Struct(">Q").unpack_from
 _i64 = struct.Struct(">q").unpack_from
 _f32 = struct.Struct(">f").unpack_from
 _f64 = struct.Struct(">d").unpack_from
-
-#: Bytes after the constructor of each fixed-width type (arrays hold their elements so).
-FIXED_WIDTH = {
-    0x40: 0, 0x41: 0, 0x42: 0, 0x43: 0, 0x44: 0, 0x45: 0,
-    0x50: 1, 0x51: 1, 0x52: 1, 0x53: 1, 0x54: 1, 0x55: 1, 0x56: 1,
-    0x60: 2, 0x61: 2,
-    0x70: 4, 0x71: 4, 0x72: 4, 0x73: 4, 0x74: 4,
-    0x80: 8, 0x81: 8, 0x82: 8, 0x83: 8, 0x84: 8,
-    0x94: 16, 0x98: 16,
-}  # fmt: skip
 
 _MAX_DEPTH = 64
 
