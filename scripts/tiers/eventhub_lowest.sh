@@ -12,12 +12,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/_bootstrap.sh >/dev/null
 LOWEST=$(sed -n 's/^ *"azure-eventhub>=\([0-9.]*\),.*/\1/p' pyproject.toml)
-# 5.12 -> 5.12.0: what pip installs for ">=5.12", and what the package reports.
-[[ "$LOWEST" == *.*.* ]] || LOWEST="$LOWEST.0"
 if [ -z "$LOWEST" ]; then
   echo "eventhub_lowest tier: no 'azure-eventhub>=X,...' range in pyproject.toml" >&2
   exit 1
 fi
+# 5.12 -> 5.12.0: what pip installs for ">=5.12", and what the package reports.
+[[ "$LOWEST" == *.*.* ]] || LOWEST="$LOWEST.0"
 echo "== eventhub_lowest: azure-eventhub==$LOWEST"
 run=(uv run --frozen --with "azure-eventhub==$LOWEST")
 got=$("${run[@]}" python -c "import azure.eventhub; print(azure.eventhub.__version__)")
