@@ -26,7 +26,7 @@ import struct
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from types import ModuleType
 from typing import Any
 
@@ -54,7 +54,7 @@ def selector(position: int | str | datetime, *, inclusive: bool) -> str:
     time without a zone is UTC)."""
     op = ">=" if inclusive else ">"
     if isinstance(position, datetime):
-        when = position if position.tzinfo else position.replace(tzinfo=UTC)
+        when = position if position.tzinfo else position.replace(tzinfo=timezone.utc)
         ms = int(when.timestamp() * 1000)
         return f"amqp.annotation.x-opt-enqueued-time {op} '{ms}'"
     if isinstance(position, int):
