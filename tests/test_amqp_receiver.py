@@ -177,7 +177,12 @@ def _without(fields: list[Any], *drop: int) -> list[Any]:
 @pytest.mark.integration
 @pytest.mark.parametrize(
     ("position", "inclusive"),
-    [(1, True), (1, False), ("-1", False), (datetime(2020, 1, 2, 3, 4, 5, 678000, timezone.utc), True)],
+    [
+        (1, True),
+        (1, False),
+        ("-1", False),
+        (datetime(2020, 1, 2, 3, 4, 5, 678000, timezone.utc), True),
+    ],
 )
 def test_the_handshake_and_the_link_are_the_sdks(
     recorded_hub: tuple[EventHubSettings, FaultProxy], position: Any, inclusive: bool
