@@ -41,6 +41,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 
 from dagster_eventhub_ingest.airflow_provider._form import CONN_TYPE, WASB_CONN_TYPE
 from dagster_eventhub_ingest.ops.run import IngestConfig
+from dagster_eventhub_ingest.resources.azure.credentials import CredentialOptions, CredentialType
 from dagster_eventhub_ingest.resources.config import (
     EventHubIdentityCredential,
     RunOptions,
@@ -49,14 +50,9 @@ from dagster_eventhub_ingest.resources.config import (
     StoreIdentityCredential,
 )
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, redact
-from dagster_eventhub_ingest.resources.settings import (
-    CredentialOptions,
-    CredentialType,
-    EventHubSettings,
-    SinkSettings,
-    StoreSettings,
-    entity_path,
-)
+from dagster_eventhub_ingest.resources.settings import EventHubSettings, entity_path
+from dagster_eventhub_ingest.resources.sink import SinkSettings
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
 __all__ = [
     "DEFAULT_EVENTHUB_CONN_ID",

@@ -4,7 +4,7 @@ The lag itself is computed by ``dagster_eventhub_ingest.ops.status.partition_sta
 ``PartitionStore`` parsing the run uses (effective checkpoint = the later of the SDK checkpoint blob
 and the fenced copy on the ownership blob): the async path only fetches the blobs and partition
 properties with the async twins of the store's and the hub's clients
-(``dagster_eventhub_ingest.resources.blob_store.alist_blobs``,
+(``dagster_eventhub_ingest.resources.store.azure_blob.alist_blobs``,
 ``dagster_eventhub_ingest.resources.hub_client.EventHubClient.asnapshot``) and hands snapshots of
 them over, so the lag a sensor waits on is exactly the lag a run and ``ehingest status`` report.
 """
@@ -18,8 +18,10 @@ from dagster_eventhub_ingest.ops.hub import HubClient
 from dagster_eventhub_ingest.ops.status import partition_status
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
 from dagster_eventhub_ingest.resources.hub_client import EventHubClient, HubSnapshot, PartitionInfo
-from dagster_eventhub_ingest.resources.settings import EventHubSettings, StoreSettings
-from dagster_eventhub_ingest.resources.store import BlobRecord, PartitionStore
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.records import BlobRecord
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
 __all__ = ["alag_per_partition", "condition_met", "lag_per_partition", "validate_thresholds"]
 
@@ -119,7 +121,10 @@ def lag_per_partition(
     eventhub: EventHubSettings, store: StoreSettings, partition_ids: Sequence[str] | None = None
 ) -> dict[str, int]:
     """Unprocessed events per partition, with the sync clients (a sensor in poke mode)."""
-    backend = store.backend()
+    # Imported here: parsing a DAG file needs no Blob SDK.
+    from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+
+    backend = AzureBlobBackend.from_settings(store)
     try:
         store_view = PartitionStore(backend, eventhub.hub_ref())
         return _lag(store_view, EventHubClient(eventhub), partition_ids)
@@ -133,8 +138,8 @@ async def alag_per_partition(
     eventhub: EventHubSettings, store: StoreSettings, partition_ids: Sequence[str] | None = None
 ) -> dict[str, int]:
     """Unprocessed events per partition, read with the async SDK clients (for the triggerer)."""
-    # Imported here, as StoreSettings.backend() does: parsing a DAG file needs no Blob SDK.
-    from dagster_eventhub_ingest.resources.blob_store import alist_blobs
+    # Imported here: parsing a DAG file needs no Blob SDK.
+    from dagster_eventhub_ingest.resources.store.azure_blob import alist_blobs
 
     hub_ref = eventhub.hub_ref()
     # Both kinds of blob (ownership carries the fenced checkpoint) share this prefix.

@@ -29,7 +29,9 @@ from dagster_eventhub_ingest.airflow_provider._form import (
 )
 from dagster_eventhub_ingest.ops.run import IngestConfig
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, EventHubIngestError, redact
-from dagster_eventhub_ingest.resources.settings import EventHubSettings, SinkSettings, StoreSettings
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
+from dagster_eventhub_ingest.resources.sink import SinkSettings
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
 __all__ = ["AZURE_LOGGERS", "AZURE_LOG_LEVEL", "EventHubIngestHook", "quiet_azure_logs"]
 
@@ -187,7 +189,7 @@ class EventHubIngestHook(BaseHook):
                     f"partitions (consumer group {settings.consumer_group!r})"
                 )
             if role == "storage":
-                from dagster_eventhub_ingest.resources.blob_store import container_client
+                from dagster_eventhub_ingest.resources.store.azure_blob import container_client
 
                 store = store_settings(conn, self.store_container)
                 with container_client(store) as client:

@@ -200,7 +200,7 @@ class EventHubIngestOperator(BaseOperator):
         except ConfigurationError as exc:
             raise AirflowFailException(f"{type(exc).__name__}: {exc}") from None
         from dagster_eventhub_ingest.ops.cancel import Cancellation
-        from dagster_eventhub_ingest.resources.spark_session import OwnedSession
+        from dagster_eventhub_ingest.resources.spark.owned import OwnedSession
 
         key = (ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number)
         owner = owner_id_for(*key)

@@ -288,7 +288,7 @@ def _receive(
 
     pids = [partition] if partition is not None else [str(p) for p in range(partitions)]
     # The stock SDK: the project's own transport
-    # (dagster_eventhub_ingest.resources.eventhubs_transport) is not the raw loop's to have.
+    # (dagster_eventhub_ingest.resources.azure.transport) is not the raw loop's to have.
     client = _settings(conn).consumer_client(amqp_transport=PyamqpTransport)
     got = dict.fromkeys(pids, 0)
     nbytes = dict.fromkeys(pids, 0)
@@ -449,7 +449,7 @@ class _JvmSampler(threading.Thread):
 
 
 def _spark(parallelism: int) -> Any:
-    from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+    from dagster_eventhub_ingest.resources.spark.session import local_spark_session
 
     return local_spark_session(
         "bench-ingest", master=f"local[{parallelism}]", shuffle_partitions=parallelism
@@ -467,7 +467,7 @@ def mode_driver_loop(
     # createDataFrame imports pandas (0.3-0.4 s of CPU). A hand-written loop's session
     # (SparkSession.builder) has imported it at its start, in pyspark's py4j converters; this
     # session's do not
-    # (dagster_eventhub_ingest.resources.spark_gateway's converter view): before the
+    # (dagster_eventhub_ingest.resources.spark.gateway's converter view): before the
     # clock.
     import pandas  # noqa: F401
 
@@ -526,7 +526,8 @@ def mode_pipeline(
     compiled the write. The cold run pays that in its timed Spark job.
     """
     from dagster_eventhub_ingest.ops.run import IngestConfig, run_ingestion
-    from dagster_eventhub_ingest.resources.settings import SinkSettings, StoreSettings
+    from dagster_eventhub_ingest.resources.sink import SinkSettings
+    from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
     spark = _spark(parallelism)
     spark.range(1).count()  # JVM warm, as for (b)

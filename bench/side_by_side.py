@@ -36,9 +36,10 @@ from azure.storage.blob import ContainerClient
 from dagster_eventhub_ingest.emulator.azurite import azurite
 from dagster_eventhub_ingest.emulator.testing import running_emulator
 from dagster_eventhub_ingest.ops.balancing import claim_cycle, leave
-from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend
-from dagster_eventhub_ingest.resources.settings import StoreSettings
-from dagster_eventhub_ingest.resources.store import HubRef, PartitionStore
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.records import HubRef
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
 
 class CountingPolicy(SansIOHTTPPolicy):

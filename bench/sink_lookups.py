@@ -29,8 +29,8 @@ if str(ROOT) not in sys.path:
 from dagster_eventhub_ingest.ops.sink_place import sink_place  # noqa: E402
 from dagster_eventhub_ingest.ops.sink_source import check_sink_source  # noqa: E402
 from dagster_eventhub_ingest.ops.stats import batch_key  # noqa: E402
-from dagster_eventhub_ingest.resources.settings import SinkSettings  # noqa: E402
-from dagster_eventhub_ingest.resources.store import HubRef  # noqa: E402
+from dagster_eventhub_ingest.resources.sink import SinkSettings  # noqa: E402
+from dagster_eventhub_ingest.resources.store.records import HubRef  # noqa: E402
 
 HUB = HubRef("myns.servicebus.windows.net", "telemetry", "$Default")
 

@@ -106,8 +106,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from dagster_eventhub_ingest.ops.write import write_batch
-    from dagster_eventhub_ingest.resources.settings import EventHubSettings, SinkSettings
-    from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings
+    from dagster_eventhub_ingest.resources.sink import SinkSettings
+    from dagster_eventhub_ingest.resources.spark.session import local_spark_session
     from dagster_eventhub_ingest.resources.spark_source import (
         PartitionRange,
         ReadOptions,

@@ -28,9 +28,10 @@ if str(ROOT) not in sys.path:
 from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore  # noqa: E402
 
 from dagster_eventhub_ingest.emulator import azurite as services  # noqa: E402
-from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend  # noqa: E402
-from dagster_eventhub_ingest.resources.settings import StoreSettings  # noqa: E402
-from dagster_eventhub_ingest.resources.store import HubRef, PartitionStore  # noqa: E402
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend  # noqa: E402
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore  # noqa: E402
+from dagster_eventhub_ingest.resources.store.records import HubRef  # noqa: E402
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings  # noqa: E402
 
 
 def _measure(

@@ -40,7 +40,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
-    from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+    from dagster_eventhub_ingest.resources.spark.session import local_spark_session
 
     parts = [str(p) for p in range(args.partitions)]
     with emulator_process({"bench": args.partitions, "warm": 1}) as conn:

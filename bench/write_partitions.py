@@ -57,8 +57,8 @@ def main() -> None:
 
     from dagster_eventhub_ingest.ops.write import write_batch
     from dagster_eventhub_ingest.resources.ranges import SeqRange
-    from dagster_eventhub_ingest.resources.settings import SinkSettings
-    from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+    from dagster_eventhub_ingest.resources.sink import SinkSettings
+    from dagster_eventhub_ingest.resources.spark.session import local_spark_session
     from dagster_eventhub_ingest.resources.spark_source import eventhubs_schema
 
     spark = local_spark_session("bench-write-partitions", master="local[2]")

@@ -253,7 +253,7 @@ def run(
     from dagster_eventhub_ingest.ops.cancel import Cancellation
     from dagster_eventhub_ingest.ops.progress import PhaseClock
     from dagster_eventhub_ingest.resources.errors import RunCancelledError
-    from dagster_eventhub_ingest.resources.spark_session import OwnedSession
+    from dagster_eventhub_ingest.resources.spark.owned import OwnedSession
 
     cancel = Cancellation()
     with _stopped_by_signals(cancel):

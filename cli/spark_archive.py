@@ -39,7 +39,7 @@ def spark_archive(config_path: str | None, rebuild: bool) -> None:
         current_plan,
         finish_dumps,
     )
-    from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+    from dagster_eventhub_ingest.resources.spark.session import local_spark_session
 
     started = time.monotonic()
     try:

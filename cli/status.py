@@ -32,12 +32,15 @@ def status(config_path: str, as_json: bool, partitions: tuple[str, ...]) -> None
     from dagster_eventhub_ingest.cli.exit_codes import exit_code_for
     from dagster_eventhub_ingest.ops.status import partition_status
     from dagster_eventhub_ingest.resources.hub_client import EventHubClient
-    from dagster_eventhub_ingest.resources.store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+    from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 
     try:
         cfg = load_config(config_path)
         ingest = cfg.ingest
-        store = PartitionStore(ingest.store.backend(), ingest.eventhub.hub_ref())
+        store = PartitionStore(
+            AzureBlobBackend.from_settings(ingest.store), ingest.eventhub.hub_ref()
+        )
         rows = partition_status(
             store,
             EventHubClient(ingest.eventhub),

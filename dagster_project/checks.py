@@ -31,7 +31,7 @@ import dagster as dg
 from dagster_eventhub_ingest.dagster_project.metadata import label_ids, round_seconds
 from dagster_eventhub_ingest.resources.errors import EventHubIngestError
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
-from dagster_eventhub_ingest.resources.store import PartitionStore
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 
 __all__ = [
     "LAG_CHECK_NAME",

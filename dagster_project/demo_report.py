@@ -21,8 +21,10 @@ import dagster as dg
 
 from dagster_eventhub_ingest.ops.text import format_table
 from dagster_eventhub_ingest.resources.hub_client import sort_partition_ids
-from dagster_eventhub_ingest.resources.settings import EventHubSettings, StoreSettings
-from dagster_eventhub_ingest.resources.store import PartitionStore
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
 __all__ = ["main", "sink_rows_per_partition"]
 
@@ -55,11 +57,13 @@ def main(argv: list[str] | None = None) -> None:
         eventhub_name=args.hub, connection_string=os.environ["EVENTHUB_CONNECTION_STRING"]
     )
     store = PartitionStore(
-        StoreSettings(
-            container=args.container,
-            connection_string=os.environ["AZURE_STORAGE_CONNECTION_STRING"],
-            create_container=False,
-        ).backend(),
+        AzureBlobBackend.from_settings(
+            StoreSettings(
+                container=args.container,
+                connection_string=os.environ["AZURE_STORAGE_CONNECTION_STRING"],
+                create_container=False,
+            )
+        ),
         hub.hub_ref(),
     )
     per, total, distinct = sink_rows_per_partition(args.sink)

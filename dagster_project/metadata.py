@@ -23,7 +23,7 @@ import dagster as dg
 
 from dagster_eventhub_ingest.ops.run import PartitionReport
 from dagster_eventhub_ingest.resources.errors import redact
-from dagster_eventhub_ingest.resources.settings import SinkSources
+from dagster_eventhub_ingest.resources.sink import SinkSources
 
 __all__ = [
     "BACKFILL_TAG",

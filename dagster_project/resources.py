@@ -53,14 +53,14 @@ from dagster_eventhub_ingest.resources.config import (
     StoreIdentityCredential,
 )
 from dagster_eventhub_ingest.resources.hub_client import EventHubClient
-from dagster_eventhub_ingest.resources.settings import EventHubSettings, SinkSettings, StoreSettings
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
+from dagster_eventhub_ingest.resources.sink import SinkSettings
+from dagster_eventhub_ingest.resources.spark.owned import OwnedSession
+from dagster_eventhub_ingest.resources.spark.session import LOCAL_PINS, session_defaults
 from dagster_eventhub_ingest.resources.spark_kind import DEFAULT_SPARK_MASTER
-from dagster_eventhub_ingest.resources.spark_session import (
-    LOCAL_PINS,
-    OwnedSession,
-    session_defaults,
-)
-from dagster_eventhub_ingest.resources.store import HubRef, PartitionStore
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.records import HubRef
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
 __all__ = [
     "LOCAL_SPARK_CONFIG",
@@ -249,7 +249,9 @@ class PartitionStoreResource(
 
     def store(self, hub: HubRef) -> PartitionStore:
         """A :class:`PartitionStore` over this container for ``hub``."""
-        return PartitionStore(self.settings().backend(), hub)
+        from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+
+        return PartitionStore(AzureBlobBackend.from_settings(self.settings()), hub)
 
 
 class SinkResource(dg.ConfigurableResource, _EnvVarsCheckedWhenSet, OneLineErrors, SinkConfig):
@@ -270,7 +272,7 @@ class SinkResource(dg.ConfigurableResource, _EnvVarsCheckedWhenSet, OneLineError
         return cls(**{name: getattr(config, name) for name in SinkConfig.model_fields})
 
 
-# The session defaults of resources/spark_session.py (one list for the CLI and Dagster) on
+# The session defaults of resources/spark/session.py (one list for the CLI and Dagster) on
 # every local core.
 LOCAL_SPARK_CONFIG: dict[str, str] = {
     "spark.master": DEFAULT_SPARK_MASTER,
@@ -288,7 +290,7 @@ class LocalPySparkResource(PySparkResource):
     set up: the asset reads it only when there is something to read, so a run with nothing to
     read (a schedule tick on a quiet hub, a retry of a partition already up to date) starts no
     JVM. A classic session's JVM is launched with
-    :func:`dagster_eventhub_ingest.resources.spark_session.driver_environment` (this process's
+    :func:`dagster_eventhub_ingest.resources.spark.session.driver_environment` (this process's
     environment is left alone): for a local master, unless set, ``SPARK_LOCAL_IP`` (loopback)
     and ``PYSPARK_PYTHON`` (executors need this interpreter, which has pyarrow and the Azure
     SDK); always ``SPARK_CONF_DIR`` = the package's quiet log4j2 config. Its log level is
@@ -299,7 +301,7 @@ class LocalPySparkResource(PySparkResource):
 
     When the run's step ends (success, failure or Terminate), the session it started is stopped,
     with the local driver's JVM and its Python workers when the step's process had no JVM before
-    (:class:`~dagster_eventhub_ingest.resources.spark_session.OwnedSession`): no JVM outlives
+    (:class:`~dagster_eventhub_ingest.resources.spark.owned.OwnedSession`): no JVM outlives
     its step. A session that was already running in the process is left as it was.
     """
 
@@ -347,12 +349,12 @@ class LocalPySparkResource(PySparkResource):
 
     def _start(self) -> Any:
         """``getOrCreate`` as dagster-pyspark does; a classic driver's JVM launched by
-        :func:`dagster_eventhub_ingest.resources.spark_session.start_classic_driver` (a local one
+        :func:`dagster_eventhub_ingest.resources.spark.session.start_classic_driver` (a local one
         from the class-data archive)."""
         from dagster_pyspark.resources import spark_session_from_config
         from dagster_spark.utils import flatten_dict
 
-        from dagster_eventhub_ingest.resources.spark_session import start_classic_driver
+        from dagster_eventhub_ingest.resources.spark.session import start_classic_driver
 
         config = self.spark_config
         if config.get("spark.remote"):

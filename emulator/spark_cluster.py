@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dagster_eventhub_ingest.emulator.azurite import ROOT, free_port, stop_process, wait_for_port
-from dagster_eventhub_ingest.resources.spark_session import SPARK_CONF_DIR
+from dagster_eventhub_ingest.resources.spark.session import SPARK_CONF_DIR
 
 #: Every application on the 2-core worker takes one core, so the Spark Connect server (a
 #: long-running application) and a classic driver run side by side.

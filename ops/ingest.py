@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
     from dagster_eventhub_ingest.ops.progress import ReadCounter
     from dagster_eventhub_ingest.resources.hub_client import PartitionInfo
-    from dagster_eventhub_ingest.resources.settings import EventHubSettings, SinkSettings
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings
+    from dagster_eventhub_ingest.resources.sink import SinkSettings
     from dagster_eventhub_ingest.resources.spark_source import ReadOptions
     from dagster_eventhub_ingest.resources.spark_source._stats import SubRangeKey, SubRangeStats
 
@@ -166,7 +167,7 @@ class SparkIngestor:
                     assert self._started is not None
                     # Started on another thread, where it became the active session; Spark
                     # looks up Python data sources (the Delta writer) in the caller's.
-                    from dagster_eventhub_ingest.resources.spark_session import make_active
+                    from dagster_eventhub_ingest.resources.spark.session import make_active
 
                     make_active(self._started)
                     self._spark = self._started
@@ -179,7 +180,7 @@ class SparkIngestor:
         pause_point("spark_start")
         if self._factory is not None:
             return self._factory()
-        from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+        from dagster_eventhub_ingest.resources.spark.session import local_spark_session
 
         return local_spark_session("ehingest")
 

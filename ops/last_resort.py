@@ -34,7 +34,8 @@ from dagster_eventhub_ingest.resources.errors import (
     SinkError,
 )
 from dagster_eventhub_ingest.resources.ranges import SeqRange
-from dagster_eventhub_ingest.resources.store import Checkpoint, PartitionStore
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.records import Checkpoint
 
 if TYPE_CHECKING:
     from dagster_eventhub_ingest.ops.balancing.base import RunLog

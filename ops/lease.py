@@ -20,7 +20,8 @@ from dagster_eventhub_ingest.resources.errors import (
     StoreUnavailableError,
     redact,
 )
-from dagster_eventhub_ingest.resources.store import Ownership, PartitionStore
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.records import Ownership
 
 __all__ = ["LeaseKeeper"]
 

@@ -14,7 +14,7 @@ from dagster_eventhub_ingest.ops.hub import PartitionInfo
 from dagster_eventhub_ingest.resources.config import OnDataLoss
 from dagster_eventhub_ingest.resources.errors import DataLossError, RangeError
 from dagster_eventhub_ingest.resources.ranges import SeqRange
-from dagster_eventhub_ingest.resources.store import Checkpoint, Intent
+from dagster_eventhub_ingest.resources.store.records import Checkpoint, Intent
 
 __all__ = [
     "Bound",

@@ -31,8 +31,8 @@ from dagster_eventhub_ingest.resources.read_progress import (
 )
 
 if TYPE_CHECKING:
-    from dagster_eventhub_ingest.resources.settings import StoreSettings
-    from dagster_eventhub_ingest.resources.store import BlobBackend, HubRef
+    from dagster_eventhub_ingest.resources.store.records import BlobBackend, HubRef
+    from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
 __all__ = [
     "PHASES",

@@ -61,13 +61,11 @@ from dagster_eventhub_ingest.resources.errors import (
     OwnershipLostError,
 )
 from dagster_eventhub_ingest.resources.ranges import SeqRange
-from dagster_eventhub_ingest.resources.settings import EventHubSettings, SinkSettings, StoreSettings
-from dagster_eventhub_ingest.resources.store import (
-    Checkpoint,
-    Ownership,
-    PartitionStore,
-    generation_of,
-)
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
+from dagster_eventhub_ingest.resources.sink import SinkSettings
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.records import Checkpoint, Ownership, generation_of
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -1306,7 +1304,7 @@ def run_ingestion(
             failed), so its partitions are taken over without waiting for lease expiry.
         log: Dagster's ``context.log`` (progress lines also go to this module's logger).
         spark_factory: starts a session when ``spark`` is None and there is something to read
-            (default: ``dagster_eventhub_ingest.resources.spark_session.local_spark_session``).
+            (default: ``dagster_eventhub_ingest.resources.spark.session.local_spark_session``).
         on_progress / progress_interval: live progress
         (:mod:`dagster_eventhub_ingest.ops.progress`); during a read
             it is also written to ``log`` every ``progress_interval`` seconds.
@@ -1327,7 +1325,7 @@ def run_ingestion(
             down. Stopped, the run reads nothing further (its Spark jobs are interrupted),
             releases its leases with their pending intents, and raises ``RunCancelledError``.
             The session it was given (or the caller's factory started) is the caller's to stop
-            (``dagster_eventhub_ingest.resources.spark_session.OwnedSession``).
+            (``dagster_eventhub_ingest.resources.spark.owned.OwnedSession``).
 
     Returns:
         The run report; ``complete`` is True iff every target reached its bound.
@@ -1384,7 +1382,7 @@ def _run(
     if spark is not None:
         # A classic session is active per thread; Spark finds Python data sources (the Delta
         # writer) through the calling thread's active session.
-        from dagster_eventhub_ingest.resources.spark_session import make_active
+        from dagster_eventhub_ingest.resources.spark.session import make_active
 
         make_active(spark)
     clock = phases if phases is not None else PhaseClock()
@@ -1475,10 +1473,10 @@ def _run(
 
 def _import_store_client() -> None:
     try:
-        import dagster_eventhub_ingest.resources.blob_store  # noqa: F401
+        import dagster_eventhub_ingest.resources.store.azure_blob  # noqa: F401
     except Exception:  # imported again (and failing visibly) where it is used
         logger.debug(
-            "pre-import of dagster_eventhub_ingest.resources.blob_store failed", exc_info=True
+            "pre-import of dagster_eventhub_ingest.resources.store.azure_blob failed", exc_info=True
         )
 
 
@@ -1515,9 +1513,11 @@ def _run_parts(
         hub.check_consumer_group()
     finally:
         importer.join()
+    from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+
     me = OwnerInstance.current(attempt)
     store = PartitionStore(
-        config.store.backend(),
+        AzureBlobBackend.from_settings(config.store),
         config.eventhub.hub_ref(),
         instance=me.token(),
         lease_expiry=timedelta(seconds=config.lease_expiry_seconds),

@@ -47,14 +47,9 @@ from dagster_eventhub_ingest.ops.balancing import (
     plan_claims,
 )
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, OwnershipLostError
-from dagster_eventhub_ingest.resources.memory_store import InMemoryBackend
-from dagster_eventhub_ingest.resources.store import (
-    OWNER_KEY,
-    BlobRecord,
-    HubRef,
-    Ownership,
-    PartitionStore,
-)
+from dagster_eventhub_ingest.resources.store.memory import InMemoryBackend
+from dagster_eventhub_ingest.resources.store.partition_store import OWNER_KEY, PartitionStore
+from dagster_eventhub_ingest.resources.store.records import BlobRecord, HubRef, Ownership
 
 __all__ = ["SCENARIOS", "SimConfig", "SimResult", "Simulation", "simulate"]
 

@@ -12,7 +12,7 @@ import os
 from typing import TYPE_CHECKING
 
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
-from dagster_eventhub_ingest.resources.settings import SinkSettings
+from dagster_eventhub_ingest.resources.sink import SinkSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -43,7 +43,7 @@ from dagster_eventhub_ingest.ops.sink_checks import (
     _is_local_path,
 )
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
-from dagster_eventhub_ingest.resources.settings import SinkSettings
+from dagster_eventhub_ingest.resources.sink import SinkSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

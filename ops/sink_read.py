@@ -21,7 +21,7 @@ from dagster_eventhub_ingest.ops.sink_checks import (
     _delta_uri,
 )
 from dagster_eventhub_ingest.ops.sink_errors import _cause, _sink_error
-from dagster_eventhub_ingest.resources.settings import SinkSettings, SinkSources
+from dagster_eventhub_ingest.resources.sink import SinkSettings, SinkSources
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING
 
 from dagster_eventhub_ingest.ops.sink_checks import SOURCE_COLUMN, sink_location
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
-from dagster_eventhub_ingest.resources.settings import SinkSettings
+from dagster_eventhub_ingest.resources.sink import SinkSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from dagster_eventhub_ingest.ops.sink_place import SinkPlace
-    from dagster_eventhub_ingest.resources.store import HubRef
+    from dagster_eventhub_ingest.resources.store.records import HubRef
 
 __all__ = ["SOURCE_COLUMN", "SinkRecord", "SinkSource", "check_sink_source"]
 

@@ -23,13 +23,13 @@ def batch_key(
 ) -> str:
     """The batch key of one intent: ``"<partition>-<start>-<end>"`` (inclusive sequence numbers).
 
-    ``generation`` (``dagster_eventhub_ingest.resources.store.generation_of``: set once a hub
-    deleted and re-created under its name was reset, its sequence numbers restarting at 0) makes it
-    ``"<partition>-<start>-<end>-g<generation>"``, so the new hub's batches never replace the old
-    hub's batches of the same range. None (a hub never re-created) keeps the plain key.
-    ``source`` (``dagster_eventhub_ingest.ops.sink_source.SinkSource.tag``, only in a sink
-    several sources share, ``sources: many``) ends it with ``-s<source>``, so one source's
-    batches never replace another's.
+    ``generation`` (``dagster_eventhub_ingest.resources.store.records.generation_of``: set once a
+    hub deleted and re-created under its name was reset, its sequence numbers restarting at 0) makes
+    it ``"<partition>-<start>-<end>-g<generation>"``, so the new hub's batches never replace the old
+    hub's batches of the same range. None (a hub never re-created) keeps the plain key. ``source``
+    (``dagster_eventhub_ingest.ops.sink_source.SinkSource.tag``, only in a sink several sources
+    share, ``sources: many``) ends it with ``-s<source>``, so one source's batches never replace
+    another's.
     """
     key = f"{partition_id}-{start}-{end}"
     if generation is not None:

@@ -15,7 +15,7 @@ from dagster_eventhub_ingest.ops.hub import HubClient
 from dagster_eventhub_ingest.ops.lag import age_seconds, partition_lag
 from dagster_eventhub_ingest.ops.plan import checkpoint_problem
 from dagster_eventhub_ingest.resources.ranges import SeqRange
-from dagster_eventhub_ingest.resources.store import PartitionStore
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 
 __all__ = ["PartitionStatus", "partition_status"]
 

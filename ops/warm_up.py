@@ -37,7 +37,7 @@ def warm_up(spark: SparkSession, workdir: Path) -> int:
 
     from dagster_eventhub_ingest.ops.write import write_batch
     from dagster_eventhub_ingest.resources.ranges import SeqRange
-    from dagster_eventhub_ingest.resources.settings import SinkSettings
+    from dagster_eventhub_ingest.resources.sink import SinkSettings
     from dagster_eventhub_ingest.resources.spark_source._schema import (
         _arrow_schema,
         eventhubs_schema,
@@ -115,7 +115,7 @@ def _import_reader(batches: Any) -> Any:
     import pyarrow as pa
 
     import dagster_eventhub_ingest.resources.spark_source._read  # noqa: F401
-    from dagster_eventhub_ingest.resources.eventhubs_transport import prompt_transport
+    from dagster_eventhub_ingest.resources.azure.transport import prompt_transport
     from dagster_eventhub_ingest.resources.spark_source._arrow import int64_array
     from dagster_eventhub_ingest.resources.spark_source._native import amqp_columns
 
@@ -223,7 +223,7 @@ def warm_session(spark: SparkSession, *, with_planners: bool = False) -> None:
     _WARMED.add(id(spark))
     try:
         from dagster_eventhub_ingest.resources.code_shipping import ship_code
-        from dagster_eventhub_ingest.resources.spark_session import make_active
+        from dagster_eventhub_ingest.resources.spark.session import make_active
 
         make_active(spark)
         ship_code(spark)  # a cluster's workers import the reader from the project's code

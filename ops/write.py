@@ -75,7 +75,7 @@ from dagster_eventhub_ingest.ops.sink_source import SinkSource
 from dagster_eventhub_ingest.ops.stats import PartitionWriteStats, batch_key
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, SinkError, redact
 from dagster_eventhub_ingest.resources.ranges import SeqRange
-from dagster_eventhub_ingest.resources.settings import SinkSettings
+from dagster_eventhub_ingest.resources.sink import SinkSettings
 from dagster_eventhub_ingest.resources.spark_source import register_python_source
 
 if TYPE_CHECKING:

@@ -1,8 +1,15 @@
-"""resources: clients, the partition store, settings and errors (imports nothing above it).
+"""resources: values and adapters, one folder per concept (imports nothing above it).
+
+- :mod:`.errors`: the one exception tree; :mod:`.ranges`: the one sequence-number range type;
+- :mod:`.config`: the one configuration model (every setting declared once);
+- :mod:`.settings`, :mod:`.sink`, :mod:`.store.settings`: the frozen values a run and its Spark
+  executors are given;
+- :mod:`.azure`: the Azure SDKs' adapters; :mod:`.store`: the partition store;
+- :mod:`.spark`: the Spark runtime; :mod:`.spark_source`: the ``eventhubs`` data source.
 
 The public names load lazily (PEP 562): ``import dagster_eventhub_ingest.resources.errors`` (the
-CLI's first import) must not pull in pyspark, pyarrow and the storage SDK, so a run with nothing to
-read exits in well under a second of imports (issue 15).
+CLI's first import) must not pull in pyspark, pyarrow and the storage SDK, so a run with nothing
+to read exits in well under a second of imports.
 """
 
 from __future__ import annotations
@@ -11,9 +18,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend
-    from dagster_eventhub_ingest.resources.memory_store import InMemoryBackend
-    from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+    from dagster_eventhub_ingest.resources.spark.session import local_spark_session
     from dagster_eventhub_ingest.resources.spark_source import (
         DataGap,
         EventHubsDataSource,
@@ -26,19 +31,22 @@ if TYPE_CHECKING:
         register_eventhubs_source,
     )
     from dagster_eventhub_ingest.resources.store import (
+        AzureBlobBackend,
         BlobBackend,
         BlobRecord,
         Checkpoint,
         HubRef,
+        InMemoryBackend,
         Intent,
         Ownership,
         PartitionStore,
+        StoreSettings,
     )
 
 _HOMES = {
-    "AzureBlobBackend": "dagster_eventhub_ingest.resources.blob_store",
-    "InMemoryBackend": "dagster_eventhub_ingest.resources.memory_store",
-    "local_spark_session": "dagster_eventhub_ingest.resources.spark_session",
+    "AzureBlobBackend": "dagster_eventhub_ingest.resources.store",
+    "InMemoryBackend": "dagster_eventhub_ingest.resources.store",
+    "local_spark_session": "dagster_eventhub_ingest.resources.spark.session",
     "DataGap": "dagster_eventhub_ingest.resources.spark_source",
     "EventHubsDataSource": "dagster_eventhub_ingest.resources.spark_source",
     "EventPosition": "dagster_eventhub_ingest.resources.spark_source",
@@ -55,6 +63,7 @@ _HOMES = {
     "Intent": "dagster_eventhub_ingest.resources.store",
     "Ownership": "dagster_eventhub_ingest.resources.store",
     "PartitionStore": "dagster_eventhub_ingest.resources.store",
+    "StoreSettings": "dagster_eventhub_ingest.resources.store",
 }
 
 __all__ = [
@@ -73,6 +82,7 @@ __all__ = [
     "PartitionStore",
     "ReadOptions",
     "ReadPlan",
+    "StoreSettings",
     "local_spark_session",
     "plan_read",
     "read_eventhubs",

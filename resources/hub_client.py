@@ -267,7 +267,7 @@ class EventHubClient:
     whichever client makes it, so the calls of one snapshot run concurrently: with the
     partitions named, the id listing and every partition's properties are one round trip.
     The clients come from :meth:`EventHubSettings.consumer_client`, whose handshakes go at the
-    network's pace (:mod:`dagster_eventhub_ingest.resources.eventhubs_transport`: 13 ms a call on
+    network's pace (:mod:`dagster_eventhub_ingest.resources.azure.transport`: 13 ms a call on
     loopback, 0.41 s with the SDK's 50 ms polls per frame).
 
     Args:

@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
 from dagster_eventhub_ingest.resources.ranges import SeqRange
-from dagster_eventhub_ingest.resources.settings import StoreSettings
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
 if TYPE_CHECKING:
     from azure.storage.blob import ContainerClient
 
-    from dagster_eventhub_ingest.resources.store import BlobBackend, HubRef
+    from dagster_eventhub_ingest.resources.store.records import BlobBackend, HubRef
 
 __all__ = [
     "PROGRESS_KIND",
@@ -155,8 +155,8 @@ class ProgressWriter:
         self._last = now
         try:
             if self._client is None:
-                from dagster_eventhub_ingest.resources.blob_store import container_client
-                from dagster_eventhub_ingest.resources.store_retry import StoreRetryPolicy
+                from dagster_eventhub_ingest.resources.store.azure_blob import container_client
+                from dagster_eventhub_ingest.resources.store.retry import StoreRetryPolicy
 
                 self._client = container_client(
                     self.target.store,

@@ -1,7 +1,7 @@
 """What a SparkSession runs on: a local master, a cluster, or a Spark Connect server.
 
 Plain predicates over a session or a master URL (no project imports): the session builder
-(:mod:`dagster_eventhub_ingest.resources.spark_session`), code shipping
+(:mod:`dagster_eventhub_ingest.resources.spark.session`), code shipping
 (:mod:`dagster_eventhub_ingest.resources.code_shipping`) and the sink checks ask them.
 """
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 def main() -> None:
     out, checkpoint, marker, hub, crash_partition, crash_seq = sys.argv[1:7]
-    from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+    from dagster_eventhub_ingest.resources.spark.session import local_spark_session
 
     spark = local_spark_session("ehingest-stream-child", master="local[2]", shuffle_partitions=2)
     crash_at = int(crash_seq)

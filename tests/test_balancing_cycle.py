@@ -16,8 +16,9 @@ from dagster_eventhub_ingest.ops.balancing import (
     plan_claims,
 )
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
-from dagster_eventhub_ingest.resources.memory_store import InMemoryBackend
-from dagster_eventhub_ingest.resources.store import HubRef, PartitionStore
+from dagster_eventhub_ingest.resources.store.memory import InMemoryBackend
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.records import HubRef
 
 EXPIRY = timedelta(seconds=60)
 PIDS = [str(i) for i in range(8)]

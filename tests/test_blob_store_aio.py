@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from azure.core.exceptions import ResourceNotFoundError, ServiceRequestError
 
-import dagster_eventhub_ingest.resources.blob_store as blob_store
+import dagster_eventhub_ingest.resources.store.azure_blob as blob_store
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, StoreUnavailableError
-from dagster_eventhub_ingest.resources.settings import StoreSettings
-from dagster_eventhub_ingest.resources.store import BlobRecord
-from dagster_eventhub_ingest.resources.store_retry import AsyncStoreRetryPolicy
+from dagster_eventhub_ingest.resources.store.records import BlobRecord
+from dagster_eventhub_ingest.resources.store.retry import AsyncStoreRetryPolicy
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
 SETTINGS = StoreSettings(container="leases", connection_string="UseDevelopmentStorage=true")
 WHEN = datetime(2024, 5, 1, tzinfo=timezone.utc)

@@ -16,8 +16,8 @@ import pytest
 from dagster_eventhub_ingest.ops.cancel import Cancellation
 from dagster_eventhub_ingest.ops.run import Processor
 from dagster_eventhub_ingest.resources.errors import RunCancelledError
-from dagster_eventhub_ingest.resources.memory_store import InMemoryBackend
-from dagster_eventhub_ingest.resources.store import PartitionStore
+from dagster_eventhub_ingest.resources.store.memory import InMemoryBackend
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 from tests.run_fakes import FakeHub, FakeIngestor
 from tests.test_run_logic import HUB, config, greedy_claim
 

@@ -26,8 +26,9 @@ import pytest
 import yaml
 
 from dagster_eventhub_ingest.cli.exit_codes import EXIT_TERMINATED
-from dagster_eventhub_ingest.resources.settings import StoreSettings
-from dagster_eventhub_ingest.resources.store import PartitionStore
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 from tests.landed import assert_exactly_once, landed_events, sent_events
 from tests.processes import STOPPED_PROMPTLY_SECONDS, descendants, still_running
 
@@ -82,9 +83,9 @@ def test_sigterm_mid_read_stops_cleanly_and_the_next_run_takes_over_at_once(
         "SIG_ST_CONN": azurite_connection_string,
     }
     store = PartitionStore(
-        StoreSettings(
-            container=container_name, connection_string=azurite_connection_string
-        ).backend(),
+        AzureBlobBackend.from_settings(
+            StoreSettings(container=container_name, connection_string=azurite_connection_string)
+        ),
         hub.settings().hub_ref(),
     )
 

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -172,8 +174,9 @@ def test_two_concurrent_runs_over_the_same_partitions_split_the_work(
     A lone run grows its cycles (dagster_eventhub_ingest.ops.plan.cycle_size: 30, 30, 120 here), so
     the first's readers are slowed (2 s per received batch, ~8 s per cycle on local[1]) to keep it
     reading while the second starts, as a slower source or a bigger backlog would."""
-    from dagster_eventhub_ingest.resources.settings import EventHubSettings, StoreSettings
-    from dagster_eventhub_ingest.resources.store import PartitionStore
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings
+    from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.settings import StoreSettings
     from tests.landed import assert_exactly_once, landed_events, sent_events
 
     hub = make_eventhub(partitions=4)
@@ -222,9 +225,9 @@ def test_two_concurrent_runs_over_the_same_partitions_split_the_work(
     try:
         # Start the second once the first has checkpointed its first batch (it is reading).
         ps = PartitionStore(
-            StoreSettings(
-                container=container_name, connection_string=azurite_connection_string
-            ).backend(),
+            AzureBlobBackend.from_settings(
+                StoreSettings(container=container_name, connection_string=azurite_connection_string)
+            ),
             EventHubSettings(
                 eventhub_name=hub.name, connection_string=hub.connection_string
             ).hub_ref(),
@@ -263,8 +266,9 @@ def test_two_runs_a_few_seconds_apart_split_a_small_backlog(
     intents (slowed here by the EHINGEST_PAUSE hook, as a cold cluster start is), so the
     second takes its share of the not yet started leases meanwhile; both read, each event
     lands once."""
-    from dagster_eventhub_ingest.resources.settings import EventHubSettings, StoreSettings
-    from dagster_eventhub_ingest.resources.store import PartitionStore
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings
+    from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.settings import StoreSettings
     from tests.landed import assert_exactly_once, landed_events, sent_events
 
     hub = make_eventhub(partitions=4)
@@ -297,9 +301,9 @@ def test_two_runs_a_few_seconds_apart_split_a_small_backlog(
         )
 
     ps = PartitionStore(
-        StoreSettings(
-            container=container_name, connection_string=azurite_connection_string
-        ).backend(),
+        AzureBlobBackend.from_settings(
+            StoreSettings(container=container_name, connection_string=azurite_connection_string)
+        ),
         EventHubSettings(eventhub_name=hub.name, connection_string=hub.connection_string).hub_ref(),
     )
     first = spawn("small-a", {"EHINGEST_PAUSE": "spark_start:20"})

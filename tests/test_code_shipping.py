@@ -28,7 +28,7 @@ from dagster_eventhub_ingest.resources.code_shipping import (
     ship_code,
 )
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, SinkError
-from dagster_eventhub_ingest.resources.settings import SinkSettings
+from dagster_eventhub_ingest.resources.sink import SinkSettings
 from dagster_eventhub_ingest.resources.spark_kind import is_local_master, session_is_local
 from tests.test_sinks import events
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from dagster_eventhub_ingest.resources.azure.credentials import make_credential
 from dagster_eventhub_ingest.resources.config import (
     OUTPUT_COLUMNS,
     PARTITION_COLUMNS,
@@ -15,7 +16,7 @@ from dagster_eventhub_ingest.resources.config import (
     StoreConfig,
 )
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
-from dagster_eventhub_ingest.resources.settings import EventHubSettings, make_credential
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
 
 SECRET = "c2VjcmV0LWtleQ=="
 EH = f"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=listen;SharedAccessKey={SECRET}"
@@ -303,7 +304,7 @@ def test_every_surface_refuses_a_dangerous_sink_path(path: str, why: str) -> Non
     (CLI, defs.yaml), the Dagster resource and hand-built settings refuse the same path with the
     same words (the Airflow connection is read by SinkConfig too: tests/airflow)."""
     from dagster_eventhub_ingest.dagster_project.resources import SinkResource
-    from dagster_eventhub_ingest.resources.settings import SinkSettings
+    from dagster_eventhub_ingest.resources.sink import SinkSettings
 
     surfaces = {
         "yaml": lambda: IngestSpec.from_dict(spec(sink={"path": path})),

@@ -21,8 +21,9 @@ from dagster._core.storage.dagster_run import DagsterRun
 
 from dagster_eventhub_ingest.dagster_project.assets import RUNNER_TAG
 from dagster_eventhub_ingest.dagster_project.checks import LAG_CHECK_NAME
-from dagster_eventhub_ingest.resources.settings import StoreSettings
-from dagster_eventhub_ingest.resources.store import PartitionStore
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 from tests.fixtures.dagster import FAST_RETRY
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -72,7 +73,9 @@ def env(
             hub.settings(), blob_store_settings, str(sink), list(hub.partition_ids), **options
         )
 
-    store = PartitionStore(blob_store_settings.backend(), hub.settings().hub_ref())
+    store = PartitionStore(
+        AzureBlobBackend.from_settings(blob_store_settings), hub.settings().hub_ref()
+    )
     return {"hub": hub, "sink": sink, "defs": defs, "store": store, "spark": spark}
 
 

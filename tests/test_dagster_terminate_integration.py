@@ -17,8 +17,9 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from dagster_eventhub_ingest.resources.settings import StoreSettings
-from dagster_eventhub_ingest.resources.store import PartitionStore
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 from tests.fixtures.dagster import dagster_dev, defs_yaml_env
 from tests.landed import assert_exactly_once, landed_events, sent_events
 from tests.processes import descendants, spark_processes, still_running
@@ -72,9 +73,9 @@ def test_a_terminated_run_releases_its_leases_ends_its_jvm_and_is_taken_over_at_
         "EHINGEST_SLOW_READ_SECONDS": "3",
     }
     store = PartitionStore(
-        StoreSettings(
-            container=container_name, connection_string=azurite_connection_string
-        ).backend(),
+        AzureBlobBackend.from_settings(
+            StoreSettings(container=container_name, connection_string=azurite_connection_string)
+        ),
         hub.settings().hub_ref(),
     )
     log = tmp_path / "dagster-dev.log"

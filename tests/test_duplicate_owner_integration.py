@@ -56,9 +56,9 @@ def _reap(proc: subprocess.Popen) -> None:
 
 
 def _setup(make_eventhub, conn: str, container: str, tmp_path: Path, **extra):
-    from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend
-    from dagster_eventhub_ingest.resources.settings import StoreSettings
-    from dagster_eventhub_ingest.resources.store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+    from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
     hub = make_eventhub(partitions=4)
     sent = {p: [f"{p}-{i}-".encode() * 10 for i in range(120)] for p in hub.partition_ids}

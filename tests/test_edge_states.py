@@ -11,8 +11,9 @@ import pytest
 from dagster_eventhub_ingest.ops.plan import checkpoint_problem
 from dagster_eventhub_ingest.ops.run import Processor
 from dagster_eventhub_ingest.resources.errors import CheckpointAheadError, ConfigurationError
-from dagster_eventhub_ingest.resources.memory_store import InMemoryBackend
-from dagster_eventhub_ingest.resources.store import Checkpoint, Intent, PartitionStore
+from dagster_eventhub_ingest.resources.store.memory import InMemoryBackend
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.records import Checkpoint, Intent
 from tests.run_fakes import FakeHub
 from tests.test_run_logic import HUB, config, greedy_claim, info, make
 
@@ -244,7 +245,7 @@ def test_status_flags_a_partition_ahead_of_the_hub() -> None:
 
 
 def test_pending_intent_is_replayed_only_into_the_layout_it_was_written_with() -> None:
-    from dagster_eventhub_ingest.resources.settings import SinkSettings
+    from dagster_eventhub_ingest.resources.sink import SinkSettings
 
     hub = FakeHub(1)
     hub.send_all(10)
@@ -302,7 +303,7 @@ def _parquet_dir(root, *levels: str) -> None:
 
 def test_spark_format_sinks_check_their_layout_on_disk(tmp_path) -> None:
     from dagster_eventhub_ingest.ops.write import check_sink_layout
-    from dagster_eventhub_ingest.resources.settings import SinkSettings
+    from dagster_eventhub_ingest.resources.sink import SinkSettings
 
     out = tmp_path / "out"
     check_sink_layout(SinkSettings(path=str(out)))  # nothing there yet
@@ -401,8 +402,8 @@ def test_messages_do_not_repeat_words() -> None:
     from azure.core.exceptions import ServiceRequestError
 
     from dagster_eventhub_ingest.cli.config import parse_config
-    from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend
-    from dagster_eventhub_ingest.resources.store_retry import RetryLog
+    from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+    from dagster_eventhub_ingest.resources.store.retry import RetryLog
 
     raw = {
         "eventhub": {"connection_string": "${EH}", "eventhub_name": "h"},

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
 from tests.landed import assert_exactly_once, landed_events, sent_events
 
 pytestmark = [pytest.mark.integration]
@@ -120,9 +121,9 @@ def test_recreated_hub_is_refused_flagged_and_reset_on_request_with_nothing_lost
 def test_hand_edited_checkpoint_ahead_is_refused_before_any_claim(
     make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
 ) -> None:
-    from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend
-    from dagster_eventhub_ingest.resources.settings import StoreSettings
-    from dagster_eventhub_ingest.resources.store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+    from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
     hub = make_eventhub(partitions=1)
     hub.send("0", [b"x"] * 5)
@@ -153,11 +154,9 @@ def test_missing_hub_and_unknown_consumer_group_are_configuration_errors_before_
 
     from dagster_eventhub_ingest.ops.run import IngestConfig, run_ingestion
     from dagster_eventhub_ingest.resources.errors import ConfigurationError
-    from dagster_eventhub_ingest.resources.settings import (
-        EventHubSettings,
-        SinkSettings,
-        StoreSettings,
-    )
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings
+    from dagster_eventhub_ingest.resources.sink import SinkSettings
+    from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
     hub = make_eventhub(partitions=2)
     store = StoreSettings(container=container_name, connection_string=azurite_connection_string)
@@ -176,7 +175,7 @@ def test_missing_hub_and_unknown_consumer_group_are_configuration_errors_before_
             run_ingestion(cfg, None, owner_id="x")
         assert time.monotonic() - started < 20
         assert not err.value.retryable and "SharedAccessKey" not in str(err.value)
-        backend = store.backend()
+        backend = AzureBlobBackend.from_settings(store)
         assert backend.list("") == []  # no heartbeat, claim or intent was written
     # Through the CLI: exit 2 (configuration), one line, no traceback.
     env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
@@ -197,11 +196,9 @@ def test_a_wrong_sas_key_is_a_configuration_error_before_any_claim(
 
     from dagster_eventhub_ingest.ops.run import IngestConfig, run_ingestion
     from dagster_eventhub_ingest.resources.errors import ConfigurationError
-    from dagster_eventhub_ingest.resources.settings import (
-        EventHubSettings,
-        SinkSettings,
-        StoreSettings,
-    )
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings
+    from dagster_eventhub_ingest.resources.sink import SinkSettings
+    from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
     hub = make_eventhub(partitions=2)
     wrong_key = "d3Jvbmcta2V5LW5vdC10aGlzLW9uZQ=="
@@ -221,14 +218,16 @@ def test_a_wrong_sas_key_is_a_configuration_error_before_any_claim(
     assert "HTTP 401" in message and "InvalidSignature" in message  # what is wrong
     assert "SharedAccessKey must be its current key" in message  # what to do
     assert wrong_key not in message and "SAS_KEY_VALUE" not in message
-    assert store.backend().list("") == []  # no heartbeat, claim or intent was written
+    assert (
+        AzureBlobBackend.from_settings(store).list("") == []
+    )  # no heartbeat, claim or intent was written
     # Through the CLI: exit 2 (retrying cannot help), one line, no traceback, no secret.
     env = {"EH_CONN": conn, "ST_CONN": azurite_connection_string}
     done = ehingest("run", "--config", str(write_config(tmp_path, hub, container_name)), env=env)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "refused the credential" in done.stderr and "Retrying cannot help" in done.stderr
     assert "Traceback" not in done.stderr and wrong_key not in done.stdout + done.stderr
-    assert store.backend().list("") == []
+    assert AzureBlobBackend.from_settings(store).list("") == []
 
 
 class Crash(BaseException):
@@ -237,7 +236,8 @@ class Crash(BaseException):
 
 def _ingest_config(hub, container: str, conn: str, out: Path, **kw):
     from dagster_eventhub_ingest.ops.run import IngestConfig
-    from dagster_eventhub_ingest.resources.settings import SinkSettings, StoreSettings
+    from dagster_eventhub_ingest.resources.sink import SinkSettings
+    from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
     base = dict(
         eventhub=hub.settings(),
@@ -257,9 +257,9 @@ def _crash_after_write(spark, cfg, owner: str) -> None:
     from dagster_eventhub_ingest.ops.ingest import SparkIngestor
     from dagster_eventhub_ingest.ops.run import Processor, _default_claim
     from dagster_eventhub_ingest.resources.hub_client import EventHubClient
-    from dagster_eventhub_ingest.resources.store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 
-    store = PartitionStore(cfg.store.backend(), cfg.eventhub.hub_ref())
+    store = PartitionStore(AzureBlobBackend.from_settings(cfg.store), cfg.eventhub.hub_ref())
     real = SparkIngestor(spark, cfg.eventhub, cfg.sink, receive_timeout_seconds=10)
 
     class CrashAfterWrite:
@@ -289,7 +289,7 @@ def test_partition_by_changed_while_a_written_batch_is_pending_is_refused_and_la
 
     from dagster_eventhub_ingest.ops.run import run_ingestion
     from dagster_eventhub_ingest.resources.errors import ConfigurationError
-    from dagster_eventhub_ingest.resources.store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 
     hub = make_eventhub(partitions=2)
     sent: dict[str, list[bytes]] = {}
@@ -297,7 +297,7 @@ def test_partition_by_changed_while_a_written_batch_is_pending_is_refused_and_la
     out = tmp_path / "out"
     cfg = _ingest_config(hub, container_name, azurite_connection_string, out)
     _crash_after_write(spark, cfg, "dead")
-    store = PartitionStore(cfg.store.backend(), cfg.eventhub.hub_ref())
+    store = PartitionStore(AzureBlobBackend.from_settings(cfg.store), cfg.eventhub.hub_ref())
     pending = store.list_ownership()
     assert all(o.intent is not None for o in pending.values()) and len(pending) == 2
 
@@ -321,7 +321,7 @@ def test_skip_writes_the_retained_part_of_an_intent_whose_head_expired(
 
     from dagster_eventhub_ingest.ops.plan import sink_layout
     from dagster_eventhub_ingest.ops.run import run_ingestion
-    from dagster_eventhub_ingest.resources.store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 
     retention = 10.0
     hub = make_eventhub(partitions=1, retention_seconds=retention)
@@ -332,7 +332,7 @@ def test_skip_writes_the_retained_part_of_an_intent_whose_head_expired(
     sent_old = time.monotonic()
     out = tmp_path / "out"
     cfg = _ingest_config(hub, container_name, azurite_connection_string, out, on_data_loss="skip")
-    store = PartitionStore(cfg.store.backend(), cfg.eventhub.hub_ref())
+    store = PartitionStore(AzureBlobBackend.from_settings(cfg.store), cfg.eventhub.hub_ref())
     time.sleep(retention * 0.6)
     new: dict[str, list[bytes]] = {}
     send(hub, new, 10, "new")

@@ -1,5 +1,5 @@
 """The SDK's handshake without its 50 ms polls
-(dagster_eventhub_ingest.resources.eventhubs_transport): the loop's rules on a fake
+(dagster_eventhub_ingest.resources.azure.transport): the loop's rules on a fake
 ``client_ready``, then real SDK clients against the emulator."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from dagster_eventhub_ingest.resources.eventhubs_transport import prompt_ready, prompt_transport
+from dagster_eventhub_ingest.resources.azure.transport import prompt_ready, prompt_transport
 from dagster_eventhub_ingest.resources.hub_client import EventHubClient
 from dagster_eventhub_ingest.resources.spark_source import PartitionRange, read_range
 

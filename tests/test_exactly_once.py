@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
 from tests.landed import assert_exactly_once, landed_events, sent_events
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.spark]
@@ -252,11 +253,9 @@ def test_the_fault_scenarios_keep_output_equal_to_input(
         EventHubUnavailableError,
         StoreUnavailableError,
     )
-    from dagster_eventhub_ingest.resources.settings import (
-        EventHubSettings,
-        SinkSettings,
-        StoreSettings,
-    )
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings
+    from dagster_eventhub_ingest.resources.sink import SinkSettings
+    from dagster_eventhub_ingest.resources.store.settings import StoreSettings
     from tests.faultproxy import FaultProxy
 
     hub = eventhub_emulator.create_hub(partitions=2)
@@ -316,13 +315,15 @@ def test_the_fault_scenarios_keep_output_equal_to_input(
         assert store_proxy.dropped
         # 4. A second process with a live owner id (here: the same process's running instance).
         from dagster_eventhub_ingest.ops.balancing.liveness import OwnerInstance, take_owner_id
-        from dagster_eventhub_ingest.resources.store import PartitionStore
+        from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 
         live = OwnerInstance.current()
         live.start()
         try:
             holder = PartitionStore(
-                cfg.store.backend(), cfg.eventhub.hub_ref(), instance=live.token()
+                AzureBlobBackend.from_settings(cfg.store),
+                cfg.eventhub.hub_ref(),
+                instance=live.token(),
             )
             take_owner_id(holder, "twin", live, expiry=timedelta(seconds=15))
             _send(hub, old, 100, "c")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
 from tests.faultproxy import FaultProxy
 from tests.landed import assert_exactly_once, landed_events, sent_events
 
@@ -26,9 +27,10 @@ def _port(conn: str, key: str) -> int:
 def test_a_checkpoint_whose_response_was_lost_is_reported_as_written(
     azurite_connection_string: str, container_name: str
 ) -> None:
-    from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend
-    from dagster_eventhub_ingest.resources.settings import StoreSettings
-    from dagster_eventhub_ingest.resources.store import HubRef, PartitionStore
+    from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+    from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.records import HubRef
+    from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
     upstream = _port(azurite_connection_string, "BlobEndpoint")
     with FaultProxy(("127.0.0.1", upstream)) as proxy:
@@ -62,12 +64,10 @@ def test_hub_dying_mid_read_is_a_hub_error_and_a_rerun_lands_every_event_once(
 ) -> None:
     from dagster_eventhub_ingest.ops.run import IngestConfig, run_ingestion
     from dagster_eventhub_ingest.resources.errors import EventHubUnavailableError, SinkError
-    from dagster_eventhub_ingest.resources.settings import (
-        EventHubSettings,
-        SinkSettings,
-        StoreSettings,
-    )
-    from dagster_eventhub_ingest.resources.store import PartitionStore
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings
+    from dagster_eventhub_ingest.resources.sink import SinkSettings
+    from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
     hub = eventhub_emulator.create_hub(partitions=1)
     sent = {"0": [f"event-{i}-".encode() * 20 for i in range(2000)]}  # ~400 KB
@@ -94,7 +94,7 @@ def test_hub_dying_mid_read_is_a_hub_error_and_a_rerun_lands_every_event_once(
         assert proxy.cuts == 1
         assert not isinstance(err.value, SinkError) and err.value.retryable
         assert "writable" not in str(err.value)
-        store = PartitionStore(cfg.store.backend(), cfg.eventhub.hub_ref())
+        store = PartitionStore(AzureBlobBackend.from_settings(cfg.store), cfg.eventhub.hub_ref())
         own = store.get_ownership("0")
         assert store.list_checkpoints() == {} and own is not None and own.intent is not None
         proxy.dead, proxy.cut_after_bytes = False, None  # the hub is back

@@ -21,7 +21,7 @@ from dagster_eventhub_ingest.resources.jvm_archive import (
     plan_archive,
     start_with_archive,
 )
-from dagster_eventhub_ingest.resources.spark_session import SPARK_CONF_DIR, driver_environment
+from dagster_eventhub_ingest.resources.spark.session import SPARK_CONF_DIR, driver_environment
 
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -162,7 +162,7 @@ def test_a_jvm_that_refuses_the_options_is_started_again_without_them(tmp_path: 
 
     def start(with_plan: ArchivePlan | None) -> str:
         calls.append(with_plan)
-        # What the JVM's launch gets (resources/spark_session.py), never this process's.
+        # What the JVM's launch gets (resources/spark/session.py), never this process's.
         conf_dir = with_plan.conf_dir if with_plan else None
         launch = driver_environment(local=True, conf_dir=conf_dir, base=env)
         conf_dirs.append(launch["SPARK_CONF_DIR"])
@@ -219,7 +219,7 @@ def test_the_archive_is_put_in_place_only_after_a_clean_exit(
 
 _SESSION = """
 import os, sys
-from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+from dagster_eventhub_ingest.resources.spark.session import local_spark_session
 spark = local_spark_session("archive-test", master="local[1]")
 assert spark.range(100).selectExpr("sum(id)").first()[0] == 4950
 pid = spark.sparkContext._gateway.proc.pid

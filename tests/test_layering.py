@@ -1,10 +1,10 @@
 """The import rules of the layout, checked on the source (no imports executed).
 
-resources <- ops <- dagster_project, one way; the emulator and the benchmarks stand on the
-project, never on cli/ or tests/; resources/ has no import cycle
-(resources/blob_store.py and resources/settings.py used to import each other; the Spark source,
-its connector options, positions, stream reader, session and code-shipping modules did too).
-Imports under ``if TYPE_CHECKING:`` do not count (they never run).
+resources <- ops <- dagster_project, one way; the emulator and the benchmarks stand on the project,
+never on cli/ or tests/; resources/ has no import cycle (resources/store/azure_blob.py and
+resources/settings.py used to import each other; the Spark source, its connector options, positions,
+stream reader, session and code-shipping modules did too). Imports under ``if TYPE_CHECKING:`` do
+not count (they never run).
 """
 
 from __future__ import annotations

@@ -23,8 +23,9 @@ from dagster_eventhub_ingest.ops.balancing.liveness import (
     write_heartbeat,
 )
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, DuplicateOwnerError
-from dagster_eventhub_ingest.resources.memory_store import InMemoryBackend
-from dagster_eventhub_ingest.resources.store import HubRef, PartitionStore
+from dagster_eventhub_ingest.resources.store.memory import InMemoryBackend
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.records import HubRef
 
 HUB = HubRef("ns.example", "hub", "$Default")
 EXPIRY = timedelta(seconds=60)

@@ -20,8 +20,9 @@ import yaml
 
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
 from dagster_eventhub_ingest.resources.read_progress import ProgressTarget
-from dagster_eventhub_ingest.resources.settings import StoreSettings
-from dagster_eventhub_ingest.resources.store import HubRef
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+from dagster_eventhub_ingest.resources.store.records import HubRef
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 READ = re.compile(r"(\d+) \[(\d+), (\d+)\] \((\d+)/(\d+) events read\)")
@@ -69,7 +70,7 @@ def test_cli_shows_events_read_of_the_range_before_the_checkpoint_moves(
     make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
 ) -> None:
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
-    from dagster_eventhub_ingest.resources.store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
     from tests.landed import assert_exactly_once, landed_events, sent_events
 
     hub = make_eventhub(partitions=2)
@@ -96,9 +97,9 @@ def test_cli_shows_events_read_of_the_range_before_the_checkpoint_moves(
     }
     log = tmp_path / "run.log"
     store = PartitionStore(
-        StoreSettings(
-            container=container_name, connection_string=azurite_connection_string
-        ).backend(),
+        AzureBlobBackend.from_settings(
+            StoreSettings(container=container_name, connection_string=azurite_connection_string)
+        ),
         EventHubSettings(eventhub_name=hub.name, connection_string=hub.connection_string).hub_ref(),
     )
     with open(log, "w") as err, open(tmp_path / "run.json", "w") as stdout:

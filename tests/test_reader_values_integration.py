@@ -169,7 +169,7 @@ def test_the_write_path_lands_the_golden_rows(
     import uuid
 
     from dagster_eventhub_ingest.ops.write import read_sink, write_batch
-    from dagster_eventhub_ingest.resources.settings import SinkSettings
+    from dagster_eventhub_ingest.resources.sink import SinkSettings
     from dagster_eventhub_ingest.resources.spark_source import (
         ReadOptions,
         plan_read,

@@ -19,8 +19,11 @@ from dagster_eventhub_ingest.resources.errors import (
     RangeError,
     SinkError,
 )
-from dagster_eventhub_ingest.resources.settings import EventHubSettings, SinkSettings, StoreSettings
-from dagster_eventhub_ingest.resources.store import PartitionStore
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
+from dagster_eventhub_ingest.resources.sink import SinkSettings
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -78,7 +81,7 @@ def make_config(
 
 
 def store_of(cfg: IngestConfig) -> PartitionStore:
-    return PartitionStore(cfg.store.backend(), cfg.eventhub.hub_ref())
+    return PartitionStore(AzureBlobBackend.from_settings(cfg.store), cfg.eventhub.hub_ref())
 
 
 def test_one_run_lands_every_partition_once(spark, hub: Hub, make_config) -> None:

@@ -17,15 +17,12 @@ from dagster_eventhub_ingest.ops.lease import LeaseKeeper
 from dagster_eventhub_ingest.ops.plan import cycle_size, next_step, replay_ranges, snapshot_bound
 from dagster_eventhub_ingest.ops.run import IngestConfig, Processor, ReplaySpec
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, DataLossError, RangeError
-from dagster_eventhub_ingest.resources.memory_store import InMemoryBackend
-from dagster_eventhub_ingest.resources.settings import EventHubSettings, SinkSettings, StoreSettings
-from dagster_eventhub_ingest.resources.store import (
-    Checkpoint,
-    HubRef,
-    Intent,
-    Ownership,
-    PartitionStore,
-)
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
+from dagster_eventhub_ingest.resources.sink import SinkSettings
+from dagster_eventhub_ingest.resources.store.memory import InMemoryBackend
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.records import Checkpoint, HubRef, Intent, Ownership
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 from tests.run_fakes import FakeHub, FakeIngestor
 
 HUB = HubRef("ns.example", "hub", "$Default")
@@ -624,7 +621,7 @@ def test_lease_keeper_sends_lost_lease_warnings_to_the_run_log() -> None:
     """Lost leases reach ``warn`` (Dagster's context.log in a run), not only the module log."""
     from dagster_eventhub_ingest.ops.lease import LeaseKeeper
     from dagster_eventhub_ingest.resources.errors import OwnershipLostError
-    from dagster_eventhub_ingest.resources.store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 
     store = PartitionStore(InMemoryBackend(), HUB)
     own = store.claim("0", "run-a", None)
@@ -646,7 +643,7 @@ def test_a_failing_owner_heartbeat_is_said_in_the_run_log() -> None:
 
     from dagster_eventhub_ingest.ops.lease import LeaseKeeper
     from dagster_eventhub_ingest.resources.errors import StoreUnavailableError
-    from dagster_eventhub_ingest.resources.store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 
     store = PartitionStore(InMemoryBackend(), HUB)
     own = store.claim("0", "run-a", None)

@@ -15,9 +15,9 @@ import pytest
 from dagster_eventhub_ingest.ops.plan import sink_coverage
 from dagster_eventhub_ingest.ops.stats import BatchKey, batch_key, parse_batch_key
 from dagster_eventhub_ingest.resources.errors import CheckpointAheadError
-from dagster_eventhub_ingest.resources.memory_store import InMemoryBackend
 from dagster_eventhub_ingest.resources.ranges import SeqRange
-from dagster_eventhub_ingest.resources.store import PartitionStore
+from dagster_eventhub_ingest.resources.store.memory import InMemoryBackend
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 from tests.run_fakes import FakeHub
 from tests.test_run_logic import make
 

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
 from tests.faultproxy import FaultProxy
 from tests.landed import assert_exactly_once, sent_events
 from tests.test_edge_states_integration import send
@@ -70,9 +71,11 @@ def _landed(spark, sink) -> collections.Counter:
 
 def _forget_checkpoints(conn: str, container: str, hub: Any) -> None:
     """Delete the SDK checkpoint blobs and drop the fenced copies from the ownership blobs."""
-    from dagster_eventhub_ingest.resources.settings import StoreSettings
+    from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
-    backend = StoreSettings(container=container, connection_string=conn).backend()
+    backend = AzureBlobBackend.from_settings(
+        StoreSettings(container=container, connection_string=conn)
+    )
     ref = hub.settings().hub_ref()
     for record in backend.list(ref.prefix("checkpoint")):
         backend.delete(record.name)
@@ -89,7 +92,7 @@ def test_a_deleted_checkpoint_continues_after_what_the_sink_holds(
     spark, make_eventhub, azurite_connection_string: str, container_name: str, tmp_path, fmt
 ) -> None:
     from dagster_eventhub_ingest.ops.run import run_ingestion
-    from dagster_eventhub_ingest.resources.store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 
     hub = make_eventhub(partitions=2)
     sent: dict[str, list[bytes]] = {}
@@ -100,7 +103,7 @@ def test_a_deleted_checkpoint_continues_after_what_the_sink_holds(
     )
     assert run_ingestion(config, spark, owner_id="first").complete
     _forget_checkpoints(azurite_connection_string, container_name, hub)
-    store = PartitionStore(config.store.backend(), config.eventhub.hub_ref())
+    store = PartitionStore(AzureBlobBackend.from_settings(config.store), config.eventhub.hub_ref())
     assert store.list_checkpoints() == {}
     send(hub, sent, 20, "after")
     report = run_ingestion(config, spark, owner_id="second")
@@ -120,7 +123,7 @@ def test_a_checkpoint_restored_from_an_older_copy_lands_nothing_twice_through_th
 ) -> None:
     """The store put back from a copy taken after the first run: checkpoints at 9, the sink at
     29. ``ehingest run`` continues at 30 and says so; ``status`` shows the move."""
-    from dagster_eventhub_ingest.resources.settings import StoreSettings
+    from dagster_eventhub_ingest.resources.store.settings import StoreSettings
     from tests.landed import landed_events
     from tests.test_edge_states_integration import ehingest
 
@@ -136,9 +139,9 @@ def test_a_checkpoint_restored_from_an_older_copy_lands_nothing_twice_through_th
         _sink_block("parquet", tmp_path),
         max_events_per_partition=10,
     )
-    backend = StoreSettings(
-        container=container_name, connection_string=azurite_connection_string
-    ).backend()
+    backend = AzureBlobBackend.from_settings(
+        StoreSettings(container=container_name, connection_string=azurite_connection_string)
+    )
     saved: dict[str, dict[str, str]] = {}
     for i in range(3):
         done = ehingest("run", "--config", str(config), "--owner", f"r{i}", env=env)
@@ -168,14 +171,14 @@ def test_a_copy_that_lost_its_lease_in_a_store_outage_does_not_write_the_partiti
     is). Copy B takes the expired lease, replays the intent, checkpoints. The store comes back;
     A's renewer logs the lost lease; A must not write the partition over B's batch."""
     from dagster_eventhub_ingest.ops.run import run_ingestion
-    from dagster_eventhub_ingest.resources.settings import StoreSettings
-    from dagster_eventhub_ingest.resources.store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
     hub = make_eventhub(partitions=1)
     sent: dict[str, list[bytes]] = {}
     send(hub, sent, 30, "x")
     settings = StoreSettings(container=container_name, connection_string=azurite_connection_string)
-    store = PartitionStore(settings.backend(), hub.settings().hub_ref())
+    store = PartitionStore(AzureBlobBackend.from_settings(settings), hub.settings().hub_ref())
     store.backend.ensure_container(create=True)  # type: ignore[attr-defined]
     crashed = store.claim("0", "crashed", None)
     assert crashed is not None
@@ -248,7 +251,7 @@ rm "$DISK/filler"
 echo "second=$?"
 "$PYTHON" - <<'EOF'
 import collections, hashlib, json, os
-from dagster_eventhub_ingest.resources.settings import SinkSettings
+from dagster_eventhub_ingest.resources.sink import SinkSettings
 sink = json.loads(os.environ["SINK"])
 if sink["format"] == "deltalake":
     from deltalake import DeltaTable

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
 from tests.landed import assert_exactly_once, landed_events, sent_events
 from tests.test_edge_states_integration import send
 
@@ -56,11 +57,13 @@ def _run(spark, config: Path, env: dict[str, str], owner: str):
 
 
 def _store(conn: str, container: str, hub: Any, consumer_group: str = "$Default"):
-    from dagster_eventhub_ingest.resources.settings import StoreSettings
-    from dagster_eventhub_ingest.resources.store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
     settings = StoreSettings(container=container, connection_string=conn)
-    return PartitionStore(settings.backend(), hub.settings(consumer_group).hub_ref())
+    return PartitionStore(
+        AzureBlobBackend.from_settings(settings), hub.settings(consumer_group).hub_ref()
+    )
 
 
 def test_a_second_hub_is_refused_before_any_claim_and_the_first_hubs_events_stay(
@@ -159,7 +162,7 @@ def test_several_sources_share_a_sink_only_when_told_and_each_lands_once(
     ``sources: many``: every source's events once, under batch keys and a column naming it."""
     from dagster_eventhub_ingest.ops.sink_source import SinkSource
     from dagster_eventhub_ingest.ops.write import read_sink
-    from dagster_eventhub_ingest.resources.settings import SinkSettings
+    from dagster_eventhub_ingest.resources.sink import SinkSettings
 
     hub_a = make_eventhub(partitions=2)
     hub_b = make_eventhub(partitions=2, consumer_groups=("second",))
@@ -228,7 +231,7 @@ def test_a_sink_written_before_records_is_adopted_then_another_source_refused(
     from dagster_eventhub_ingest.ops.sink_place import sink_place
     from dagster_eventhub_ingest.ops.write import write_batch
     from dagster_eventhub_ingest.resources.errors import ConfigurationError
-    from dagster_eventhub_ingest.resources.settings import SinkSettings
+    from dagster_eventhub_ingest.resources.sink import SinkSettings
     from dagster_eventhub_ingest.resources.spark_source import (
         PartitionRange,
         ReadOptions,

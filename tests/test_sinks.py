@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from dagster_eventhub_ingest.ops.write import BATCH_COLUMN, batch_key, read_sink, write_batch
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, SinkError
 from dagster_eventhub_ingest.resources.ranges import SeqRange
-from dagster_eventhub_ingest.resources.settings import SinkSettings
+from dagster_eventhub_ingest.resources.sink import SinkSettings
 from dagster_eventhub_ingest.resources.spark_source import eventhubs_schema
 
 if TYPE_CHECKING:
@@ -823,9 +823,9 @@ def test_verification_reads_the_batch_without_inferring_its_schema(
 
 _NO_PANDAS = """
 import json, sys
-from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+from dagster_eventhub_ingest.resources.spark.session import local_spark_session
 from dagster_eventhub_ingest.ops.write import write_batch, _stats_method
-from dagster_eventhub_ingest.resources.settings import SinkSettings
+from dagster_eventhub_ingest.resources.sink import SinkSettings
 
 spark = local_spark_session("no-pandas-test", master="local[2]", register_source=False)
 ranges = {str(p): (10 * p, 10 * p + 4) for p in range(4)}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from dagster_eventhub_ingest.ops.write import read_sink, write_batch
-from dagster_eventhub_ingest.resources.settings import SinkSettings
+from dagster_eventhub_ingest.resources.sink import SinkSettings
 from dagster_eventhub_ingest.resources.spark_source import (
     PartitionRange,
     ReadOptions,

@@ -1,10 +1,10 @@
-"""dagster_eventhub_ingest.resources.spark_session: a classic session's calls into the JVM leave
+"""dagster_eventhub_ingest.resources.spark.session: a classic session's calls into the JVM leave
 pandas unimported, and its start leaves the process as it was.
 
 py4j asks pyspark's NumPy converters about every argument of every call; unguarded, their
 answer imports ``pyspark.testing.utils`` and with it pandas (0.4 s of CPU on the driver's first
 call). The control shows that import; the real session (its gateway launched by
-resources/spark_gateway.py) shows it gone, with NumPy arrays and scalars still converted as
+resources/spark/gateway.py) shows it gone, with NumPy arrays and scalars still converted as
 pyspark converts them, and py4j's global converters, pyspark's functions and ``os.environ``
 untouched.
 """
@@ -40,7 +40,7 @@ def test_control_pyspark_s_unguarded_numpy_check_imports_pandas() -> None:
 _SESSION = """
 import json, sys
 import numpy as np
-from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+from dagster_eventhub_ingest.resources.spark.session import local_spark_session
 
 spark = local_spark_session("numpy-checks-test", master="local[1]", register_source=False)
 count = spark.range(5).where("id > 1").count()
@@ -68,7 +68,7 @@ def test_numpy_guard_answers_while_numpy_is_being_imported(monkeypatch: pytest.M
 
     import numpy
 
-    from dagster_eventhub_ingest.resources.spark_gateway import _NumpyOnly
+    from dagster_eventhub_ingest.resources.spark.gateway import _NumpyOnly
 
     asked: list[object] = []
 
@@ -92,7 +92,7 @@ import json, os, subprocess, sys
 import pyspark.java_gateway
 from py4j.protocol import INPUT_CONVERTER
 import pyspark.sql.types  # registers pyspark's converters
-from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+from dagster_eventhub_ingest.resources.spark.session import local_spark_session
 
 # pyspark's own SparkContext writes these two into os.environ, for any session (context.py).
 PYSPARKS_OWN = ("SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE")
@@ -183,7 +183,7 @@ def test_sql_preparation_looks_data_sources_up_only_once_the_context_runs(
 
     from pyspark import SparkContext
 
-    from dagster_eventhub_ingest.resources import spark_session
+    from dagster_eventhub_ingest.resources.spark import session as spark_session
 
     def wait_for(condition: object, what: str) -> None:
         deadline = time.monotonic() + 10

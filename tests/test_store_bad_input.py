@@ -14,16 +14,17 @@ from azure.core.pipeline import PipelineRequest
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
 from dagster_eventhub_ingest.emulator import azurite as services
-from dagster_eventhub_ingest.resources import store_retry
-from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend
 from dagster_eventhub_ingest.resources.errors import (
     ConfigurationError,
     CorruptStoreStateError,
     OwnershipLostError,
     StoreUnavailableError,
 )
-from dagster_eventhub_ingest.resources.settings import StoreSettings
-from dagster_eventhub_ingest.resources.store import HubRef, Ownership, PartitionStore
+from dagster_eventhub_ingest.resources.store import retry as store_retry
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.records import HubRef, Ownership
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 from tests.fixtures.store import PartitionStoreFactory
 
 # A well-formed base64 string standing in for a secret; it must never appear in a message.
@@ -41,7 +42,7 @@ def test_missing_container_is_a_clear_error_when_creation_is_off(
         create_container=False,
     )
     with pytest.raises(ConfigurationError) as err:
-        settings.backend()
+        AzureBlobBackend.from_settings(settings)
     message = str(err.value)
     assert f"container {container_name!r} does not exist" in message
     assert "create_container=True" in message
@@ -55,8 +56,10 @@ def test_missing_container_is_created_when_creation_is_on(
     azurite_connection_string: str, container_name: str, hub_ref: HubRef
 ) -> None:
     settings = StoreSettings(container=container_name, connection_string=azurite_connection_string)
-    store = PartitionStore(settings.backend(), hub_ref)
-    assert PartitionStore(settings.backend(), hub_ref).list_ownership() == {}  # a 2nd is fine
+    store = PartitionStore(AzureBlobBackend.from_settings(settings), hub_ref)
+    assert (
+        PartitionStore(AzureBlobBackend.from_settings(settings), hub_ref).list_ownership() == {}
+    )  # a 2nd is fine
     assert store.claim("0", "owner-a", None) is not None
     service = BlobServiceClient.from_connection_string(azurite_connection_string)
     assert service.get_container_client(container_name).exists()
@@ -110,7 +113,9 @@ def test_malformed_connection_string_names_the_field_not_the_secret(
     conn_str: str, expected: str
 ) -> None:
     with pytest.raises(ConfigurationError) as err:
-        StoreSettings(container="leases", connection_string=conn_str).backend()
+        AzureBlobBackend.from_settings(
+            StoreSettings(container="leases", connection_string=conn_str)
+        )
     message = str(err.value)
     assert "store connection_string" in message
     assert expected in message
@@ -123,7 +128,9 @@ def test_rejected_key_is_a_configuration_error_without_the_key(
 ) -> None:
     wrong = azurite_connection_string.replace(services.AZURITE_KEY, SECRET)
     with pytest.raises(ConfigurationError) as err:
-        StoreSettings(container=container_name, connection_string=wrong).backend()
+        AzureBlobBackend.from_settings(
+            StoreSettings(container=container_name, connection_string=wrong)
+        )
     message = str(err.value)
     assert "rejected the credentials" in message and "AccountKey" in message
     assert SECRET not in message and services.AZURITE_KEY not in message
@@ -249,7 +256,10 @@ def test_unreachable_endpoint_fails_fast_after_bounded_retries(container_name: s
 def test_service_gone_mid_run_is_store_unavailable(hub_ref: HubRef, container_name: str) -> None:
     with services.azurite() as conn:
         store = PartitionStore(
-            StoreSettings(container=container_name, connection_string=conn).backend(), hub_ref
+            AzureBlobBackend.from_settings(
+                StoreSettings(container=container_name, connection_string=conn)
+            ),
+            hub_ref,
         )
         own = store.claim("0", "owner-a", None)
         assert own is not None

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend
-from dagster_eventhub_ingest.resources.settings import StoreSettings
-from dagster_eventhub_ingest.resources.store import PartitionStore
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 from tests.fixtures.store import PartitionStoreFactory
 
 # Held one level down: the patch below rewrites module attributes, and must not rewrite these.

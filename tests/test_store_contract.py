@@ -15,14 +15,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from dagster_eventhub_ingest.resources.errors import CheckpointRegressionError, OwnershipLostError
-from dagster_eventhub_ingest.resources.memory_store import InMemoryBackend
-from dagster_eventhub_ingest.resources.store import (
-    BlobRecord,
-    HubRef,
-    Intent,
-    Ownership,
-    PartitionStore,
-)
+from dagster_eventhub_ingest.resources.store.memory import InMemoryBackend
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.records import BlobRecord, HubRef, Intent, Ownership
 
 
 class FakeClock:

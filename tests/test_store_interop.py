@@ -14,8 +14,8 @@ from azure.eventhub.extensions.checkpointstoreblob import BlobCheckpointStore
 from azure.storage.blob import ContainerClient
 
 from dagster_eventhub_ingest.resources.errors import CheckpointRegressionError, OwnershipLostError
-from dagster_eventhub_ingest.resources.settings import StoreSettings
-from dagster_eventhub_ingest.resources.store import HubRef
+from dagster_eventhub_ingest.resources.store.records import HubRef
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 from tests.fixtures.store import PartitionStoreFactory
 
 pytestmark = pytest.mark.integration

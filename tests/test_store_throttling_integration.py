@@ -15,11 +15,12 @@ from datetime import timedelta
 
 import pytest
 
-from dagster_eventhub_ingest.resources.blob_store import AzureBlobBackend, container_client
 from dagster_eventhub_ingest.resources.errors import StoreUnavailableError
-from dagster_eventhub_ingest.resources.settings import StoreSettings
-from dagster_eventhub_ingest.resources.store import LEASE_MARGIN, HubRef, PartitionStore
-from dagster_eventhub_ingest.resources.store_retry import StoreRetryPolicy
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend, container_client
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.records import LEASE_MARGIN, HubRef
+from dagster_eventhub_ingest.resources.store.retry import StoreRetryPolicy
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 from tests.faultproxy import HttpFaultProxy
 
 pytestmark = [pytest.mark.integration]

@@ -11,7 +11,7 @@ from tests.fixtures.spark import script_in_fresh_jvm
 _SCRIPT = """
 import json, sys
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+from dagster_eventhub_ingest.resources.spark.session import local_spark_session
 from dagster_eventhub_ingest.ops.warm_up import warm_python
 spark = local_spark_session("warm-test", master="local[2]", register_source=False)
 warm = warm_python(spark) if sys.argv[1] == "warm" else set()
@@ -58,7 +58,7 @@ def test_warmed_workers_run_the_next_read_with_the_reader_imported(warm: str) ->
 _PLANNERS = """
 import json, sys
 import psutil
-from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+from dagster_eventhub_ingest.resources.spark.session import local_spark_session
 from dagster_eventhub_ingest.ops.warm_up import warm_python
 spark = local_spark_session("warm-test", master="local[1]", register_source=False)
 warm_python(spark, with_planners=sys.argv[1] == "planners")

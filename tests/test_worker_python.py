@@ -1,6 +1,6 @@
-"""dagster_eventhub_ingest.resources.worker_python: the Python processes a local driver's Spark
-starts import the installed pyspark (bytecode cached), not Spark's zip (compiled from source in
-every process).
+"""dagster_eventhub_ingest.resources.spark.worker_python: the Python processes a local driver's
+Spark starts import the installed pyspark (bytecode cached), not Spark's zip (compiled from source
+in every process).
 
 The path rules run in fresh interpreters given Spark's ``PYTHONPATH`` (the zips first); the real
 Spark test starts a local session in a fresh process and asks each kind of Python process Spark
@@ -21,7 +21,7 @@ import py4j
 import pyspark
 import pytest
 
-from dagster_eventhub_ingest.resources.worker_python import WORKER_SITE, worker_pythonpath
+from dagster_eventhub_ingest.resources.spark.worker_python import WORKER_SITE, worker_pythonpath
 from tests.fixtures.spark import script_in_fresh_jvm
 
 LIB = Path(pyspark.__file__).parent / "python" / "lib"
@@ -93,7 +93,7 @@ def test_the_jvm_s_pythonpath_leads_with_the_site(setting: str) -> None:
 def test_only_the_jvm_launch_gets_the_site_never_this_process() -> None:
     """The site goes into the environment the driver's JVM is launched with, built from this
     process's and never written back to it."""
-    from dagster_eventhub_ingest.resources.spark_session import driver_environment
+    from dagster_eventhub_ingest.resources.spark.session import driver_environment
 
     before = dict(os.environ)
     base = {"PYTHONPATH": "/user/path", "SPARK_LOCAL_IP": "10.1.2.3"}
@@ -110,7 +110,7 @@ def test_only_the_jvm_launch_gets_the_site_never_this_process() -> None:
 
 _ENV_WATCH = """
 import json, os, threading
-from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+from dagster_eventhub_ingest.resources.spark.session import local_spark_session
 
 site_seen, errors, stop = [], [], threading.Event()
 
@@ -145,7 +145,7 @@ def test_a_session_start_leaves_this_process_s_environment_alone() -> None:
 _SPARK = """
 import json
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from dagster_eventhub_ingest.resources.spark_session import local_spark_session
+from dagster_eventhub_ingest.resources.spark.session import local_spark_session
 
 def where():
     import pyspark

@@ -38,7 +38,8 @@ from dagster_eventhub_ingest.ops.balancing.liveness import (
 )
 from dagster_eventhub_ingest.ops.balancing.strategies import DelayRace, get_strategy
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, OwnershipLostError
-from dagster_eventhub_ingest.resources.store import Ownership, PartitionStore
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.records import Ownership
 
 __all__ = [
     "CyclePlan",

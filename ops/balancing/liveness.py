@@ -36,7 +36,8 @@ from datetime import datetime, timedelta
 
 from dagster_eventhub_ingest.ops.balancing.base import RunLog, log_line
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, DuplicateOwnerError
-from dagster_eventhub_ingest.resources.store import INSTANCE_KEY, BlobRecord, PartitionStore
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.records import INSTANCE_KEY, BlobRecord
 
 __all__ = [
     "DeathCheck",

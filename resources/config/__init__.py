@@ -92,7 +92,7 @@ from dagster_eventhub_ingest.resources.limits import (
     ON_DATA_LOSS,
     OnDataLoss,
 )
-from dagster_eventhub_ingest.resources.settings import (
+from dagster_eventhub_ingest.resources.sink import (
     DELTALAKE_FORMAT,
     PARTITION_COLUMNS,
     SPARK_FORMATS,

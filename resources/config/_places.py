@@ -19,11 +19,8 @@ from dagster_eventhub_ingest.resources.config._credentials import (
 )
 from dagster_eventhub_ingest.resources.config._model import ConfigDeprecationWarning, StrictModel
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
-from dagster_eventhub_ingest.resources.settings import (
-    EventHubSettings,
-    StoreSettings,
-    check_container_name,
-)
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings, check_container_name
 
 
 class EventHubConfig(StrictModel):

@@ -9,8 +9,8 @@ from pydantic import Field, field_validator, model_validator
 from typing_extensions import Self
 
 from dagster_eventhub_ingest.resources.config._model import StrictModel
-from dagster_eventhub_ingest.resources.settings import (
-    EVENT_COLUMNS,
+from dagster_eventhub_ingest.resources.settings import EVENT_COLUMNS
+from dagster_eventhub_ingest.resources.sink import (
     PARTITION_COLUMNS,
     SPARK_FORMATS,
     SinkSettings,

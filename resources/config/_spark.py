@@ -103,7 +103,7 @@ class SparkConfig(StrictModel):
 
         def start() -> Any:
             from dagster_eventhub_ingest.resources.code_shipping import SHIP_CODE_CONF
-            from dagster_eventhub_ingest.resources.spark_session import spark_session
+            from dagster_eventhub_ingest.resources.spark.session import spark_session
 
             conf = dict(self.conf)
             if not self.ship_code:

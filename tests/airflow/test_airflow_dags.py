@@ -19,8 +19,10 @@ from typing import Any
 
 import pytest
 
-from dagster_eventhub_ingest.resources.settings import SinkSettings, StoreSettings
-from dagster_eventhub_ingest.resources.store import PartitionStore
+from dagster_eventhub_ingest.resources.sink import SinkSettings
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 from tests.airflow.conftest import ROOT, connection_env
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.spark]
@@ -80,7 +82,9 @@ def env(
         "hub": hub,
         "sent": sent,
         "sink": SinkSettings(path=str(sink_path)),
-        "store": PartitionStore(blob_store_settings.backend(), hub.settings().hub_ref()),
+        "store": PartitionStore(
+            AzureBlobBackend.from_settings(blob_store_settings), hub.settings().hub_ref()
+        ),
     }
 
 

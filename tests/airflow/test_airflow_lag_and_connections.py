@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
-from dagster_eventhub_ingest.resources.settings import StoreSettings
-from dagster_eventhub_ingest.resources.store import PartitionStore
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 from tests.airflow.conftest import connection_env
 
 pytestmark = [pytest.mark.airflow]
@@ -303,7 +304,9 @@ def test_lag_trigger_waits_until_caught_up_with_async_clients(
     assert classpath == "dagster_eventhub_ingest.airflow_provider.triggers.EventHubLagTrigger"
     assert "SharedAccessKey" not in json.dumps(kwargs)  # the trigger row holds conn ids only
 
-    store = PartitionStore(blob_store_settings.backend(), hub.settings().hub_ref())
+    store = PartitionStore(
+        AzureBlobBackend.from_settings(blob_store_settings), hub.settings().hub_ref()
+    )
 
     async def scenario() -> Any:
         task = asyncio.ensure_future(_first_event(EventHubLagTrigger(**kwargs), 60))
@@ -360,13 +363,13 @@ def test_the_async_store_client_retries_throttling_as_the_sync_one(
     import re
     import time
 
-    from dagster_eventhub_ingest.resources.blob_store import alist_blobs
     from dagster_eventhub_ingest.resources.errors import StoreUnavailableError
-    from dagster_eventhub_ingest.resources.store import HubRef
+    from dagster_eventhub_ingest.resources.store.azure_blob import alist_blobs
+    from dagster_eventhub_ingest.resources.store.records import HubRef
     from tests.faultproxy import HttpFaultProxy
 
     hub = HubRef("ns.example", "hub", "$Default")
-    store = PartitionStore(blob_store_settings.backend(), hub)
+    store = PartitionStore(AzureBlobBackend.from_settings(blob_store_settings), hub)
     assert store.claim("0", "me", None) is not None
     match = re.search(r"BlobEndpoint=http://127\.0\.0\.1:(\d+)/", azurite_connection_string)
     assert match is not None

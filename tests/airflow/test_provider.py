@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
+from dagster_eventhub_ingest.resources.azure.credentials import parse_connection_string
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
-from dagster_eventhub_ingest.resources.settings import StoreSettings, parse_connection_string
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 from tests.airflow.conftest import ROOT, connection_env
 
 pytestmark = [pytest.mark.airflow]
@@ -189,7 +191,7 @@ def test_test_connection_asks_each_service_and_never_shows_a_secret(
     assert ok and f"Event Hub {hub.name!r} answered: 3 partitions" in message, message
     ok, message = test("t_store")
     assert ok and "does not exist yet (the first run creates it)" in message, message
-    blob_store_settings.backend().close()  # creates it
+    AzureBlobBackend.from_settings(blob_store_settings).close()  # creates it
     ok, message = test("t_store")
     assert ok and f"container {blob_store_settings.container!r} exists" in message, message
     ok, message = test("t_sink")
@@ -252,7 +254,8 @@ def test_an_existing_wasb_connection_serves_as_the_store(
     from airflow.providers.microsoft.azure.hooks.wasb import WasbHook
 
     from dagster_eventhub_ingest.airflow_provider.hooks import EventHubIngestHook
-    from dagster_eventhub_ingest.resources.store import HubRef, PartitionStore
+    from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+    from dagster_eventhub_ingest.resources.store.records import HubRef
 
     fields = {"conn_type": "wasb", **_wasb_cases(blob_store_settings)[case]}
     monkeypatch.setenv(*connection_env("my_wasb", **fields))
@@ -262,7 +265,7 @@ def test_an_existing_wasb_connection_serves_as_the_store(
     ).get_store_settings()
     assert settings.container == container
     hub = HubRef("ns.servicebus.windows.net", "telemetry", "$Default")
-    store = PartitionStore(settings.backend(), hub)
+    store = PartitionStore(AzureBlobBackend.from_settings(settings), hub)
     own = store.claim("0", "owner-a", None)
     assert own is not None
     store.checkpoint(own, 41, None)
@@ -298,7 +301,7 @@ def test_wasb_connections_the_store_cannot_use_say_why(monkeypatch: pytest.Monke
         "https://acct.blob.core.windows.net",
         (("managed_identity_client_id", "cid"),),
     )
-    from dagster_eventhub_ingest.resources.blob_store import container_client
+    from dagster_eventhub_ingest.resources.store.azure_blob import container_client
 
     with pytest.raises(ConfigurationError, match="AccountKey is not valid base64") as err:
         container_client(settings(login="acct", password="not base64 S3CRET"))

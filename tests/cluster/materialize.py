@@ -25,7 +25,8 @@ def main(args: dict) -> dict:
         local_pyspark_resource,
     )
     from dagster_eventhub_ingest.emulator.spark_cluster import APP_CONF
-    from dagster_eventhub_ingest.resources.settings import EventHubSettings, StoreSettings
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings
+    from dagster_eventhub_ingest.resources.store.settings import StoreSettings
     from tests.fixtures.dagster import eventhub_resource, store_resource
 
     if args["engine"] == "connect":

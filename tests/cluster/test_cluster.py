@@ -21,8 +21,9 @@ from azure.storage.blob import ContainerClient
 
 from dagster_eventhub_ingest.emulator.azurite import ROOT
 from dagster_eventhub_ingest.emulator.spark_cluster import APP_CONF, spark_env
-from dagster_eventhub_ingest.resources.settings import StoreSettings
-from dagster_eventhub_ingest.resources.store import PartitionStore
+from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 from tests.cluster.conftest import Cluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
@@ -91,7 +92,7 @@ def _config(
 
 def _checkpoints(conn: str, container: str, hub: Any) -> dict[str, int]:
     store = PartitionStore(
-        StoreSettings(container=container, connection_string=conn).backend(),
+        AzureBlobBackend.from_settings(StoreSettings(container=container, connection_string=conn)),
         hub.settings().hub_ref(),
     )
     return {pid: c.sequence_number for pid, c in store.list_checkpoints().items()}

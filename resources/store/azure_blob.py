@@ -1,11 +1,11 @@
 """Azure Blob Storage backend of the partition store (azure-storage-blob, sync).
 
-Implements :class:`dagster_eventhub_ingest.resources.store.BlobBackend` with the service's own
-compare-and-set: create-only is ``upload_blob(if_none_match="*")`` (409 ``BlobAlreadyExists`` = lost
-race), a conditional update is ``set_blob_metadata(if_match=etag)`` (412, or 404 when the blob was
-deleted meanwhile = lost race). Every other failure is translated into the package's error hierarchy
-(:mod:`dagster_eventhub_ingest.resources.errors`) with ``raise ... from exc`` and a redacted
-message.
+Implements :class:`dagster_eventhub_ingest.resources.store.records.BlobBackend` with the service's
+own compare-and-set: create-only is ``upload_blob(if_none_match="*")`` (409 ``BlobAlreadyExists`` =
+lost race), a conditional update is ``set_blob_metadata(if_match=etag)`` (412, or 404 when the blob
+was deleted meanwhile = lost race). Every other failure is translated into the package's error
+hierarchy (:mod:`dagster_eventhub_ingest.resources.errors`) with ``raise ... from exc`` and a
+redacted message.
 
 The store's clock is the service's: every response's ``Date`` header (and ``Last-Modified``) is
 a lower bound of the service time when it arrived; :meth:`AzureBlobBackend.now` advances the
@@ -14,11 +14,13 @@ whose clock is minutes off still judges lease expiry the way every other client 
 
 Example::
 
-    from dagster_eventhub_ingest.resources.settings import StoreSettings
-    from dagster_eventhub_ingest.resources.store import HubRef, PartitionStore
+    from dagster_eventhub_ingest.resources.store import (
+        AzureBlobBackend, HubRef, PartitionStore, StoreSettings,
+    )
 
     settings = StoreSettings(container="leases", connection_string=os.environ["STORE_CONN"])
-    store = PartitionStore(settings.backend(), HubRef("myns.servicebus.windows.net", "telemetry"))
+    backend = AzureBlobBackend.from_settings(settings)
+    store = PartitionStore(backend, HubRef("myns.servicebus.windows.net", "telemetry"))
     own = store.claim("0", owner_id="run-42", previous=None)
 """
 
@@ -46,7 +48,7 @@ from azure.core.exceptions import (
 )
 from azure.storage.blob import ContainerClient
 
-from dagster_eventhub_ingest.resources.credentials import (
+from dagster_eventhub_ingest.resources.azure.credentials import (
     make_async_credential,
     make_credential,
     parse_connection_string,
@@ -57,8 +59,8 @@ from dagster_eventhub_ingest.resources.errors import (
     StoreUnavailableError,
     redact,
 )
-from dagster_eventhub_ingest.resources.store import BlobRecord
-from dagster_eventhub_ingest.resources.store_retry import (
+from dagster_eventhub_ingest.resources.store.records import BlobRecord
+from dagster_eventhub_ingest.resources.store.retry import (
     AsyncStoreRetryPolicy,
     RetryLog,
     StoreRetryPolicy,
@@ -69,14 +71,14 @@ if TYPE_CHECKING:
     from azure.core.pipeline import PipelineResponse
     from azure.storage.blob.aio import ContainerClient as AsyncContainerClient
 
-    from dagster_eventhub_ingest.resources.settings import StoreSettings
+    from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
 __all__ = ["AzureBlobBackend", "aio_container_client", "alist_blobs", "container_client"]
 
 logger = logging.getLogger(__name__)
 
 # Short on purpose: a run that cannot reach its store should fail within seconds with a clear
-# message (retries: dagster_eventhub_ingest.resources.store_retry).
+# message (retries: dagster_eventhub_ingest.resources.store.retry).
 CONNECTION_TIMEOUT_SECONDS = 3
 READ_TIMEOUT_SECONDS = 20
 CLOCK_REFRESH_SECONDS = 30.0
@@ -143,7 +145,7 @@ def _endpoint(client: Any) -> str:
 
 def container_client(settings: StoreSettings, **client_kwargs: Any) -> ContainerClient:
     """A ``ContainerClient`` for ``settings`` with the store's retry policy
-    (:class:`~dagster_eventhub_ingest.resources.store_retry.StoreRetryPolicy`) and the timeouts
+    (:class:`~dagster_eventhub_ingest.resources.store.retry.StoreRetryPolicy`) and the timeouts
     above.
 
     No request is made; :meth:`AzureBlobBackend.from_settings` checks the container. Errors
@@ -295,8 +297,8 @@ def _translate(
 
 
 class AzureBlobBackend:
-    """A :class:`~dagster_eventhub_ingest.resources.store.BlobBackend` over one Blob container
-    (thread-safe).
+    """A :class:`~dagster_eventhub_ingest.resources.store.records.BlobBackend` over one Blob
+    container (thread-safe).
 
     Args:
         container_client: an ``azure.storage.blob.ContainerClient`` (sync) for the container.
@@ -305,7 +307,7 @@ class AzureBlobBackend:
 
     ``operations`` counts HTTP responses received (retries included), ``conflicts`` the lost
     compare-and-set races, as
-    :class:`~dagster_eventhub_ingest.resources.memory_store.InMemoryBackend` does. Build it with
+    :class:`~dagster_eventhub_ingest.resources.store.memory.InMemoryBackend` does. Build it with
     :meth:`from_settings`, which also checks (or creates) the container.
     """
 

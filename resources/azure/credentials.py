@@ -1,8 +1,8 @@
 """Credentials, in one place: ``DefaultAzureCredential`` with options, connection-string parsing.
 
 Imported by ``dagster_eventhub_ingest.resources.settings`` (the plain settings values) and
-``dagster_eventhub_ingest.resources.blob_store`` (the Azure Blob backend), which therefore no longer
-import each other.
+``dagster_eventhub_ingest.resources.store.azure_blob`` (the Azure Blob backend), which therefore no
+longer import each other.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ first read, most of them one after another (measured: ``python -c "import pyspar
 0.22 s from the installed package, 0.70-0.76 s from the zip).
 
 A local session started by this package
-(:func:`dagster_eventhub_ingest.resources.spark_session.start_classic_driver`) puts this
+(:func:`dagster_eventhub_ingest.resources.spark.session.start_classic_driver`) puts this
 directory on its JVM's ``PYTHONPATH``, so Python runs this module at start-up in each of those
 processes. When the zip is the one inside the installed pyspark package (a pip install: the same
 files), it moves behind the installed package, whose bytecode is cached; the py4j zip likewise

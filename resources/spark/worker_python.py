@@ -4,9 +4,9 @@ Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on the path of every Pyt
 starts (the executors' workers, the Python data source's planner processes), and Python caches
 no bytecode for a zip: each process compiled pyspark from source, ~0.5 s of CPU apiece. For a
 session whose JVM this package starts on this host
-(:func:`dagster_eventhub_ingest.resources.spark_session.start_classic_driver`), the environment
+(:func:`dagster_eventhub_ingest.resources.spark.session.start_classic_driver`), the environment
 the JVM is launched with
-(:func:`dagster_eventhub_ingest.resources.spark_session.driver_environment`, never this
+(:func:`dagster_eventhub_ingest.resources.spark.session.driver_environment`, never this
 process's) has :data:`WORKER_SITE` first on its ``PYTHONPATH`` (:func:`worker_pythonpath`); its
 ``sitecustomize`` moves the zip behind the installed package when it is that package's own zip
 (see the module there). A cluster's executors keep their own environment.

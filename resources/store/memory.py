@@ -1,5 +1,5 @@
-"""An in-memory :class:`~dagster_eventhub_ingest.resources.store.BlobBackend` with Azure Blob's CAS
-semantics.
+"""An in-memory :class:`~dagster_eventhub_ingest.resources.store.records.BlobBackend` with Azure
+Blob's CAS semantics.
 
 For fast unit tests and the strategy simulator. ETags change on every write, Last-Modified is
 taken from an injectable clock (the simulator's), create-only fails when the blob exists and
@@ -13,7 +13,8 @@ import threading
 from collections.abc import Mapping
 from datetime import datetime, timezone
 
-from dagster_eventhub_ingest.resources.store import BlobRecord, Clock
+from dagster_eventhub_ingest.resources.store.partition_store import Clock
+from dagster_eventhub_ingest.resources.store.records import BlobRecord
 
 __all__ = ["InMemoryBackend"]
 

@@ -1,0 +1,239 @@
+"""A SparkSession owned by whoever started it, and the end of a local driver's JVM.
+
+For whoever starts a session for one task and must leave nothing running when the task ends (the
+``ehingest`` CLI, the Airflow operator, Dagster's local PySpark resource):
+:class:`OwnedSession` stops exactly what its start started, and :func:`end_local_driver` ends
+this process's local driver JVM with the Python workers it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from dagster_eventhub_ingest.resources.spark.session import join_preparations
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["JVM_EXIT_SECONDS", "OwnedSession", "end_local_driver"]
+
+
+#: Seconds a local driver's JVM gets to exit once its stdin is closed (how PySpark's gateway
+#: learns its driver is gone) before it and its children are terminated, then killed.
+JVM_EXIT_SECONDS = 5.0
+
+
+class OwnedSession:
+    """A SparkSession started on first use, and stopped by :meth:`close` with exactly what its
+    start started: the session when no SparkContext was running before it, and the local
+    driver's JVM, with the Python workers it runs, when this process had no JVM before it.
+
+    For whoever starts a session for one task and must leave nothing running when the task ends
+    (the ``ehingest`` CLI, the Airflow operator, Dagster's local PySpark resource). A session
+    that was running already (a notebook's, a test's) is used and left as it was.
+
+    Thread-safe: :meth:`close` may come from another thread while the session starts (the run's
+    early start) or is in use; it returns once what was started is stopped.
+
+    Args:
+        factory: starts (or returns, ``getOrCreate``) the session.
+    """
+
+    def __init__(self, factory: Callable[[], SparkSession]) -> None:
+        import threading
+
+        self._factory = factory
+        self._lock = threading.Lock()
+        self._stopping = threading.Lock()
+        self._started = threading.Event()
+        self._starting = False
+        self._closed = False
+        self._keep_archive = True
+        self._children_before: set[int] = set()
+        self._session: SparkSession | None = None
+        self._stop_context = False
+        self._end_jvm = False
+
+    def get(self) -> SparkSession:
+        """The session, started on the first call.
+
+        Raises:
+            RunCancelledError: :meth:`close` came first.
+        """
+        import psutil
+
+        with self._lock:
+            if self._session is not None:
+                return self._session
+            if self._closed:
+                from dagster_eventhub_ingest.resources.errors import RunCancelledError
+
+                raise RunCancelledError("the Spark session was closed before it started")
+            self._starting = True
+            self._children_before = {p.pid for p in psutil.Process().children()}
+        try:
+            had_context, had_jvm = _running_driver()
+            session = self._factory()
+            from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
+
+            connect = is_connect_session(session)
+            with self._lock:
+                self._session = session
+                self._stop_context = connect or not had_context
+                self._end_jvm = not connect and not had_jvm
+                closed = self._closed
+        finally:
+            with self._lock:
+                self._starting = False
+            self._started.set()
+        if closed:  # closed while it started: stop it now
+            self._stop()
+        return session
+
+    def close(self, *, keep_archive: bool = True, wait: float = 30.0) -> None:
+        """Stop what :meth:`get` started (idempotent), and return once it is stopped.
+
+        ``keep_archive``: let a JVM that writes its class-data archive at exit finish writing
+        it (up to minutes, once per machine); False (a stopped run, in a hurry) ends the JVM
+        at once. ``wait``: how long to let a start in progress finish; a JVM still starting
+        after it is killed.
+        """
+        with self._lock:
+            self._closed = True
+            self._keep_archive = self._keep_archive and keep_archive
+            starting = self._starting
+        if starting and not self._started.wait(wait):
+            self._kill_starting()
+        self._stop()
+
+    def _stop(self) -> None:
+        with self._stopping:  # one stop at a time; a second close() returns after the first
+            with self._lock:
+                session, self._session = self._session, None
+                stop_context, end_jvm = self._stop_context, self._end_jvm
+                keep_archive = self._keep_archive
+            if session is None:
+                return
+            import logging
+
+            log = logging.getLogger(__name__)
+            # In a hurry, ending the JVM stops the context with it (its shutdown hook).
+            if stop_context and (keep_archive or not end_jvm):
+                try:
+                    session.stop()
+                except Exception:  # a JVM that already died: ending it below is what is left
+                    log.debug("stopping the Spark session failed", exc_info=True)
+            if end_jvm:
+                end_local_driver(keep_archive=keep_archive)
+
+    def _kill_starting(self) -> None:
+        """Kill a local driver JVM this session's start launched and that still starts."""
+        import contextlib
+        import logging
+
+        import psutil
+
+        for child in psutil.Process().children():
+            with contextlib.suppress(psutil.Error):
+                if child.pid not in self._children_before and child.name() == "java":
+                    logging.getLogger(__name__).warning(
+                        "the Spark driver (pid %s) was still starting when the session was "
+                        "closed; killing it",
+                        child.pid,
+                    )
+                    for proc in [*child.children(recursive=True), child]:
+                        with contextlib.suppress(psutil.Error):
+                            proc.kill()
+
+
+def _running_driver() -> tuple[bool, bool]:
+    """(a SparkContext is running, a JVM gateway exists) in this process, before a start."""
+    try:
+        from pyspark import SparkContext
+    except ImportError:  # a Spark Connect-only client
+        return False, False
+    return SparkContext._active_spark_context is not None, SparkContext._gateway is not None
+
+
+def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECONDS) -> None:
+    """End this process's local Spark driver JVM and the processes it started (Python workers),
+    and forget its gateway so that a later session starts a JVM of its own.
+
+    The JVM's stdin is closed (PySpark's own way of telling its gateway the driver is gone; the
+    JVM then exits, writing its class-data archive if it was to, see
+    :mod:`dagster_eventhub_ingest.resources.jvm_archive`); whatever of it and its children is
+    still running after ``wait`` seconds is terminated, then killed. ``keep_archive=False`` (in
+    a hurry): what still runs after one second is killed, an archive being written with it.
+    Only for a JVM this process launched (``SparkContext._gateway.proc``); a no-op without
+    one.
+    """
+    import contextlib
+    import logging
+
+    import psutil
+    from pyspark import SparkContext
+
+    from dagster_eventhub_ingest.resources import jvm_archive
+
+    log = logging.getLogger(__name__)
+    proc = jvm_archive.gateway_process()
+    if proc is None:
+        return
+    join_preparations(5.0)
+    try:
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.Error:
+        tree = []
+    if keep_archive:
+        jvm_archive.finish_dumps()  # closes stdin and waits for a pending archive, if any
+    with contextlib.suppress(OSError, ValueError):
+        if proc.stdin is not None:
+            proc.stdin.close()
+    # In a hurry, a JVM writing its class-data archive at exit is not waited for.
+    alive = _wait_gone(tree, wait if keep_archive else min(wait, 1.0))
+    for stage in ("terminate", "kill") if keep_archive else ("kill",):
+        if not alive:
+            break
+        log.warning(
+            "the Spark driver's processes %s did not exit in time; %s them",
+            [p.pid for p in alive],
+            "terminating" if stage == "terminate" else "killing",
+        )
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                getattr(p, stage)()
+        alive = _wait_gone(alive, 2.0)
+    with contextlib.suppress(Exception):
+        proc.wait(1.0)  # reap it: no zombie left behind
+    # The gateway object would point at the dead JVM: put back what PySpark holds before any
+    # JVM was launched (None), so a later session in this process launches its own.
+    gateway = SparkContext._gateway
+    with SparkContext._lock:
+        if SparkContext._gateway is gateway:
+            SparkContext._gateway = None
+            SparkContext._jvm = None
+    if gateway is not None:
+        with contextlib.suppress(Exception):
+            gateway.close()
+
+
+def _wait_gone(procs: list[Any], timeout: float) -> list[Any]:
+    """The processes of ``procs`` still running after up to ``timeout`` seconds. An exited one
+    not yet reaped by its parent (a zombie: a worker of the JVM's) counts as gone."""
+    import time
+
+    import psutil
+
+    def running(p: Any) -> bool:
+        try:
+            return bool(p.status() != psutil.STATUS_ZOMBIE)
+        except psutil.Error:
+            return False
+
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [p for p in procs if running(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
