@@ -3,7 +3,7 @@
 Install with the ``airflow`` extra (``pip install "dagster-eventhub-ingest[airflow]"``): Airflow
 finds the provider through its ``apache_airflow_provider`` entry point
 (:mod:`dagster_eventhub_ingest.airflow_provider.get_provider_info`). The operator runs the same
-ingestion (``dagster_eventhub_ingest.ops.run.run_ingestion``) as the Dagster asset and the
+ingestion (``dagster_eventhub_ingest.ops.run.entry.run_ingestion``) as the Dagster asset and the
 ``ehingest`` CLI, configured from Airflow connections. docs/airflow.md has the connections, the
 example DAG and how each piece maps to the Dagster integration.
 

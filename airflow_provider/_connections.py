@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
 
 from dagster_eventhub_ingest.airflow_provider._form import CONN_TYPE, WASB_CONN_TYPE
-from dagster_eventhub_ingest.ops.run import IngestConfig
+from dagster_eventhub_ingest.ops.run.settings import IngestConfig
 from dagster_eventhub_ingest.resources.azure.credentials import CredentialOptions, CredentialType
 from dagster_eventhub_ingest.resources.config import (
     EventHubIdentityCredential,
@@ -425,7 +425,7 @@ def sink_settings(conn: ConnectionLike) -> SinkSettings:
         conn, role, lambda: SinkConfig.from_dict(fields, where="extra").settings()
     )
     spark = spark_settings(conn)
-    from dagster_eventhub_ingest.ops.sink_checks import check_sink_reachable
+    from dagster_eventhub_ingest.ops.sinks.checks import check_sink_reachable
 
     # Before anything is claimed or a JVM starts: a local path a cluster cannot share.
     _wrap(

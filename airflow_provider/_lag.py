@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 
-from dagster_eventhub_ingest.ops.hub import HubClient
+from dagster_eventhub_ingest.ops.run.hub import HubClient
 from dagster_eventhub_ingest.ops.status import partition_status
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
 from dagster_eventhub_ingest.resources.hub_client import EventHubClient, HubSnapshot, PartitionInfo

@@ -27,7 +27,7 @@ from dagster_eventhub_ingest.airflow_provider._form import (
     FORM_FIELDS,
     UI_FIELD_BEHAVIOUR,
 )
-from dagster_eventhub_ingest.ops.run import IngestConfig
+from dagster_eventhub_ingest.ops.run.settings import IngestConfig
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, EventHubIngestError, redact
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
 from dagster_eventhub_ingest.resources.sink import SinkSettings

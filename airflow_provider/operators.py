@@ -19,7 +19,7 @@ from dagster_eventhub_ingest.airflow_provider._connections import (
     check_run_options,
     partition_list,
 )
-from dagster_eventhub_ingest.ops.run import RunReport
+from dagster_eventhub_ingest.ops.run.report import RunReport
 from dagster_eventhub_ingest.resources.errors import (
     ConfigurationError,
     EventHubIngestError,
@@ -31,7 +31,7 @@ from dagster_eventhub_ingest.resources.errors import (
 if TYPE_CHECKING:
     from airflow.sdk.definitions.mappedoperator import OperatorPartial
 
-    from dagster_eventhub_ingest.ops.cancel import Cancellation
+    from dagster_eventhub_ingest.ops.run.cancel import Cancellation
 
 __all__ = ["EventHubIngestOperator", "owner_id_for", "report_to_json"]
 
@@ -117,8 +117,8 @@ def report_to_json(report: RunReport) -> dict[str, Any]:
 class EventHubIngestOperator(BaseOperator):
     """Bring the hub's partitions up to date in the sink, exactly once, in one task try.
 
-    Runs ``dagster_eventhub_ingest.ops.run.run_ingestion`` (the run a Dagster asset materialization
-    makes) with the configuration
+    Runs ``dagster_eventhub_ingest.ops.run.entry.run_ingestion`` (the run a Dagster asset
+    materialization makes) with the configuration
     :class:`~dagster_eventhub_ingest.airflow_provider.hooks.EventHubIngestHook` builds from the
     connections. The lease owner id is the task instance plus its try number, so a retry takes over
     the leases and pending intents of its own failed try at once and replays exactly the recorded
@@ -188,7 +188,7 @@ class EventHubIngestOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         """One ingestion run; returns the report (XCom)."""
         from dagster_eventhub_ingest.airflow_provider.hooks import EventHubIngestHook
-        from dagster_eventhub_ingest.ops.run import run_ingestion
+        from dagster_eventhub_ingest.ops.run.entry import run_ingestion
 
         ti = context["ti"]
         hook = EventHubIngestHook(
@@ -199,7 +199,7 @@ class EventHubIngestOperator(BaseOperator):
             spark_factory = hook.get_spark_factory()
         except ConfigurationError as exc:
             raise AirflowFailException(f"{type(exc).__name__}: {exc}") from None
-        from dagster_eventhub_ingest.ops.cancel import Cancellation
+        from dagster_eventhub_ingest.ops.run.cancel import Cancellation
         from dagster_eventhub_ingest.resources.spark.owned import OwnedSession
 
         key = (ti.dag_id, ti.run_id, ti.task_id, ti.map_index, ti.try_number)

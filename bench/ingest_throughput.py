@@ -525,7 +525,8 @@ def mode_pipeline(
     have done: Spark's Python workers are started and have imported the source, the JVM has
     compiled the write. The cold run pays that in its timed Spark job.
     """
-    from dagster_eventhub_ingest.ops.run import IngestConfig, run_ingestion
+    from dagster_eventhub_ingest.ops.run.entry import run_ingestion
+    from dagster_eventhub_ingest.ops.run.settings import IngestConfig
     from dagster_eventhub_ingest.resources.sink import SinkSettings
     from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 

@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from dagster_eventhub_ingest.ops.sink_place import sink_place  # noqa: E402
-from dagster_eventhub_ingest.ops.sink_source import check_sink_source  # noqa: E402
-from dagster_eventhub_ingest.ops.stats import batch_key  # noqa: E402
+from dagster_eventhub_ingest.ops.sinks.batch import batch_key  # noqa: E402
+from dagster_eventhub_ingest.ops.sinks.place import sink_place  # noqa: E402
+from dagster_eventhub_ingest.ops.sinks.source import check_sink_source  # noqa: E402
 from dagster_eventhub_ingest.resources.sink import SinkSettings  # noqa: E402
 from dagster_eventhub_ingest.resources.store.records import HubRef  # noqa: E402
 
@@ -62,7 +62,7 @@ def _delta_sink(root: Path, batches: int) -> SinkSettings:
     from deltalake import DeltaTable
     from deltalake.transaction import AddAction, RemoveAction
 
-    from dagster_eventhub_ingest.ops.sink_read import delta_output_schema
+    from dagster_eventhub_ingest.ops.sinks.read import delta_output_schema
 
     sink = SinkSettings(format="deltalake", path=str(root))
     schema = delta_output_schema(sink.sources)

@@ -105,7 +105,7 @@ def main() -> None:
     parser.add_argument("--prefetch", type=int, default=300)
     args = parser.parse_args()
 
-    from dagster_eventhub_ingest.ops.write import write_batch
+    from dagster_eventhub_ingest.ops.sinks.write import write_batch
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
     from dagster_eventhub_ingest.resources.sink import SinkSettings
     from dagster_eventhub_ingest.resources.spark.session import local_spark_session

@@ -14,7 +14,7 @@ import argparse
 import time
 
 from dagster_eventhub_ingest.ops.balancing import STRATEGIES
-from dagster_eventhub_ingest.ops.simulation import SCENARIOS, SimConfig, simulate
+from dagster_eventhub_ingest.ops.balancing.simulation import SCENARIOS, SimConfig, simulate
 
 
 def _fmt(value: float | None) -> str:

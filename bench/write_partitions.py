@@ -1,4 +1,4 @@
-"""JVM CPU per event of ``dagster_eventhub_ingest.ops.write.write_batch`` by the number of
+"""JVM CPU per event of ``dagster_eventhub_ingest.ops.sinks.write.write_batch`` by the number of
 partitions in a batch.
 
 With ``stats_method="observe"``, ``write_batch`` observes, while the write consumes the
@@ -55,7 +55,7 @@ def main() -> None:
     import psutil
     from pyspark.sql import functions as F
 
-    from dagster_eventhub_ingest.ops.write import write_batch
+    from dagster_eventhub_ingest.ops.sinks.write import write_batch
     from dagster_eventhub_ingest.resources.ranges import SeqRange
     from dagster_eventhub_ingest.resources.sink import SinkSettings
     from dagster_eventhub_ingest.resources.spark.session import local_spark_session

@@ -45,7 +45,7 @@ from typing import Any
 
 from pydantic import Field
 
-from dagster_eventhub_ingest.ops.run import IngestConfig
+from dagster_eventhub_ingest.ops.run.settings import IngestConfig
 from dagster_eventhub_ingest.resources.config import (
     ENV_REFERENCE,
     ConfigDeprecationWarning,
@@ -110,7 +110,7 @@ def _check_no_literal_secret(node: Any, key: str) -> None:
 
 
 def _check_storage_options_from_env(raw: Mapping[str, Any]) -> None:
-    from dagster_eventhub_ingest.resources.sink_storage import SECRET_OPTION_KEYS
+    from dagster_eventhub_ingest.ops.sinks.storage import SECRET_OPTION_KEYS
 
     sink = raw.get("sink")
     options = sink.get("storage_options") if isinstance(sink, Mapping) else None
@@ -177,7 +177,7 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> CliConfig:
     spec = CliSpec.from_dict(doc)
     ingest = IngestConfig.from_spec(spec, env_map, connection_strings=conns)
     spark = spec.spark
-    from dagster_eventhub_ingest.ops.sink_checks import check_sink_reachable
+    from dagster_eventhub_ingest.ops.sinks.checks import check_sink_reachable
 
     # Before anything is claimed or a JVM starts: a local sink path a cluster cannot share.
     try:

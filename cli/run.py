@@ -46,7 +46,7 @@ from dagster_eventhub_ingest.resources.errors import (
 )
 
 if TYPE_CHECKING:
-    from dagster_eventhub_ingest.ops.cancel import Cancellation
+    from dagster_eventhub_ingest.ops.run.cancel import Cancellation
 
 __all__ = ["ProgressPrinter", "format_report", "report_json", "run"]
 
@@ -60,7 +60,7 @@ def report_json(report: object) -> dict[str, Any]:
     """The run report as JSON-ready data (``ehingest run --json``)."""
     from dataclasses import asdict
 
-    from dagster_eventhub_ingest.ops.run import RunReport
+    from dagster_eventhub_ingest.ops.run.report import RunReport
 
     assert isinstance(report, RunReport)
 
@@ -128,7 +128,7 @@ class ProgressPrinter:
 
 def format_report(report: object) -> str:
     """The run summary as a plain-text table (one row per target partition)."""
-    from dagster_eventhub_ingest.ops.run import RunReport
+    from dagster_eventhub_ingest.ops.run.report import RunReport
     from dagster_eventhub_ingest.ops.text import format_cell, format_table
 
     assert isinstance(report, RunReport)
@@ -250,8 +250,8 @@ def run(
     import dataclasses
 
     from dagster_eventhub_ingest.cli.config import load_config
-    from dagster_eventhub_ingest.ops.cancel import Cancellation
-    from dagster_eventhub_ingest.ops.progress import PhaseClock
+    from dagster_eventhub_ingest.ops.run.cancel import Cancellation
+    from dagster_eventhub_ingest.ops.run.progress import PhaseClock
     from dagster_eventhub_ingest.resources.errors import RunCancelledError
     from dagster_eventhub_ingest.resources.spark.owned import OwnedSession
 
@@ -267,7 +267,7 @@ def run(
         except ConfigurationError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(EXIT_CONFIG)
-        from dagster_eventhub_ingest.ops.run import run_ingestion
+        from dagster_eventhub_ingest.ops.run.entry import run_ingestion
 
         clock = PhaseClock()
         # Interpreter start, imports and the config file: part of every scheduled run's cost.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from dagster_eventhub_ingest.ops.balancing import STRATEGIES
-from dagster_eventhub_ingest.ops.simulation import SCENARIOS, SimConfig, SimResult
-from dagster_eventhub_ingest.ops.simulation import simulate as run_simulation
+from dagster_eventhub_ingest.ops.balancing.simulation import SCENARIOS, SimConfig, SimResult
+from dagster_eventhub_ingest.ops.balancing.simulation import simulate as run_simulation
 
 __all__ = ["simulate", "simulate_command"]
 

@@ -30,7 +30,7 @@ __all__ = ["spark_archive"]
 def spark_archive(config_path: str | None, rebuild: bool) -> None:
     """Write the local Spark JVM's class-data archive, so runs start without loading jars."""
     from dagster_eventhub_ingest.cli.exit_codes import EXIT_CONFIG, EXIT_FAILED
-    from dagster_eventhub_ingest.ops.warm_up import warm_up
+    from dagster_eventhub_ingest.ops.run.warm_up import warm_up
     from dagster_eventhub_ingest.resources.errors import ConfigurationError
     from dagster_eventhub_ingest.resources.jvm_archive import (
         REBUILD,

@@ -1,9 +1,9 @@
 """The Event Hub ingestion asset: one Dagster partition per Event Hub partition.
 
-A run for partition keys S calls :func:`dagster_eventhub_ingest.ops.run.run_ingestion` with owner id
-= run id and ``partition_ids=S``. The run joins the other live runs (peers) in the partition store,
-claims a balanced share, and loops until every key in S is up to date, whoever did the reading. Only
-then does it log ``AssetMaterialization`` events
+A run for partition keys S calls :func:`dagster_eventhub_ingest.ops.run.entry.run_ingestion` with
+owner id = run id and ``partition_ids=S``. The run joins the other live runs (peers) in the
+partition store, claims a balanced share, and loops until every key in S is up to date, whoever did
+the reading. Only then does it log ``AssetMaterialization`` events
 (:mod:`dagster_eventhub_ingest.dagster_project.metadata`): one per batch it landed, with Dagster's
 standard keys, events, bytes, sequence and enqueued-time ranges and lag; and, when a user asked for
 S (a backfill, the launchpad, the CLI), one for every other key of S too, so a successful run has
@@ -37,8 +37,10 @@ from dagster_eventhub_ingest.dagster_project.resources import (
     LocalPySparkResource,
     session_or_factory,
 )
-from dagster_eventhub_ingest.ops.cancel import Cancellation
-from dagster_eventhub_ingest.ops.run import IngestConfig, ReplaySpec, RunReport, run_ingestion
+from dagster_eventhub_ingest.ops.run.cancel import Cancellation
+from dagster_eventhub_ingest.ops.run.entry import run_ingestion
+from dagster_eventhub_ingest.ops.run.report import RunReport
+from dagster_eventhub_ingest.ops.run.settings import IngestConfig, ReplaySpec
 from dagster_eventhub_ingest.resources.config import (
     AssetPolicies,
     ConfigDeprecationWarning,
@@ -393,7 +395,7 @@ def build_eventhub_ingest_asset(
         targets = list(context.partition_keys)
         resources = context.resources
         # Dagster's Terminate raises DagsterExecutionInterruptedError in this thread; the run
-        # waits on its own thread, so it winds down cleanly (ops/cancel.py) before it is raised.
+        # waits on its own thread, so it winds down cleanly (ops/run/cancel.py) before it is raised.
         cancel = Cancellation()
         try:
             eventhub = getattr(resources, keys.eventhub)
@@ -415,7 +417,7 @@ def build_eventhub_ingest_asset(
             spark, spark_factory = session_or_factory(pyspark, ingest_config.sink)
             if isinstance(pyspark, LocalPySparkResource):
                 # A stopped run that does not wind down in time is unblocked by ending the
-                # session it waits on (ops/cancel.py).
+                # session it waits on (ops/run/cancel.py).
                 cancel.on_force(lambda: pyspark.stop_session(keep_archive=False))
             context.log.info(
                 f"run {context.run.run_id} ingesting "

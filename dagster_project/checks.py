@@ -85,7 +85,7 @@ def lag_check_result(
 
     ``reports`` maps partition id to anything with ``lag_events`` / ``lag_seconds`` (a
     :class:`dagster_eventhub_ingest.ops.status.PartitionStatus` or
-    :class:`dagster_eventhub_ingest.ops.run.PartitionReport`); a partition without one (not
+    :class:`dagster_eventhub_ingest.ops.run.report.PartitionReport`); a partition without one (not
     measured) counts as over the threshold.
     """
     over: list[str] = []

@@ -21,7 +21,7 @@ from typing import Any
 
 import dagster as dg
 
-from dagster_eventhub_ingest.ops.run import PartitionReport
+from dagster_eventhub_ingest.ops.run.report import PartitionReport
 from dagster_eventhub_ingest.resources.errors import redact
 from dagster_eventhub_ingest.resources.sink import SinkSources
 
@@ -48,11 +48,11 @@ _SPARK_TO_TYPE = {
 
 @cache
 def column_schema(sources: SinkSources = "one") -> dg.TableSchema:
-    """The sink's columns (``dagster_eventhub_ingest.ops.sink_read.output_schema``): the
+    """The sink's columns (``dagster_eventhub_ingest.ops.sinks.read.output_schema``): the
     ``eventhubs`` source schema, ``eh_source`` in a sink several sources share, the ``eh_batch``
     key column."""
-    from dagster_eventhub_ingest.ops.sink_checks import BATCH_COLUMN, SOURCE_COLUMN
-    from dagster_eventhub_ingest.ops.sink_read import output_schema
+    from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN, SOURCE_COLUMN
+    from dagster_eventhub_ingest.ops.sinks.read import output_schema
 
     described = {
         BATCH_COLUMN: "Batch key partition-first-last (e.g. 0-100-199): rewriting a batch "

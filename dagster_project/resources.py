@@ -411,7 +411,7 @@ def session_or_factory(
     run's resources were set up) gives its session, which the run asks.
     """
     if isinstance(pyspark, LocalPySparkResource):
-        from dagster_eventhub_ingest.ops.sink_checks import check_sink_reachable
+        from dagster_eventhub_ingest.ops.sinks.checks import check_sink_reachable
 
         engine = pyspark.engine()
         check_sink_reachable(sink, local=engine.is_local, engine=engine.engine)

@@ -1,9 +1,14 @@
-"""ops: the run's steps (plan, claim, read, write, checkpoint) over resources/.
+"""ops: the run's steps over resources/, one folder per step.
 
-The public names load lazily: Spark executors import ``dagster_eventhub_ingest.ops.write`` (the
-Delta writer) from the shipped code, and an eager import of ``dagster_eventhub_ingest.ops.run`` here
-would pull the driver-only configuration model (pydantic) into every executor's Python, which need
-not have it.
+- :mod:`.run`: one ingestion run, from :func:`run_ingestion` to a moved checkpoint;
+- :mod:`.balancing`: which partitions a run claims (strategies, liveness, the simulator);
+- :mod:`.sinks`: writing a batch exactly once, and reading back what the sink holds;
+- :mod:`.status` and :mod:`.lag`: a partition's state and lag without running anything;
+  :mod:`.text`: the plain-text tables ``ehingest`` prints.
+
+The public names load lazily: Spark executors import the sink's writers from the shipped code,
+and an eager import of the run here would pull the driver-only configuration model (pydantic)
+into every executor's Python, which need not have it.
 """
 
 from __future__ import annotations
@@ -12,16 +17,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dagster_eventhub_ingest.ops.run import (
-        IngestConfig,
-        PartitionReport,
-        ReplaySpec,
-        RunReport,
-        run_ingestion,
-    )
-    from dagster_eventhub_ingest.ops.stats import PartitionWriteStats
+    from dagster_eventhub_ingest.ops.run.entry import run_ingestion
+    from dagster_eventhub_ingest.ops.run.report import PartitionReport, RunReport
+    from dagster_eventhub_ingest.ops.run.settings import IngestConfig, ReplaySpec
+    from dagster_eventhub_ingest.ops.sinks.batch import PartitionWriteStats
+    from dagster_eventhub_ingest.ops.sinks.read import read_sink
+    from dagster_eventhub_ingest.ops.sinks.write import WriteResult, write_batch
     from dagster_eventhub_ingest.ops.status import PartitionStatus, partition_status
-    from dagster_eventhub_ingest.ops.write import WriteResult, read_sink, write_batch
 
 _HOMES = {
     "IngestConfig": "dagster_eventhub_ingest.ops.run",
@@ -31,10 +33,10 @@ _HOMES = {
     "run_ingestion": "dagster_eventhub_ingest.ops.run",
     "PartitionStatus": "dagster_eventhub_ingest.ops.status",
     "partition_status": "dagster_eventhub_ingest.ops.status",
-    "PartitionWriteStats": "dagster_eventhub_ingest.ops.stats",
-    "WriteResult": "dagster_eventhub_ingest.ops.write",
-    "read_sink": "dagster_eventhub_ingest.ops.write",
-    "write_batch": "dagster_eventhub_ingest.ops.write",
+    "PartitionWriteStats": "dagster_eventhub_ingest.ops.sinks",
+    "WriteResult": "dagster_eventhub_ingest.ops.sinks",
+    "read_sink": "dagster_eventhub_ingest.ops.sinks",
+    "write_batch": "dagster_eventhub_ingest.ops.sinks",
 }
 
 __all__ = [
@@ -55,5 +57,5 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
     if home is None:
-        raise AttributeError(f"module 'ops' has no attribute {name!r}")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(home), name)

@@ -1,7 +1,7 @@
 """How far a partition's checkpoint is behind the hub: the one lag formula.
 
-The run's report (:mod:`dagster_eventhub_ingest.ops.run`), ``ehingest status`` and the Dagster lag
-check (:mod:`dagster_eventhub_ingest.ops.status`), and the Airflow lag sensor (through
+The run's report (:mod:`dagster_eventhub_ingest.ops.run.processor`), ``ehingest status`` and the
+Dagster lag check (:mod:`dagster_eventhub_ingest.ops.status`), and the Airflow lag sensor (through
 :mod:`dagster_eventhub_ingest.ops.status`) all measure lag here, so the figure a sensor waits on is
 the figure a run reports.
 """

@@ -11,9 +11,9 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from dagster_eventhub_ingest.ops.hub import HubClient
 from dagster_eventhub_ingest.ops.lag import age_seconds, partition_lag
-from dagster_eventhub_ingest.ops.plan import checkpoint_problem
+from dagster_eventhub_ingest.ops.run.hub import HubClient
+from dagster_eventhub_ingest.ops.run.plan import checkpoint_problem
 from dagster_eventhub_ingest.resources.ranges import SeqRange
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 

@@ -1,13 +1,13 @@
 """Ship this project's code to Spark executors, which never have the repository.
 
-On a cluster or a Spark Connect server, Python workers unpickle the ``eventhubs`` data source
-and the Delta writer by reference
+On a cluster or a Spark Connect server, Python workers unpickle the ``eventhubs`` data source and
+the Delta writer by reference
 (``dagster_eventhub_ingest.resources.spark_source.EventHubsDataSource``,
-``dagster_eventhub_ingest.ops.write._DeltaBatchWriter``), so the packages must be importable there.
-When the session is not local, :func:`ship_code` builds a zip of those packages once per version
-(cached by a hash of their sources) and adds it to the session: ``addPyFile`` on a classic session,
-``addArtifacts(path, pyfile=True)`` on Spark Connect. Local sessions share the driver's interpreter
-and are left alone.
+``dagster_eventhub_ingest.ops.sinks.delta_writer.DeltaBatchWriter``), so the packages must be
+importable there. When the session is not local, :func:`ship_code` builds a zip of those packages
+once per version (cached by a hash of their sources) and adds it to the session: ``addPyFile`` on a
+classic session, ``addArtifacts(path, pyfile=True)`` on Spark Connect. Local sessions share the
+driver's interpreter and are left alone.
 
 Clusters that install ``dagster-eventhub-ingest`` as a library turn shipping off with the Spark
 setting ``spark.ehingest.shipCode=false`` (CLI: ``spark: {ship_code: false}``).

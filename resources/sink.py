@@ -16,6 +16,7 @@ from dagster_eventhub_ingest.resources.errors import ConfigurationError, did_you
 from dagster_eventhub_ingest.resources.settings import EVENT_COLUMNS
 
 __all__ = [
+    "BUILTIN_FORMATS",
     "DELTALAKE_FORMAT",
     "GLOB_CHARACTERS",
     "PARTITION_COLUMNS",
@@ -34,6 +35,8 @@ DELTALAKE_FORMAT = "deltalake"
 #: Spark formats that can hold the event schema (binary body, map columns). Other data sources
 #: are named by their fully qualified class name (anything with a dot).
 SPARK_FORMATS: tuple[str, ...] = ("parquet", "delta", "orc", "avro", "json", "iceberg", "hudi")
+#: The Spark formats every session has without a package (the others need their jars).
+BUILTIN_FORMATS: tuple[str, ...] = ("parquet", "orc", "json")
 #: Whose events a sink holds: one source's (a namespace, hub and consumer group), refusing any
 #: other, or several sources', each batch key and row naming its own (``SinkConfig.sources``).
 SinkSources = Literal["one", "many"]
@@ -138,7 +141,7 @@ class SinkSettings:
     #: NFS or DBFS-style mount). Without it a local path is refused on a non-local Spark.
     shared: bool = False
     #: ``deltalake`` on ``abfss://`` / ``az://``: delta-rs storage options (account, key or SAS
-    #: or service principal, endpoint); see resources/sink_storage.py. Hidden from repr.
+    #: or service principal, endpoint); see ops/sinks/storage.py. Hidden from repr.
     storage_options: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: ``one`` or ``many`` (``dagster_eventhub_ingest.resources.config.SinkConfig.sources``).
     sources: SinkSources = "one"

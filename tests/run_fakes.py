@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from dagster_eventhub_ingest.ops.hub import PartitionInfo
-from dagster_eventhub_ingest.ops.ingest import SinkEvent
-from dagster_eventhub_ingest.ops.stats import BatchKey, PartitionWriteStats, batch_key
+from dagster_eventhub_ingest.ops.run.hub import PartitionInfo
+from dagster_eventhub_ingest.ops.run.ingestor import Ingestor, SinkEvent
+from dagster_eventhub_ingest.ops.sinks.batch import BatchKey, PartitionWriteStats, batch_key
 from dagster_eventhub_ingest.resources.errors import DataLossError, RangeError
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
@@ -85,9 +85,9 @@ class FakeHub:
         return {p: self.enqueued_time_of(p, s) for p, s in wanted.items()}
 
 
-class FakeIngestor:
+class FakeIngestor(Ingestor):
     """Reads ranges from a :class:`FakeHub` into a dict keyed like
-    ``dagster_eventhub_ingest.ops.stats.batch_key``.
+    ``dagster_eventhub_ingest.ops.sinks.batch.batch_key``.
 
     The key is (partition, start, end), plus the generation for a re-created hub's batches.
     """

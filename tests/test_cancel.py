@@ -1,4 +1,4 @@
-"""Stopping a run (ops/cancel.py) as pure logic: the in-memory store (Blob's CAS semantics),
+"""Stopping a run (ops/run/cancel.py) as pure logic: the in-memory store (Blob's CAS semantics),
 the fake hub and ingestor of tests/run_fakes.py. The real processes (the CLI, a Dagster run, an
 Airflow task) are in tests/test_cancellation_integration.py,
 tests/test_dagster_terminate_integration.py and tests/airflow/.
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from dagster_eventhub_ingest.ops.cancel import Cancellation
-from dagster_eventhub_ingest.ops.run import Processor
+from dagster_eventhub_ingest.ops.run.cancel import Cancellation
+from dagster_eventhub_ingest.ops.run.processor import Processor
 from dagster_eventhub_ingest.resources.errors import RunCancelledError
 from dagster_eventhub_ingest.resources.store.memory import InMemoryBackend
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore

@@ -16,7 +16,7 @@ from dagster_eventhub_ingest.cli.exit_codes import (
     exit_code_for,
 )
 from dagster_eventhub_ingest.cli.run import ProgressPrinter
-from dagster_eventhub_ingest.ops.progress import PartitionProgress, RunProgress
+from dagster_eventhub_ingest.ops.run.progress import PartitionProgress, RunProgress
 from dagster_eventhub_ingest.resources.errors import (
     ConfigurationError,
     DataLossError,
@@ -123,13 +123,13 @@ def test_a_sink_errors_exit_code_follows_its_cause() -> None:
     import errno
     import os
 
-    from dagster_eventhub_ingest.ops.sink_errors import _sink_error, sink_failure_retryable
+    from dagster_eventhub_ingest.ops.sinks.failures import sink_error, sink_failure_retryable
 
     for text in PERMANENT_WRITE_FAILURES:
-        err = _sink_error("sink parquet path '/out': cannot write batch", RuntimeError(text))
+        err = sink_error("sink parquet path '/out': cannot write batch", RuntimeError(text))
         assert not err.retryable and exit_code_for(err) == EXIT_CONFIG, text
     for text in TRANSIENT_WRITE_FAILURES:
-        err = _sink_error("sink parquet path '/out': cannot write batch", RuntimeError(text))
+        err = sink_error("sink parquet path '/out': cannot write batch", RuntimeError(text))
         assert err.retryable and exit_code_for(err) == EXIT_FAILED, text
     # The buried cause counts, and so do deterministic exception types.
     try:

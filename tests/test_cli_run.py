@@ -171,9 +171,9 @@ def test_two_concurrent_runs_over_the_same_partitions_split_the_work(
     the first reads: with batches of max_events_per_cycle, the first releases its leases between
     batches and claims only its share, so both read events; every event lands once.
 
-    A lone run grows its cycles (dagster_eventhub_ingest.ops.plan.cycle_size: 30, 30, 120 here), so
-    the first's readers are slowed (2 s per received batch, ~8 s per cycle on local[1]) to keep it
-    reading while the second starts, as a slower source or a bigger backlog would."""
+    A lone run grows its cycles (dagster_eventhub_ingest.ops.run.plan.cycle_size: 30, 30, 120 here),
+    so the first's readers are slowed (2 s per received batch, ~8 s per cycle on local[1]) to keep
+    it reading while the second starts, as a slower source or a bigger backlog would."""
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
     from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
     from dagster_eventhub_ingest.resources.store.settings import StoreSettings

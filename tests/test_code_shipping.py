@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dagster_eventhub_ingest.ops.write import (
-    _DeltaBatchWriter,
-    _DeltaPart,
-    _DeltaTaskMessage,
-    _verify_written,
-    batch_key,
-    write_batch,
+from dagster_eventhub_ingest.ops.sinks.batch import batch_key
+from dagster_eventhub_ingest.ops.sinks.delta_writer import (
+    DeltaBatchWriter,
+    DeltaPart,
+    DeltaTaskMessage,
 )
+from dagster_eventhub_ingest.ops.sinks.verify import verify_written
+from dagster_eventhub_ingest.ops.sinks.write import write_batch
 from dagster_eventhub_ingest.resources.code_shipping import (
     build_code_zip,
     missing_module_error,
@@ -46,7 +46,7 @@ def test_code_zip_holds_the_packages_and_is_built_once(tmp_path: Path) -> None:
         "dagster_eventhub_ingest/resources/__init__.py",
         "dagster_eventhub_ingest/resources/spark_source/__init__.py",
         "dagster_eventhub_ingest/resources/spark_source/_read.py",
-        "dagster_eventhub_ingest/ops/write.py",
+        "dagster_eventhub_ingest/ops/sinks/write.py",
     } <= names
     # Everything under the one import name: nothing generic at the zip's root.
     assert {n.split("/")[0] for n in names} == {"dagster_eventhub_ingest"}
@@ -57,7 +57,7 @@ def test_code_zip_holds_the_packages_and_is_built_once(tmp_path: Path) -> None:
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); "
         "import dagster_eventhub_ingest.resources.spark_source as s, "
-        "dagster_eventhub_ingest.ops.write; print(s.__file__)"
+        "dagster_eventhub_ingest.ops.sinks.write; print(s.__file__)"
     )
     out = subprocess.run(
         [sys.executable, "-c", code, str(first)],
@@ -162,13 +162,13 @@ def test_delta_commit_refuses_files_it_cannot_read(spark: SparkSession, tmp_path
     version = table.version()
     good = table.file_uris()[0]
     rel = good[len(str(tmp_path / "t")) + 1 :]
-    writer = _DeltaBatchWriter(
+    writer = DeltaBatchWriter(
         str(tmp_path / "t"), ["eh_batch"], events(spark, {"0": (0, 0)}).schema.json(), ["0-10-19"]
     )
 
-    def message(path: str, rows: int) -> _DeltaTaskMessage:
-        part = _DeltaPart(path, 100, {"eh_batch": "0-10-19"}, rows, "{}", 0)
-        return _DeltaTaskMessage(parts=(part,), outside=0)
+    def message(path: str, rows: int) -> DeltaTaskMessage:
+        part = DeltaPart(path, 100, {"eh_batch": "0-10-19"}, rows, "{}", 0)
+        return DeltaTaskMessage(parts=(part,), outside=0)
 
     with pytest.raises(SinkError, match=r"'eh_batch=0-10-19/part-x.parquet' written by a task"):
         writer.commit([message("eh_batch=0-10-19/part-x.parquet", 10)])
@@ -186,9 +186,9 @@ def test_write_is_verified_by_reading_back_the_row_count(
     ranges = {"0": (0, 9), "1": (0, 4)}
     write_batch(events(spark, ranges), sink, ranges)
     keys = [batch_key(p, *r) for p, r in ranges.items()]
-    _verify_written(spark, sink, keys, 15, sink.path or "")  # what was written: fine
+    verify_written(spark, sink, keys, 15, sink.path or "")  # what was written: fine
     with pytest.raises(SinkError) as err:
-        _verify_written(spark, sink, keys, 16, sink.path or "")
+        verify_written(spark, sink, keys, 16, sink.path or "")
     text = str(err.value)
     assert "16 event(s) were written but 15 are readable" in text
     assert "no checkpoint moved" in text and batch_key("1", 0, 4) in text
@@ -243,7 +243,7 @@ def test_the_dagster_resource_refuses_an_unshared_local_sink_on_a_cluster_withou
 def test_azure_sink_filesystem_from_options() -> None:
     from pyarrow import fs as pafs
 
-    from dagster_eventhub_ingest.resources.sink_storage import arrow_filesystem
+    from dagster_eventhub_ingest.ops.sinks.storage import arrow_filesystem
 
     fs, root = arrow_filesystem(
         "abfss://bronze@acct.dfs.core.windows.net/telemetry/",

@@ -51,7 +51,7 @@ def test_output_columns_are_the_source_schema() -> None:
 
 
 def test_a_plain_dict_builds_the_run_config_with_default_env_vars() -> None:
-    from dagster_eventhub_ingest.ops.run import IngestConfig
+    from dagster_eventhub_ingest.ops.run.settings import IngestConfig
 
     config = IngestConfig.from_spec(IngestSpec.from_dict(spec(strategy="greedy", prefetch=50)), ENV)
     assert (config.strategy, config.prefetch, config.max_events_per_partition) == (

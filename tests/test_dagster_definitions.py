@@ -40,7 +40,7 @@ from dagster_eventhub_ingest.dagster_project.schedules import (
     every_minutes_cron,
 )
 from dagster_eventhub_ingest.dagster_project.sensors import partitions_to_add
-from dagster_eventhub_ingest.ops.run import PartitionReport
+from dagster_eventhub_ingest.ops.run.report import PartitionReport
 from dagster_eventhub_ingest.resources.code_shipping import SHIP_CODE_CONF
 from dagster_eventhub_ingest.resources.config import LagCheckOptions, SparkConfig
 from dagster_eventhub_ingest.resources.errors import ConfigurationError

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from dagster_eventhub_ingest.ops.plan import checkpoint_problem
-from dagster_eventhub_ingest.ops.run import Processor
+from dagster_eventhub_ingest.ops.run.plan import checkpoint_problem
+from dagster_eventhub_ingest.ops.run.processor import Processor
 from dagster_eventhub_ingest.resources.errors import CheckpointAheadError, ConfigurationError
 from dagster_eventhub_ingest.resources.store.memory import InMemoryBackend
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
@@ -136,7 +136,7 @@ def test_reset_of_an_empty_recreated_hub_and_a_stale_intent() -> None:
 
 
 def test_batch_key_names_the_hub_generation_only_after_a_recreation() -> None:
-    from dagster_eventhub_ingest.ops.stats import batch_key
+    from dagster_eventhub_ingest.ops.sinks.batch import batch_key
 
     assert batch_key("0", 0, 9) == batch_key("0", 0, 9, None) == "0-0-9"  # unchanged
     assert batch_key("0", 0, 9, 1_700_000_060_000) == "0-0-9-g1700000060000"
@@ -302,7 +302,7 @@ def _parquet_dir(root, *levels: str) -> None:
 
 
 def test_spark_format_sinks_check_their_layout_on_disk(tmp_path) -> None:
-    from dagster_eventhub_ingest.ops.write import check_sink_layout
+    from dagster_eventhub_ingest.ops.sinks.checks import check_sink_layout
     from dagster_eventhub_ingest.resources.sink import SinkSettings
 
     out = tmp_path / "out"
@@ -383,19 +383,21 @@ def test_skip_keeps_a_partly_expired_intent_the_crashed_attempt_already_wrote() 
 
 def test_write_errors_bring_the_operating_system_cause_forward() -> None:
     pytest.importorskip("pyspark")
-    from dagster_eventhub_ingest.ops.sink_errors import _cause
+    from dagster_eventhub_ingest.ops.sinks.failures import failure_cause
 
     jvm = RuntimeError(
         "[TASK_WRITE_FAILED] Task failed while writing rows to file:/data/out.\n"
         "  at org.apache.spark.sql.errors...\n"
         "Caused by: java.io.IOException: No space left on device\n  at java.io..."
     )
-    assert _cause(jvm).startswith("the disk is full: Caused by: java.io.IOException: No space")
-    assert "TASK_WRITE_FAILED" in _cause(jvm)
+    assert failure_cause(jvm).startswith(
+        "the disk is full: Caused by: java.io.IOException: No space"
+    )
+    assert "TASK_WRITE_FAILED" in failure_cause(jvm)
     denied = RuntimeError(
         "[TASK_WRITE_FAILED] x\nCaused by: java.nio.file.AccessDeniedException: /o"
     )
-    assert _cause(denied).startswith("permission denied: ")
+    assert failure_cause(denied).startswith("permission denied: ")
 
 
 def test_messages_do_not_repeat_words() -> None:
@@ -436,7 +438,7 @@ def test_leaving_with_the_store_down_takes_one_call_whatever_the_partition_count
     import logging
     import time
 
-    from dagster_eventhub_ingest.ops.lease import LeaseKeeper
+    from dagster_eventhub_ingest.ops.run.lease import LeaseKeeper
     from dagster_eventhub_ingest.resources.errors import StoreUnavailableError
 
     class DownBackend(InMemoryBackend):
@@ -454,7 +456,7 @@ def test_leaving_with_the_store_down_takes_one_call_whatever_the_partition_count
     store = PartitionStore(backend, HUB)
     keeper = LeaseKeeper(store, "me", interval=0.05)
     owns = [store.claim(str(p), "me", None) for p in range(16)]
-    caplog.set_level(logging.WARNING, logger="dagster_eventhub_ingest.ops.lease")
+    caplog.set_level(logging.WARNING, logger="dagster_eventhub_ingest.ops.run.lease")
     with keeper:
         keeper.hold([o for o in owns if o is not None])
         time.sleep(0.1)

@@ -62,7 +62,7 @@ def write_config(tmp_path: Path, hub, container: str, **extra) -> Path:
 def run_in_process(spark, config: Path, env: dict[str, str], owner: str, **overrides):
     """``ehingest run`` without a new JVM: the same config, this session's Spark."""
     from dagster_eventhub_ingest.cli.config import load_config
-    from dagster_eventhub_ingest.ops.run import run_ingestion
+    from dagster_eventhub_ingest.ops.run.entry import run_ingestion
 
     ingest = load_config(config, env={**os.environ, **env}).ingest
     return run_ingestion(ingest.replace(**overrides), spark, owner_id=owner)
@@ -152,7 +152,8 @@ def test_missing_hub_and_unknown_consumer_group_are_configuration_errors_before_
 ) -> None:
     import time
 
-    from dagster_eventhub_ingest.ops.run import IngestConfig, run_ingestion
+    from dagster_eventhub_ingest.ops.run.entry import run_ingestion
+    from dagster_eventhub_ingest.ops.run.settings import IngestConfig
     from dagster_eventhub_ingest.resources.errors import ConfigurationError
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
     from dagster_eventhub_ingest.resources.sink import SinkSettings
@@ -194,7 +195,8 @@ def test_a_wrong_sas_key_is_a_configuration_error_before_any_claim(
     """The emulator checks SAS signatures as Event Hubs does: a wrong key is refused (401)."""
     import re
 
-    from dagster_eventhub_ingest.ops.run import IngestConfig, run_ingestion
+    from dagster_eventhub_ingest.ops.run.entry import run_ingestion
+    from dagster_eventhub_ingest.ops.run.settings import IngestConfig
     from dagster_eventhub_ingest.resources.errors import ConfigurationError
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
     from dagster_eventhub_ingest.resources.sink import SinkSettings
@@ -235,7 +237,7 @@ class Crash(BaseException):
 
 
 def _ingest_config(hub, container: str, conn: str, out: Path, **kw):
-    from dagster_eventhub_ingest.ops.run import IngestConfig
+    from dagster_eventhub_ingest.ops.run.settings import IngestConfig
     from dagster_eventhub_ingest.resources.sink import SinkSettings
     from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
@@ -254,15 +256,16 @@ def _ingest_config(hub, container: str, conn: str, out: Path, **kw):
 
 def _crash_after_write(spark, cfg, owner: str) -> None:
     """One run that writes its batch and dies before the checkpoint (intent left pending)."""
-    from dagster_eventhub_ingest.ops.ingest import SparkIngestor
-    from dagster_eventhub_ingest.ops.run import Processor, _default_claim
+    from dagster_eventhub_ingest.ops.run.entry import DefaultClaim
+    from dagster_eventhub_ingest.ops.run.ingestor import Ingestor, SparkIngestor
+    from dagster_eventhub_ingest.ops.run.processor import Processor
     from dagster_eventhub_ingest.resources.hub_client import EventHubClient
     from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 
     store = PartitionStore(AzureBlobBackend.from_settings(cfg.store), cfg.eventhub.hub_ref())
     real = SparkIngestor(spark, cfg.eventhub, cfg.sink, receive_timeout_seconds=10)
 
-    class CrashAfterWrite:
+    class CrashAfterWrite(Ingestor):
         output_location = None
 
         def ingest(self, ranges, **kw):
@@ -275,7 +278,7 @@ def _crash_after_write(spark, cfg, owner: str) -> None:
         EventHubClient(cfg.eventhub),
         CrashAfterWrite(),  # type: ignore[arg-type]
         owner_id=owner,
-        claim=_default_claim(cfg, store, owner, None),
+        claim=DefaultClaim(cfg, store, owner, None),
     )
     with pytest.raises(Crash):
         proc.run()
@@ -287,7 +290,7 @@ def test_partition_by_changed_while_a_written_batch_is_pending_is_refused_and_la
 ) -> None:
     import dataclasses
 
-    from dagster_eventhub_ingest.ops.run import run_ingestion
+    from dagster_eventhub_ingest.ops.run.entry import run_ingestion
     from dagster_eventhub_ingest.resources.errors import ConfigurationError
     from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 
@@ -319,8 +322,8 @@ def test_skip_writes_the_retained_part_of_an_intent_whose_head_expired(
 ) -> None:
     import time
 
-    from dagster_eventhub_ingest.ops.plan import sink_layout
-    from dagster_eventhub_ingest.ops.run import run_ingestion
+    from dagster_eventhub_ingest.ops.run.entry import run_ingestion
+    from dagster_eventhub_ingest.ops.run.plan import sink_layout
     from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 
     retention = 10.0

@@ -1,7 +1,7 @@
 """Exactly once under crashes: concurrent ``ehingest run`` processes killed with SIGKILL at every
 step while events keep arriving; afterwards the sink holds every sent event exactly once.
 
-Faults come from the ``EHINGEST_FAULT`` hook (ops/fault.py, docs/run.md): each faulted process
+Faults come from the ``EHINGEST_FAULT`` hook (ops/run/fault.py, docs/run.md): each faulted process
 dies the first time it reaches its step. The store is Azurite, the hub the project's emulator
 (driven by the real SDK, reachable from the subprocesses over TCP), the sink Parquet written by
 local Spark in each process.
@@ -246,7 +246,8 @@ def test_the_fault_scenarios_keep_output_equal_to_input(
     reset on request). Each run's outcome may be an error; the output must stay exact."""
     import re
 
-    from dagster_eventhub_ingest.ops.run import IngestConfig, run_ingestion
+    from dagster_eventhub_ingest.ops.run.entry import run_ingestion
+    from dagster_eventhub_ingest.ops.run.settings import IngestConfig
     from dagster_eventhub_ingest.resources.errors import (
         CheckpointAheadError,
         DuplicateOwnerError,

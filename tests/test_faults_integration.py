@@ -62,7 +62,8 @@ def test_a_checkpoint_whose_response_was_lost_is_reported_as_written(
 def test_hub_dying_mid_read_is_a_hub_error_and_a_rerun_lands_every_event_once(
     spark, eventhub_emulator, azurite_connection_string: str, container_name: str, tmp_path: Path
 ) -> None:
-    from dagster_eventhub_ingest.ops.run import IngestConfig, run_ingestion
+    from dagster_eventhub_ingest.ops.run.entry import run_ingestion
+    from dagster_eventhub_ingest.ops.run.settings import IngestConfig
     from dagster_eventhub_ingest.resources.errors import EventHubUnavailableError, SinkError
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
     from dagster_eventhub_ingest.resources.sink import SinkSettings

@@ -63,7 +63,8 @@ def _modules(package: str) -> dict[str, set[str]]:
 
 
 def _part(name: str) -> str:
-    """The folder a module name belongs to: ``dagster_eventhub_ingest.ops.run`` -> ``ops``."""
+    """The folder a module name belongs to: ``dagster_eventhub_ingest.ops.run.processor`` ->
+    ``ops``."""
     head, _, rest = name.partition(".")
     return rest.split(".")[0] if head == NAMESPACE and rest else head
 
@@ -151,11 +152,11 @@ def test_executor_modules_do_not_import_driver_only_packages() -> None:
     runtime libraries the readers and writers use (the cluster tier builds such a Python); the
     configuration model and Dagster live on the driver. An eager import in a package
     ``__init__`` once pulled pydantic into every executor through
-    ``dagster_eventhub_ingest.ops.write``.
+    ``dagster_eventhub_ingest.ops.sinks.write``.
     """
     ns = NAMESPACE
     code = (
-        f"import sys, {ns}.ops.write, {ns}.resources.spark_source, "
+        f"import sys, {ns}.ops.sinks.write, {ns}.resources.spark_source, "
         f"{ns}.resources.eventhubs_stream, {ns}.resources.eventhubs_positions\n"
         f"print(','.join(m for m in ('pydantic', 'dagster', '{ns}.resources.config', "
         f"'{ns}.ops.run') if m in sys.modules))"

@@ -164,11 +164,12 @@ def test_the_spark_source_and_a_stream_read_the_golden_rows(
 def test_the_write_path_lands_the_golden_rows(
     spark: SparkSession, corpus_hub: Any, tmp_path: Path, kind: str
 ) -> None:
-    """What the ingestion run writes (ops.write.write_batch of the source's DataFrame) reads
+    """What the ingestion run writes (ops.sinks.write.write_batch of the source's DataFrame) reads
     back field by field as the golden rows, in a Delta table (delta-rs) and a Spark table."""
     import uuid
 
-    from dagster_eventhub_ingest.ops.write import read_sink, write_batch
+    from dagster_eventhub_ingest.ops.sinks.read import read_sink
+    from dagster_eventhub_ingest.ops.sinks.write import write_batch
     from dagster_eventhub_ingest.resources.sink import SinkSettings
     from dagster_eventhub_ingest.resources.spark_source import (
         ReadOptions,

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from dagster_eventhub_ingest.ops.run import IngestConfig, ReplaySpec, run_ingestion
-from dagster_eventhub_ingest.ops.write import read_sink
+from dagster_eventhub_ingest.ops.run.entry import run_ingestion
+from dagster_eventhub_ingest.ops.run.settings import IngestConfig, ReplaySpec
+from dagster_eventhub_ingest.ops.sinks.read import read_sink
 from dagster_eventhub_ingest.resources.errors import (
     DataLossError,
     EventHubUnavailableError,
@@ -121,7 +122,7 @@ def test_sequential_runs_continue_where_the_previous_stopped(spark, hub: Hub, ma
 
 
 def test_pending_intent_of_a_crashed_run_is_replayed_exactly(spark, hub: Hub, make_config) -> None:
-    from dagster_eventhub_ingest.ops.ingest import SparkIngestor
+    from dagster_eventhub_ingest.ops.run.ingestor import SparkIngestor
 
     hub.send(30)
     cfg = make_config()
@@ -240,8 +241,8 @@ def test_the_readers_statistics_are_what_the_sink_holds(
 
     from pyspark.sql import DataFrame
 
-    import dagster_eventhub_ingest.ops.write
-    from dagster_eventhub_ingest.ops.write import write_batch
+    import dagster_eventhub_ingest.ops.sinks.verify
+    from dagster_eventhub_ingest.ops.sinks.write import write_batch
     from dagster_eventhub_ingest.resources.spark_source import (
         PartitionRange,
         ReadOptions,
@@ -269,10 +270,10 @@ def test_the_readers_statistics_are_what_the_sink_holds(
             DataFrame, "observe", lambda self, *a: observed.append(a) or real_observe(self, *a)
         )
         read_back: list[object] = []
-        real_read_back = dagster_eventhub_ingest.ops.write._read_back_stats
+        real_read_back = dagster_eventhub_ingest.ops.sinks.verify.read_back_stats
         monkeypatch.setattr(
-            dagster_eventhub_ingest.ops.write,
-            "_read_back_stats",
+            dagster_eventhub_ingest.ops.sinks.verify,
+            "read_back_stats",
             lambda *a, **k: read_back.append(a) or real_read_back(*a, **k),
         )
         sink = SinkSettings(format="parquet", path=str(tmp_path / "reader"))
@@ -300,7 +301,7 @@ def test_the_readers_statistics_are_what_the_sink_holds(
         row for row in sent_rows(hub.sent) if row[1] >= ranges[row[0]][0] and row[0] in ranges
     ]
     # Readers whose updates did not arrive: the statistics come from the sink, the same.
-    with caplog.at_level(logging.WARNING, logger="dagster_eventhub_ingest.ops.write"):
+    with caplog.at_level(logging.WARNING, logger="dagster_eventhub_ingest.ops.sinks"):
         again = write_batch(read_eventhubs(spark, plain), sink, ranges, read_stats=lambda: {})
     assert again.partitions == truth.partitions
     assert "do not cover the batch" in caplog.text

@@ -11,11 +11,18 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from dagster_eventhub_ingest.ops.balancing import STRATEGIES, claim_cycle, get_strategy
-from dagster_eventhub_ingest.ops.fault import FaultPlan
-from dagster_eventhub_ingest.ops.hub import PartitionInfo
-from dagster_eventhub_ingest.ops.lease import LeaseKeeper
-from dagster_eventhub_ingest.ops.plan import cycle_size, next_step, replay_ranges, snapshot_bound
-from dagster_eventhub_ingest.ops.run import IngestConfig, Processor, ReplaySpec
+from dagster_eventhub_ingest.ops.run.fault import FaultPlan
+from dagster_eventhub_ingest.ops.run.hub import PartitionInfo
+from dagster_eventhub_ingest.ops.run.ingestor import Ingestor
+from dagster_eventhub_ingest.ops.run.lease import LeaseKeeper
+from dagster_eventhub_ingest.ops.run.plan import (
+    cycle_size,
+    next_step,
+    replay_ranges,
+    snapshot_bound,
+)
+from dagster_eventhub_ingest.ops.run.processor import Processor
+from dagster_eventhub_ingest.ops.run.settings import IngestConfig, ReplaySpec
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, DataLossError, RangeError
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
 from dagster_eventhub_ingest.resources.sink import SinkSettings
@@ -587,12 +594,15 @@ def test_concurrent_runs_with_random_crashes_land_everything_exactly_once(strate
     assert len(sink.rows()) == sum(len(e) for e in hub.events.values()) > 0
 
 
-class _Shared:
+class _Shared(Ingestor):
     """One sink shared by several owners, with per-owner crash hooks."""
 
     def __init__(self, sink: FakeIngestor, before, after) -> None:
         self.sink, self.before, self.after = sink, before, after
-        self.output_location = sink.output_location
+
+    @property
+    def output_location(self) -> str | None:
+        return self.sink.output_location
 
     def ingest(self, ranges, **kw):
         self.before(ranges)
@@ -602,7 +612,7 @@ class _Shared:
 
 
 def test_spark_planner_errors_are_unwrapped_into_package_errors() -> None:
-    from dagster_eventhub_ingest.ops.ingest import _unwrap
+    from dagster_eventhub_ingest.ops.run.ingestor import _unwrap
 
     wrapped = RuntimeError(
         "[PYTHON_DATA_SOURCE_ERROR] Failed to create Python data source instance: Traceback...\n"
@@ -619,7 +629,7 @@ def test_spark_planner_errors_are_unwrapped_into_package_errors() -> None:
 
 def test_lease_keeper_sends_lost_lease_warnings_to_the_run_log() -> None:
     """Lost leases reach ``warn`` (Dagster's context.log in a run), not only the module log."""
-    from dagster_eventhub_ingest.ops.lease import LeaseKeeper
+    from dagster_eventhub_ingest.ops.run.lease import LeaseKeeper
     from dagster_eventhub_ingest.resources.errors import OwnershipLostError
     from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 
@@ -641,7 +651,7 @@ def test_a_failing_owner_heartbeat_is_said_in_the_run_log() -> None:
     the partitions held and the owner, never the store's secret."""
     import time as _time
 
-    from dagster_eventhub_ingest.ops.lease import LeaseKeeper
+    from dagster_eventhub_ingest.ops.run.lease import LeaseKeeper
     from dagster_eventhub_ingest.resources.errors import StoreUnavailableError
     from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 
@@ -670,7 +680,7 @@ def test_progress_at_snapshot_during_the_read_and_after_each_checkpoint() -> Non
     """The progress hook sees the plan, ticks while the (slow) read runs, then the landing."""
     import time as _time
 
-    from dagster_eventhub_ingest.ops.progress import RunProgress
+    from dagster_eventhub_ingest.ops.run.progress import RunProgress
 
     hub = FakeHub(partitions=2)
     hub.send_all(30)
@@ -753,7 +763,7 @@ def test_a_run_with_nothing_to_read_claims_nothing_and_never_looks_at_the_sink()
 def test_phase_clock_counts_a_nested_phase_once() -> None:
     import time
 
-    from dagster_eventhub_ingest.ops.progress import PhaseClock, phase
+    from dagster_eventhub_ingest.ops.run.progress import PhaseClock, phase
 
     clock = PhaseClock()
     t0 = time.perf_counter()
@@ -775,7 +785,7 @@ def test_phase_clock_counts_a_nested_phase_once() -> None:
 def test_a_session_started_between_claims_and_intents_is_timed_as_spark_start() -> None:
     """The ingestor's ``prepare`` (where a lazily started session starts) runs under the run's
     clock: the report's phases show the session start, not a gap none of them covers."""
-    from dagster_eventhub_ingest.ops.progress import phase
+    from dagster_eventhub_ingest.ops.run.progress import phase
 
     class Starting(FakeIngestor):
         started = 0
@@ -841,7 +851,7 @@ def test_a_run_with_something_to_read_starts_its_session_before_it_claims() -> N
 
 
 def _spark_ingestor(factory):
-    from dagster_eventhub_ingest.ops.ingest import SparkIngestor
+    from dagster_eventhub_ingest.ops.run.ingestor import SparkIngestor
 
     settings = EventHubSettings(
         eventhub_name="hub",
@@ -851,7 +861,7 @@ def _spark_ingestor(factory):
 
 
 def test_an_early_session_start_is_waited_for_at_first_use_and_timed_as_spark_start() -> None:
-    from dagster_eventhub_ingest.ops.progress import PhaseClock
+    from dagster_eventhub_ingest.ops.run.progress import PhaseClock
 
     class _Jvm:
         def __init__(self) -> None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from dagster_eventhub_ingest.cli.main import main
 from dagster_eventhub_ingest.ops.balancing import STRATEGIES, plan_claims
-from dagster_eventhub_ingest.ops.simulation import SCENARIOS, SimConfig, simulate
+from dagster_eventhub_ingest.ops.balancing.simulation import SCENARIOS, SimConfig, simulate
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
 
 FAIR = ("greedy", "balanced", "eph", "equal")

@@ -12,8 +12,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from dagster_eventhub_ingest.ops.plan import sink_coverage
-from dagster_eventhub_ingest.ops.stats import BatchKey, batch_key, parse_batch_key
+from dagster_eventhub_ingest.ops.run.plan import sink_coverage
+from dagster_eventhub_ingest.ops.sinks.batch import BatchKey, batch_key, parse_batch_key
 from dagster_eventhub_ingest.resources.errors import CheckpointAheadError
 from dagster_eventhub_ingest.resources.ranges import SeqRange
 from dagster_eventhub_ingest.resources.store.memory import InMemoryBackend

@@ -61,7 +61,7 @@ def _ingest_config(config: Path, env: dict[str, str]):
 
 
 def _landed(spark, sink) -> collections.Counter:
-    from dagster_eventhub_ingest.ops.write import read_sink
+    from dagster_eventhub_ingest.ops.sinks.read import read_sink
 
     rows = read_sink(spark, sink).select("partition", "sequenceNumber", "body").collect()
     return collections.Counter(
@@ -91,7 +91,7 @@ def _forget_checkpoints(conn: str, container: str, hub: Any) -> None:
 def test_a_deleted_checkpoint_continues_after_what_the_sink_holds(
     spark, make_eventhub, azurite_connection_string: str, container_name: str, tmp_path, fmt
 ) -> None:
-    from dagster_eventhub_ingest.ops.run import run_ingestion
+    from dagster_eventhub_ingest.ops.run.entry import run_ingestion
     from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 
     hub = make_eventhub(partitions=2)
@@ -170,7 +170,7 @@ def test_a_copy_that_lost_its_lease_in_a_store_outage_does_not_write_the_partiti
     pending intent and writing it (held there by EHINGEST_PAUSE, as a slow or stalled process
     is). Copy B takes the expired lease, replays the intent, checkpoints. The store comes back;
     A's renewer logs the lost lease; A must not write the partition over B's batch."""
-    from dagster_eventhub_ingest.ops.run import run_ingestion
+    from dagster_eventhub_ingest.ops.run.entry import run_ingestion
     from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
     from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 

@@ -49,7 +49,7 @@ def _config(
 
 def _run(spark, config: Path, env: dict[str, str], owner: str):
     from dagster_eventhub_ingest.cli.config import load_config
-    from dagster_eventhub_ingest.ops.run import run_ingestion
+    from dagster_eventhub_ingest.ops.run.entry import run_ingestion
 
     return run_ingestion(
         load_config(config, env={**os.environ, **env}).ingest, spark, owner_id=owner
@@ -138,7 +138,7 @@ def _landed_by_source(spark, sink) -> dict[str, Any]:
     import collections
     import hashlib
 
-    from dagster_eventhub_ingest.ops.write import read_sink
+    from dagster_eventhub_ingest.ops.sinks.read import read_sink
 
     rows = read_sink(spark, sink).select("eh_source", "partition", "sequenceNumber", "body")
     found: dict[str, collections.Counter] = {}
@@ -160,8 +160,8 @@ def test_several_sources_share_a_sink_only_when_told_and_each_lands_once(
 ) -> None:
     """Two hubs and a second consumer group of one of them, all into one sink with
     ``sources: many``: every source's events once, under batch keys and a column naming it."""
-    from dagster_eventhub_ingest.ops.sink_source import SinkSource
-    from dagster_eventhub_ingest.ops.write import read_sink
+    from dagster_eventhub_ingest.ops.sinks.read import read_sink
+    from dagster_eventhub_ingest.ops.sinks.source import SinkSource
     from dagster_eventhub_ingest.resources.sink import SinkSettings
 
     hub_a = make_eventhub(partitions=2)
@@ -228,8 +228,8 @@ def test_a_sink_written_before_records_is_adopted_then_another_source_refused(
 ) -> None:
     """A sink an earlier version wrote has no record: the first run adopts it (nothing
     refused, nothing lost); from then on it is that source's."""
-    from dagster_eventhub_ingest.ops.sink_place import sink_place
-    from dagster_eventhub_ingest.ops.write import write_batch
+    from dagster_eventhub_ingest.ops.sinks.place import sink_place
+    from dagster_eventhub_ingest.ops.sinks.write import write_batch
     from dagster_eventhub_ingest.resources.errors import ConfigurationError
     from dagster_eventhub_ingest.resources.sink import SinkSettings
     from dagster_eventhub_ingest.resources.spark_source import (
@@ -262,7 +262,7 @@ def test_a_sink_written_before_records_is_adopted_then_another_source_refused(
     env = {"EH_CONN": other.connection_string, "ST_CONN": azurite_connection_string}
     with pytest.raises(ConfigurationError, match="holds the events of"):
         _run(spark, config("other", other, f"{container_name}-b"), env, "other")
-    from dagster_eventhub_ingest.ops.write import read_sink
+    from dagster_eventhub_ingest.ops.sinks.read import read_sink
 
     rows = read_sink(spark, sink).select("sequenceNumber").collect()
     assert sorted(r[0] for r in rows) == list(range(12))

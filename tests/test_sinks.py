@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from pyspark.sql import functions as F
 
-from dagster_eventhub_ingest.ops.write import BATCH_COLUMN, batch_key, read_sink, write_batch
+from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN, batch_key
+from dagster_eventhub_ingest.ops.sinks.read import read_sink
+from dagster_eventhub_ingest.ops.sinks.write import write_batch
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, SinkError
 from dagster_eventhub_ingest.resources.ranges import SeqRange
 from dagster_eventhub_ingest.resources.sink import SinkSettings
@@ -19,7 +21,7 @@ from dagster_eventhub_ingest.resources.spark_source import eventhubs_schema
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from dagster_eventhub_ingest.ops.write import StatsMethod
+    from dagster_eventhub_ingest.ops.sinks.statistics import StatsMethod
 
 pytestmark = pytest.mark.spark
 
@@ -183,20 +185,20 @@ ODD_IDS = ["a'b\\c", "\\%_\\", "${spark.app.name}", "${x}", "-- x\n/*", "é'"]
 
 @pytest.mark.parametrize("escaped", ["false", "true"])
 def test_partition_ids_reach_sql_unchanged(spark: SparkSession, escaped: str) -> None:
-    from dagster_eventhub_ingest.ops.write import _sql_string
+    from dagster_eventhub_ingest.ops.sinks.sql import sql_string
 
     key = "spark.sql.parser.escapedStringLiterals"
     previous = spark.conf.get(key, None)
     spark.conf.set(key, escaped)
     try:
-        row = spark.range(1).select(*(F.expr(_sql_string(v)) for v in [*ODD_IDS, "0"])).first()
+        row = spark.range(1).select(*(F.expr(sql_string(v)) for v in [*ODD_IDS, "0"])).first()
     finally:
         if previous is None:
             spark.conf.unset(key)
         else:
             spark.conf.set(key, previous)
     assert row is not None and list(row) == [*ODD_IDS, "0"]
-    assert _sql_string("0") == "'0'"  # plain ids stay readable in plans
+    assert sql_string("0") == "'0'"  # plain ids stay readable in plans
 
 
 @pytest.mark.parametrize(
@@ -257,24 +259,22 @@ def test_every_stats_method_gives_the_same_statistics(
 def test_a_batch_of_many_partitions_reads_its_statistics_back(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dagster_eventhub_ingest.ops.write
+    import dagster_eventhub_ingest.ops.sinks.verify
+    from dagster_eventhub_ingest.ops.sinks.statistics import _SPLIT_FROM_PARTITIONS
 
-    ranges = {
-        str(p): (10 * p, 10 * p + 4)
-        for p in range(dagster_eventhub_ingest.ops.write._SPLIT_FROM_PARTITIONS)
-    }
+    ranges = {str(p): (10 * p, 10 * p + 4) for p in range(_SPLIT_FROM_PARTITIONS)}
     df = events(spark, ranges)
     observed = write_batch(
         df, SinkSettings(path=str(tmp_path / "observe")), ranges, stats_method="observe"
     )
     read_back: list[list[str]] = []
-    real = dagster_eventhub_ingest.ops.write._read_back_stats
+    real = dagster_eventhub_ingest.ops.sinks.verify.read_back_stats
 
     def spy(spark: SparkSession, sink: SinkSettings, keys: list[str], schema: Any) -> object:
         read_back.append(sorted(keys))
         return real(spark, sink, keys, schema)
 
-    monkeypatch.setattr(dagster_eventhub_ingest.ops.write, "_read_back_stats", spy)
+    monkeypatch.setattr(dagster_eventhub_ingest.ops.sinks.verify, "read_back_stats", spy)
     default = write_batch(df, SinkSettings(path=str(tmp_path / "default")), ranges)
     assert read_back == [sorted(batch_key(p, a, b) for p, (a, b) in ranges.items())]
     assert default.partitions == observed.partitions
@@ -282,24 +282,31 @@ def test_a_batch_of_many_partitions_reads_its_statistics_back(
 
 
 def test_the_stats_method_follows_format_partitions_and_partition_by() -> None:
-    from dagster_eventhub_ingest.ops.write import _SPLIT_FROM_PARTITIONS, _stats_method
+    from dagster_eventhub_ingest.ops.sinks.statistics import (
+        _SPLIT_FROM_PARTITIONS,
+        choose_stats_method,
+    )
 
     many, few = _SPLIT_FROM_PARTITIONS, _SPLIT_FROM_PARTITIONS - 1
     parquet = SinkSettings(format="parquet", path="/x")
-    assert _stats_method(parquet, many) == "split"
-    assert _stats_method(SinkSettings(table="t", format="delta"), many) == "split"
-    assert _stats_method(parquet, few) == "observe"
-    assert _stats_method(parquet, few, "split") == "split"
-    assert _stats_method(parquet, many, "readback") == "readback"
-    assert _stats_method(SinkSettings(format="json", path="/x"), many) == "observe"
+    assert choose_stats_method(parquet, many) == "split"
+    assert choose_stats_method(SinkSettings(table="t", format="delta"), many) == "split"
+    assert choose_stats_method(parquet, few) == "observe"
+    assert choose_stats_method(parquet, few, "split") == "split"
+    assert choose_stats_method(parquet, many, "readback") == "readback"
+    assert choose_stats_method(SinkSettings(format="json", path="/x"), many) == "observe"
     # Where the read-back cannot serve, split is observe even when asked for.
     deltalake = SinkSettings(format="deltalake", path="/x")
-    assert _stats_method(deltalake, many) == _stats_method(deltalake, 1, "split") == "observe"
+    assert (
+        choose_stats_method(deltalake, many)
+        == choose_stats_method(deltalake, 1, "split")
+        == "observe"
+    )
     for column in ("sequenceNumber", "offset", "enqueuedTime"):
         by = SinkSettings(format="parquet", path="/x", partition_by=(column,))
-        assert _stats_method(by, many) == _stats_method(by, many, "split") == "observe"
+        assert choose_stats_method(by, many) == choose_stats_method(by, many, "split") == "observe"
     by_key = SinkSettings(format="parquet", path="/x", partition_by=("partitionKey",))
-    assert _stats_method(by_key, many) == "split"
+    assert choose_stats_method(by_key, many) == "split"
 
 
 def test_split_reads_back_offsets_that_are_not_plain_numbers_exactly(
@@ -343,17 +350,17 @@ def test_split_statistics_keep_their_types_under_a_partitioned_output(
 
 
 def test_split_refuses_read_back_rows_outside_their_batch_range() -> None:
-    from dagster_eventhub_ingest.ops.write import _split_row
+    from dagster_eventhub_ingest.ops.sinks.statistics import row_from_split
 
     ranges = {"0": SeqRange(10, 19)}
     keys = {"0": batch_key("0", 10, 19, None)}
     good = {"n": 10, "fs": 10, "ls": 19, "lo": "1900", "ft": None, "lt": None}
-    row = _split_row({"b0": 99}, {keys["0"]: good}, ranges, keys, "/sink")
+    row = row_from_split({"b0": 99}, {keys["0"]: good}, ranges, keys, "/sink")
     assert (row["n0"], row["b0"], row["fs0"], row["ls0"], row["lo0"]) == (10, 99, 10, 19, "1900")
     for first, last in ((9, 18), (11, 20)):
         bad = {**good, "fs": first, "ls": last}
         with pytest.raises(SinkError, match=rf"\[{first}, {last}\] outside its range \[10, 19\]"):
-            _split_row({"b0": 99}, {keys["0"]: bad}, ranges, keys, "/sink")
+            row_from_split({"b0": 99}, {keys["0"]: bad}, ranges, keys, "/sink")
 
 
 @pytest.mark.parametrize("kind", ["parquet", "deltalake"])
@@ -370,7 +377,7 @@ def test_unwritable_path_is_a_sink_error(spark: SparkSession, tmp_path: Path, ki
 
 
 def test_an_unknown_data_source_class_is_found_before_writing(spark: SparkSession) -> None:
-    from dagster_eventhub_ingest.ops.write import check_sink_format
+    from dagster_eventhub_ingest.ops.sinks.checks import check_sink_format
 
     with pytest.raises(ConfigurationError) as err:
         check_sink_format(SinkSettings(format="com.example.NoSuchSource", path="/x"), spark)
@@ -501,12 +508,12 @@ def test_a_session_started_on_another_thread_writes_delta_from_the_runs_thread(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     """A run starts its session on a thread
-    (dagster_eventhub_ingest.ops.ingest.SparkIngestor.start_early); a classic session is active only
-    in the thread that created it, and Spark finds the Delta writer (a Python data source) through
-    the writing thread's active session."""
+    (dagster_eventhub_ingest.ops.run.ingestor.SparkIngestor.start_early); a classic session is
+    active only in the thread that created it, and Spark finds the Delta writer (a Python data
+    source) through the writing thread's active session."""
     from pyspark.sql import SparkSession as Session
 
-    from dagster_eventhub_ingest.ops.ingest import SparkIngestor
+    from dagster_eventhub_ingest.ops.run.ingestor import SparkIngestor
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
 
     jvm = spark._jvm
@@ -533,7 +540,7 @@ def test_verification_reads_only_the_batches_own_directories(
     """A long-lived sink holds a directory per batch ever written; reading all of them back to
     verify one batch grew with every run (8,000 batches: 25 s). Only the batch's files are read,
     with partition columns as written, and never a crashed attempt's staging."""
-    from dagster_eventhub_ingest.ops.write import read_batches
+    from dagster_eventhub_ingest.ops.sinks.read import read_batches
 
     sink = make_sink("parquet", tmp_path, partition_by)
     for start in range(0, 50, 10):
@@ -564,7 +571,7 @@ def test_the_batch_directories_are_globbed_on_the_driver(
     as before) or a directory Spark would glob again."""
     from pyspark.sql.readwriter import DataFrameReader
 
-    from dagster_eventhub_ingest.ops.sink_read import _glob_directories, read_batches
+    from dagster_eventhub_ingest.ops.sinks.read import _glob_directories, read_batches
 
     sink = make_sink("parquet", tmp_path)
     ranges = {"0": (0, 4), "1": (0, 2)}
@@ -610,8 +617,8 @@ def test_table_formats_on_a_path_are_read_through_their_own_reader(
 ) -> None:
     """A table format's files under its path are not its table (an overwritten batch's old
     files stay until vacuumed): only Spark's own file formats are read by a glob."""
-    import dagster_eventhub_ingest.ops.sink_read
-    from dagster_eventhub_ingest.ops.sink_read import read_batches
+    import dagster_eventhub_ingest.ops.sinks.read
+    from dagster_eventhub_ingest.ops.sinks.read import read_batches
 
     class Read:
         def where(self, condition: object) -> str:
@@ -619,7 +626,7 @@ def test_table_formats_on_a_path_are_read_through_their_own_reader(
 
     seen: list[SinkSettings] = []
     monkeypatch.setattr(
-        dagster_eventhub_ingest.ops.sink_read,
+        dagster_eventhub_ingest.ops.sinks.read,
         "read_sink",
         lambda spark, sink: seen.append(sink) or Read(),
     )
@@ -638,7 +645,7 @@ def keys_of(df: DataFrame) -> list[tuple[str, int]]:
 def test_batch_keys_that_are_not_plain_are_read_through_the_whole_sink(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    from dagster_eventhub_ingest.ops.write import read_batches
+    from dagster_eventhub_ingest.ops.sinks.read import read_batches
 
     sink = make_sink("parquet", tmp_path)
     ranges = {"a{b},c": (0, 2)}
@@ -790,7 +797,8 @@ def test_verification_reads_the_batch_without_inferring_its_schema(
 ) -> None:
     """The verification passes the written columns to the reader: no job reads a footer for
     the schema, so it runs the jobs of a count over a known schema and no more."""
-    from dagster_eventhub_ingest.ops.write import _verify_written, read_batches
+    from dagster_eventhub_ingest.ops.sinks.read import read_batches
+    from dagster_eventhub_ingest.ops.sinks.verify import verify_written
 
     ranges = {"0": (0, 49), "1": (100, 129)}
     sink = SinkSettings(path=str(tmp_path / "parquet"))
@@ -813,7 +821,7 @@ def test_verification_reads_the_batch_without_inferring_its_schema(
     )
     verify = jobs(
         f"verify-{uuid.uuid4().hex}",
-        lambda: _verify_written(spark, sink, [key], 50, sink.path or "", schema=df.schema),
+        lambda: verify_written(spark, sink, [key], 50, sink.path or "", schema=df.schema),
     )
     inferred = jobs(
         f"inferred-{uuid.uuid4().hex}", lambda: read_batches(spark, sink, [key]).count()
@@ -824,7 +832,8 @@ def test_verification_reads_the_batch_without_inferring_its_schema(
 _NO_PANDAS = """
 import json, sys
 from dagster_eventhub_ingest.resources.spark.session import local_spark_session
-from dagster_eventhub_ingest.ops.write import write_batch, _stats_method
+from dagster_eventhub_ingest.ops.sinks.statistics import choose_stats_method
+from dagster_eventhub_ingest.ops.sinks.write import write_batch
 from dagster_eventhub_ingest.resources.sink import SinkSettings
 
 spark = local_spark_session("no-pandas-test", master="local[2]", register_source=False)
@@ -842,7 +851,7 @@ df = spark.sql(
 sink = SinkSettings(format="parquet", path=sys.argv[1])
 result = write_batch(df, sink, ranges)
 print(json.dumps({
-    "method": _stats_method(sink, len(ranges)),
+    "method": choose_stats_method(sink, len(ranges)),
     "stats": {p: [s.events, s.first_sequence_number, s.last_sequence_number, s.last_offset]
               for p, s in result.partitions.items()},
     "pandas": "pandas" in sys.modules,

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dagster_eventhub_ingest.ops.write import read_sink, write_batch
+from dagster_eventhub_ingest.ops.sinks.read import read_sink
+from dagster_eventhub_ingest.ops.sinks.write import write_batch
 from dagster_eventhub_ingest.resources.sink import SinkSettings
 from dagster_eventhub_ingest.resources.spark_source import (
     PartitionRange,

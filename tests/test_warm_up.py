@@ -1,5 +1,5 @@
-"""dagster_eventhub_ingest.ops.warm_up.warm_python on a real local session in a fresh process: the
-session's next read runs in the Python workers it started, with the reader's modules already
+"""dagster_eventhub_ingest.ops.run.warm_up.warm_python on a real local session in a fresh process:
+the session's next read runs in the Python workers it started, with the reader's modules already
 imported."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ _SCRIPT = """
 import json, sys
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from dagster_eventhub_ingest.resources.spark.session import local_spark_session
-from dagster_eventhub_ingest.ops.warm_up import warm_python
+from dagster_eventhub_ingest.ops.run.warm_up import warm_python
 spark = local_spark_session("warm-test", master="local[2]", register_source=False)
 warm = warm_python(spark) if sys.argv[1] == "warm" else set()
 pandas_on_driver = "pandas" in sys.modules
@@ -59,7 +59,7 @@ _PLANNERS = """
 import json, sys
 import psutil
 from dagster_eventhub_ingest.resources.spark.session import local_spark_session
-from dagster_eventhub_ingest.ops.warm_up import warm_python
+from dagster_eventhub_ingest.ops.run.warm_up import warm_python
 spark = local_spark_session("warm-test", master="local[1]", register_source=False)
 warm_python(spark, with_planners=sys.argv[1] == "planners")
 jvm = psutil.Process(spark.sparkContext._gateway.proc.pid)

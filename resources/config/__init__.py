@@ -1,8 +1,8 @@
 """The one configuration model: every setting declared once, with its default, limits and help.
 
 Every surface reads these classes: the ``ehingest`` YAML (``cli/config.py``), the Dagster
-Component's ``defs.yaml`` and resources (``dagster_project/``), the asset's run config, and the
-run itself (:class:`dagster_eventhub_ingest.ops.run.IngestConfig` extends :class:`RunOptions`).
+Component's ``defs.yaml`` and resources (``dagster_project/``), the asset's run config, and the run
+itself (:class:`dagster_eventhub_ingest.ops.run.settings.IngestConfig` extends :class:`RunOptions`).
 Everything that can be checked without the network is checked here, at load: names of strategies and
 formats, the sink's ``partition_by`` columns against the output schema, reader limits, numbers.
 Unknown keys are rejected with a did-you-mean.
@@ -15,7 +15,7 @@ Build from a plain dict (YAML, an Airflow connection, a test)::
         "sink": {"path": "/data/telemetry"},               # AZURE_STORAGE_CONNECTION_STRING
         "strategy": "balanced",
     })
-    config = IngestConfig.from_spec(spec) # dagster_eventhub_ingest.ops.run.IngestConfig
+    config = IngestConfig.from_spec(spec) # dagster_eventhub_ingest.ops.run.settings.IngestConfig
 
 Credentials have one shape everywhere: a connection string named by an environment variable, or
 ``DefaultAzureCredential`` with its options::

@@ -29,7 +29,7 @@ How it reads (see docs/spark_source.md):
   :class:`~dagster_eventhub_ingest.resources.errors.DataLossError` naming partition and range,
   unless ``on_data_loss=skip``: then the readable part is read, and the driver learns the skipped
   parts from :attr:`ReadPlan.gaps` (retention, known before reading) or from the write statistics
-  (an event count below the range size, see ``dagster_eventhub_ingest.ops.write``).
+  (an event count below the range size, see ``dagster_eventhub_ingest.ops.sinks.statistics``).
 
 The package keeps one concept per private module; this face re-exports the public names:
 

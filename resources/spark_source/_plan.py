@@ -81,8 +81,8 @@ class ReadPlan:
         """Partition id -> the requested ``(start, end)``: the batch keys to write under.
 
         Equal to :meth:`ranges_dict` unless ``on_data_loss='skip'`` cut a lost part off; pass
-        this to ``dagster_eventhub_ingest.ops.write.write_batch`` so a replay of the same intent
-        replaces the same batch even if more (or less) of it has expired since.
+        this to ``dagster_eventhub_ingest.ops.sinks.write.write_batch`` so a replay of the same
+        intent replaces the same batch even if more (or less) of it has expired since.
         """
         return {r.partition_id: r.range for r in (self.requested or self.ranges)}
 

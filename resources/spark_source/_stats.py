@@ -10,9 +10,9 @@ updates once per partition, before the job ends; the value is keyed by sub-range
 that is re-run (or a plan read twice) replaces its entry, never adds to it.
 
 Only a classic session has accumulators (Spark Connect has none): there the option is never
-set, and ``dagster_eventhub_ingest.ops.write`` observes or reads back the statistics. Nothing here
+set, and ``dagster_eventhub_ingest.ops.sinks`` observes or reads back the statistics. Nothing here
 is trusted alone: :func:`partition_totals` answers only when the sub-ranges tile every range
-exactly, each with all its events, and ``dagster_eventhub_ingest.ops.write`` checks that the sink
+exactly, each with all its events, and ``dagster_eventhub_ingest.ops.sinks`` checks that the sink
 holds as many rows as the ranges have sequence numbers.
 """
 

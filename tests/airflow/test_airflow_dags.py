@@ -90,7 +90,7 @@ def env(
 
 def _assert_sink_holds_exactly(spark: Any, sink: SinkSettings, sent: dict[str, list[str]]) -> None:
     """Event by event: every sent (partition, sequence number, body) once, nothing else."""
-    from dagster_eventhub_ingest.ops.write import read_sink
+    from dagster_eventhub_ingest.ops.sinks.read import read_sink
 
     rows = read_sink(spark, sink).select("partition", "sequenceNumber", "body").collect()
     landed = collections.Counter(

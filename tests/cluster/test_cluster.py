@@ -153,8 +153,8 @@ def test_exactly_once_with_a_crash_after_write_then_rerun(
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "complete" in rerun.stdout
     # On the standalone cluster the executors' readers told the driver what they read (an
-    # accumulator: dagster_eventhub_ingest.ops.write's `reader` statistics); Spark Connect has none
-    # and observes them.
+    # accumulator: dagster_eventhub_ingest.ops.sinks.write's `reader` statistics); Spark Connect has
+    # none and observes them.
     expected = "statistics by reader" if engine == "standalone" else "statistics by observe"
     assert expected in rerun.stderr, rerun.stderr[-3000:]
     assert "do not cover the batch" not in rerun.stderr

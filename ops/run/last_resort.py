@@ -27,7 +27,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from dagster_eventhub_ingest.ops.plan import Bound, Step, next_step, sink_coverage, snapshot_bound
+from dagster_eventhub_ingest.ops.run.plan import (
+    Bound,
+    Step,
+    next_step,
+    sink_coverage,
+    snapshot_bound,
+)
 from dagster_eventhub_ingest.resources.errors import (
     CheckpointAheadError,
     ConfigurationError,
@@ -39,11 +45,11 @@ from dagster_eventhub_ingest.resources.store.records import Checkpoint
 
 if TYPE_CHECKING:
     from dagster_eventhub_ingest.ops.balancing.base import RunLog
-    from dagster_eventhub_ingest.ops.hub import PartitionInfo
-    from dagster_eventhub_ingest.ops.ingest import Ingestor, SinkEvent
-    from dagster_eventhub_ingest.ops.lease import LeaseKeeper
-    from dagster_eventhub_ingest.ops.run import IngestConfig
-    from dagster_eventhub_ingest.ops.stats import BatchKey
+    from dagster_eventhub_ingest.ops.run.hub import PartitionInfo
+    from dagster_eventhub_ingest.ops.run.ingestor import Ingestor, SinkEvent
+    from dagster_eventhub_ingest.ops.run.lease import LeaseKeeper
+    from dagster_eventhub_ingest.ops.run.settings import IngestConfig
+    from dagster_eventhub_ingest.ops.sinks.batch import BatchKey
 
 __all__ = ["Adjusted", "LastResort"]
 
@@ -102,13 +108,12 @@ class LastResort:
         """The partition's batches in the sink, from this cycle's listing."""
         if self._listing is _UNLISTED:
             assert self.ingestor is not None, "new_cycle() first"
-            listing = getattr(self.ingestor, "sink_batches", None)
             try:
-                self._listing = listing() if listing is not None else None
+                self._listing = self.ingestor.sink_batches()
             except (SinkError, ConfigurationError):
                 raise
             except Exception as exc:
-                from dagster_eventhub_ingest.ops.sink_errors import sink_failure_retryable
+                from dagster_eventhub_ingest.ops.sinks.failures import sink_failure_retryable
 
                 raise SinkError(
                     f"sink {self.ingestor.output_location!r}: cannot list the batches it holds "
@@ -168,8 +173,8 @@ class LastResort:
                     step = Step("read", step.start, stop, skipped=step.skipped)
                 break
             last = max((b for b in batches if b.end == covered), key=lambda b: b.start)
-            find = getattr(self.ingestor, "sink_event", None)
-            event = find(last, covered) if find is not None else None
+            assert self.ingestor is not None, "new_cycle() first"
+            event = self.ingestor.sink_event(last, covered)
             earlier = self._earlier_hub(covered, event, info, hub_created)
             if earlier is not None:
                 generation, note = self._new_generation(keeper, pid, cp, earlier, info, hub_created)

@@ -1,9 +1,9 @@
 """Why a sink write failed, and whether retrying can help: one home for sink failure causes.
 
-:func:`_cause` brings the cause forward (the last ``...Error:`` line of a worker traceback, or
-the operating system's cause buried in a JVM error); :func:`sink_failure_retryable` decides the
+:func:`failure_cause` brings the cause forward (the last ``...Error:`` line of a worker traceback,
+or the operating system's cause buried in a JVM error); :func:`sink_failure_retryable` decides the
 ``retryable`` flag of the :class:`~dagster_eventhub_ingest.resources.errors.SinkError`
-:func:`_sink_error` builds, which sets the CLI's exit code and Dagster's retries. Pure text and
+:func:`sink_error` builds, which sets the CLI's exit code and Dagster's retries. Pure text and
 exception types, no Spark: the checks a run makes before any claim use it too.
 """
 
@@ -17,7 +17,7 @@ from dagster_eventhub_ingest.resources.errors import SinkError, redact
 __all__ = ["sink_failure_retryable"]
 
 
-def _cause(exc: BaseException) -> str:
+def failure_cause(exc: BaseException) -> str:
     text = str(getattr(exc, "desc", None) or exc)
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     # A Python worker's failure arrives as a whole traceback: its last "...Error: msg" line is
@@ -153,6 +153,6 @@ def sink_failure_retryable(exc: BaseException) -> bool:
     return True
 
 
-def _sink_error(message: str, exc: BaseException) -> SinkError:
+def sink_error(message: str, exc: BaseException) -> SinkError:
     """A :class:`SinkError` for a failure caused by ``exc``, retryable as its cause says."""
     return SinkError(message, retryable=sink_failure_retryable(exc))

@@ -3,7 +3,7 @@
 A source is a namespace, hub and consumer group. Batch keys (``<partition>-<start>-<end>``) name
 partitions and sequence numbers, not the hub: a second hub's batches would replace the first
 hub's in the sink, and a second consumer group would land the same events again. So before
-anything is claimed, a run reads the sink's record (:mod:`dagster_eventhub_ingest.ops.sink_place`
+anything is claimed, a run reads the sink's record (:mod:`dagster_eventhub_ingest.ops.sinks.place`
 says where each kind of sink keeps it) and refuses a sink recorded for another source, naming
 both; a sink without a record gets this run's, atomically (one of two racing writers wins, the
 other reads the winner's record). A sink written before records existed is adopted by the
@@ -23,14 +23,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dagster_eventhub_ingest.ops.sink_checks import SOURCE_COLUMN, sink_location
+from dagster_eventhub_ingest.ops.sinks.batch import SOURCE_COLUMN
+from dagster_eventhub_ingest.ops.sinks.checks import sink_location
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
 from dagster_eventhub_ingest.resources.sink import SinkSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from dagster_eventhub_ingest.ops.sink_place import SinkPlace
+    from dagster_eventhub_ingest.ops.sinks.place import SinkPlace
     from dagster_eventhub_ingest.resources.store.records import HubRef
 
 __all__ = ["SOURCE_COLUMN", "SinkRecord", "SinkSource", "check_sink_source"]
@@ -201,7 +202,7 @@ def check_sink_source(
             does not say so (or the reverse), or was written in another layout; names both
             and what to do.
     """
-    from dagster_eventhub_ingest.ops.sink_place import sink_place
+    from dagster_eventhub_ingest.ops.sinks.place import sink_place
     from dagster_eventhub_ingest.resources.errors import SinkError
 
     mine = SinkRecord.for_run(sink, hub)
@@ -212,11 +213,11 @@ def check_sink_source(
     except (ConfigurationError, SinkError):
         raise
     except Exception as exc:
-        from dagster_eventhub_ingest.ops.sink_errors import _cause, _sink_error
+        from dagster_eventhub_ingest.ops.sinks.failures import failure_cause, sink_error
 
-        raise _sink_error(
+        raise sink_error(
             f"sink {sink.format} {location}: cannot read or record the source it holds the "
-            f"events of ({place.where}): {_cause(exc)}; nothing was claimed. Check that the "
+            f"events of ({place.where}): {failure_cause(exc)}; nothing was claimed. Check that the "
             "location exists and is writable",
             exc,
         ) from exc

@@ -1,37 +1,33 @@
-"""The sink checks a run makes before anything is claimed, without Spark.
+"""The sink checks a run makes before anything is claimed.
 
-Kept apart from :mod:`dagster_eventhub_ingest.ops.write` (which defines Spark data sources at
-import, so it imports pyspark): the CLI's config check and a run's preflight use these, and a run
-with nothing to read must not pay for importing pyspark (issue 15).
-:mod:`dagster_eventhub_ingest.ops.write` re-exports them.
+Kept apart from the writers (which define Spark data sources at import, so they import pyspark):
+the CLI's config check and a run's preflight use these, and a run with nothing to read must not
+pay for importing pyspark.
 """
 
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN
+from dagster_eventhub_ingest.ops.sinks.failures import failure_cause
+from dagster_eventhub_ingest.ops.sinks.storage import delta_uri, is_local_path
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
-from dagster_eventhub_ingest.resources.sink import SinkSettings
+from dagster_eventhub_ingest.resources.sink import BUILTIN_FORMATS, DELTALAKE_FORMAT, SinkSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
-    "BATCH_COLUMN",
-    "DELTALAKE_FORMAT",
-    "SOURCE_COLUMN",
+    "check_sink_for_session",
+    "check_sink_format",
     "check_sink_layout",
     "check_sink_reachable",
     "sink_location",
 ]
-
-#: The column holding each row's batch key; the output is partitioned by it.
-BATCH_COLUMN = "eh_batch"
-#: The column naming each row's source in a sink several sources share (``sources: many``).
-SOURCE_COLUMN = "eh_source"
-#: ``SinkSettings.format`` for Delta tables written by delta-rs (the ``deltalake`` package).
-DELTALAKE_FORMAT = "deltalake"
 
 
 def sink_location(sink: SinkSettings, spark: SparkSession | None = None) -> str:
@@ -44,10 +40,6 @@ def sink_location(sink: SinkSettings, spark: SparkSession | None = None) -> str:
     if spark is not None and sink.table.count(".") == 0:
         return f"{spark.catalog.currentDatabase()}.{sink.table}"
     return sink.table
-
-
-def _is_local_path(path: str) -> bool:
-    return "://" not in path or path.startswith("file:")
 
 
 def check_sink_reachable(sink: SinkSettings, *, local: bool, engine: str) -> None:
@@ -64,7 +56,7 @@ def check_sink_reachable(sink: SinkSettings, *, local: bool, engine: str) -> Non
     Raises:
         ConfigurationError: a local path on a non-local engine, not declared shared.
     """
-    if local or sink.shared or sink.path is None or not _is_local_path(sink.path):
+    if local or sink.shared or sink.path is None or not is_local_path(sink.path):
         return
     raise ConfigurationError(
         f"sink path {sink.path!r} is a local path, but Spark runs on {engine}: executors on other "
@@ -128,9 +120,7 @@ def check_sink_layout(sink: SinkSettings) -> None:
             from deltalake import DeltaTable
 
             found: list[str] | None = list(
-                DeltaTable(
-                    _delta_uri(sink.path), storage_options=dict(sink.storage_options) or None
-                )
+                DeltaTable(delta_uri(sink.path), storage_options=dict(sink.storage_options) or None)
                 .metadata()
                 .partition_columns
             )
@@ -149,5 +139,56 @@ def check_sink_layout(sink: SinkSettings) -> None:
     )
 
 
-def _delta_uri(path: str) -> str:
-    return path if "://" in path else os.path.abspath(path)
+def check_sink_for_session(sink: SinkSettings, spark: SparkSession) -> None:
+    """:func:`check_sink_reachable` for the executors of ``spark`` (classic or Connect)."""
+    from dagster_eventhub_ingest.resources.spark_kind import describe_engine, session_is_local
+
+    if sink.path is None or sink.shared or not is_local_path(sink.path):
+        return  # no need to ask the session anything
+    check_sink_reachable(sink, local=session_is_local(spark), engine=describe_engine(spark))
+
+
+def check_sink_format(sink: SinkSettings, spark: SparkSession | Callable[[], SparkSession]) -> None:
+    """Refuse a Spark format the session has no data source for, before anything is claimed.
+
+    A fully qualified class name (or ``delta``, ``avro``, ... without their package) would
+    otherwise fail at the first write, after claims and intents. The probe is engine-neutral
+    (classic sessions and Spark Connect alike, no JVM access): reading the format from a path
+    that does not exist fails with ``DATA_SOURCE_NOT_FOUND`` only when there is no such source;
+    any other failure (the path, a write-only source, missing options) means it exists.
+    ``spark``: the session, or a callable starting it (only called when a probe is needed).
+
+    Raises:
+        ConfigurationError: no data source of that name; names it and what is valid.
+    """
+    if sink.format == DELTALAKE_FORMAT or sink.format in BUILTIN_FORMATS:
+        return
+    session = spark if not callable(spark) else spark()
+    probe = f"/ehingest-format-probe-{uuid.uuid4().hex}/does-not-exist"
+    try:
+        session.read.format(sink.format).load(probe)
+    except Exception as exc:
+        if not _source_missing(exc):
+            return
+        raise ConfigurationError(
+            f"sink format {sink.format!r}: the Spark session has no data source of that name "
+            f"({failure_cause(exc)[:300]}); nothing was claimed or written. Use parquet, orc or "
+            "json, "
+            "delta/avro/iceberg/hudi with their package in the session (spark.jars.packages), "
+            f"{DELTALAKE_FORMAT} (delta-rs, no jars), or the fully qualified class name of a "
+            "data source on the session's classpath (spark.jars)."
+        ) from None
+
+
+def _source_missing(exc: BaseException) -> bool:
+    error_class = None
+    get = getattr(exc, "getErrorClass", None) or getattr(exc, "getCondition", None)
+    if callable(get):
+        try:
+            error_class = get()
+        except Exception:
+            error_class = None
+    if error_class == "DATA_SOURCE_NOT_FOUND":
+        return True
+    text = str(exc)
+    return "DATA_SOURCE_NOT_FOUND" in text or "Failed to find the data source" in text

@@ -1,8 +1,8 @@
 """What one written range amounts to: the one per-partition statistics type.
 
-The writer (:mod:`dagster_eventhub_ingest.ops.write`) aggregates it in the same Spark job that
-writes; the run (:mod:`dagster_eventhub_ingest.ops.run`) folds it into its report. Plain values, no
-Spark import, so the run's pure logic and its tests use it without a session.
+The writer (:mod:`dagster_eventhub_ingest.ops.sinks.write`) aggregates it in the same Spark job that
+writes; the run (:mod:`dagster_eventhub_ingest.ops.run.processor`) folds it into its report. Plain
+values, no Spark import, so the run's pure logic and its tests use it without a session.
 """
 
 from __future__ import annotations
@@ -12,6 +12,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 __all__ = ["BatchKey", "PartitionWriteStats", "batch_key", "parse_batch_key"]
+
+
+#: The column holding each row's batch key; the output is partitioned by it.
+BATCH_COLUMN = "eh_batch"
+#: The column naming each row's source in a sink several sources share (``sources: many``).
+SOURCE_COLUMN = "eh_source"
 
 
 def batch_key(
@@ -27,7 +33,7 @@ def batch_key(
     hub deleted and re-created under its name was reset, its sequence numbers restarting at 0) makes
     it ``"<partition>-<start>-<end>-g<generation>"``, so the new hub's batches never replace the old
     hub's batches of the same range. None (a hub never re-created) keeps the plain key. ``source``
-    (``dagster_eventhub_ingest.ops.sink_source.SinkSource.tag``, only in a sink several sources
+    (``dagster_eventhub_ingest.ops.sinks.source.SinkSource.tag``, only in a sink several sources
     share, ``sources: many``) ends it with ``-s<source>``, so one source's batches never replace
     another's.
     """

@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import threading
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from dagster_eventhub_ingest.ops.sink_source import SinkSource
-from dagster_eventhub_ingest.ops.stats import BatchKey, PartitionWriteStats, parse_batch_key
+from dagster_eventhub_ingest.ops.sinks.batch import BatchKey, PartitionWriteStats, parse_batch_key
+from dagster_eventhub_ingest.ops.sinks.source import SinkSource
 from dagster_eventhub_ingest.resources.limits import (
     DEFAULT_PREFETCH,
     DEFAULT_READERS_PER_PARTITION,
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from pyspark import Accumulator
     from pyspark.sql import SparkSession
 
-    from dagster_eventhub_ingest.ops.progress import ReadCounter
+    from dagster_eventhub_ingest.ops.run.progress import ReadCounter
     from dagster_eventhub_ingest.resources.hub_client import PartitionInfo
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
     from dagster_eventhub_ingest.resources.sink import SinkSettings
@@ -47,14 +48,19 @@ class SinkEvent(NamedTuple):
     enqueued_time: datetime | None
 
 
-class Ingestor(Protocol):
+class Ingestor(ABC):
     """Reads the given inclusive ranges and writes them to the sink, idempotently per range.
 
     Must raise :class:`~dagster_eventhub_ingest.resources.errors.DataLossError` when a range has a
     gap and :class:`~dagster_eventhub_ingest.resources.errors.SinkError` when the sink cannot be
     written. Writing the same ranges twice must leave them in the sink once.
+
+    :meth:`ingest` and :attr:`output_location` are what every ingestor does; the other methods
+    have defaults for an ingestor with nothing to start, count or look up (a test's in-memory
+    one): the run calls them all, always.
     """
 
+    @abstractmethod
     def ingest(
         self,
         ranges: Mapping[str, SeqRange],
@@ -69,39 +75,58 @@ class Ingestor(Protocol):
         that number expired; read the rest, but key the batch by the whole range (a replay of
         an intent must replace, never add to, what an earlier attempt wrote).
         ``generations`` (partition -> hub generation): part of those batches' keys
-        (``dagster_eventhub_ingest.ops.stats.batch_key``), for a hub re-created and reset; the run
-        passes it only when there is one. ``partition_infos``: the run's last look at these
-        partitions (first retained and last enqueued sequence numbers), to check the ranges against
-        instead of asking the service again; events that expired since must still raise
-        DataLossError.
+        (``dagster_eventhub_ingest.ops.sinks.batch.batch_key``), for a hub re-created and reset;
+        the run passes it only when there is one. ``partition_infos``: the run's last look at
+        these partitions (first retained and last enqueued sequence numbers), to check the
+        ranges against instead of asking the service again; events that expired since must
+        still raise DataLossError.
         """
-        ...
+
+    @property
+    @abstractmethod
+    def output_location(self) -> str | None:
+        """Where the output lands (path or table), for reports."""
+
+    def start_early(self) -> None:  # noqa: B027 (optional hook: nothing to start by default)
+        """Start what the first read needs (a session) in the background; the run calls it once
+        its snapshot shows something to read."""
+
+    def prepare(self) -> None:  # noqa: B027 (optional hook)
+        """Have what the read needs running; the run calls it after claiming and before
+        recording intents."""
+
+    def interrupt(self) -> None:  # noqa: B027 (optional hook)
+        """Interrupt the read and write in flight (from any thread; a stop request calls it)."""
+
+    def task_counts(self) -> tuple[int, int] | None:
+        """(completed, total) tasks of the read in flight; None when it cannot tell."""
+        return None
+
+    def read_counts(self) -> dict[str, int]:
+        """Events read so far per partition of the read in flight ({}: unknown)."""
+        return {}
 
     def batch_written(
         self, partition_id: str, start: int, end: int, generation: int | None = None
     ) -> bool | None:
         """Whether the batch of range ``[start, end]`` is in the sink (None: cannot tell)."""
-        ...
+        return None
 
     def sink_batches(self) -> dict[str, list[BatchKey]] | None:
         """The batches of this run's source committed in the sink, by partition (None: the
-        sink cannot tell); what the run continues after when its checkpoint is behind."""
-        ...
+        sink cannot tell, and the run trusts the store alone); what the run continues after
+        when its checkpoint is behind."""
+        return None
 
     def sink_event(self, batch: BatchKey, sequence_number: int) -> SinkEvent | None:
         """The offset and enqueued time of one event the sink holds in ``batch`` (None: not
-        there)."""
-        ...
-
-    @property
-    def output_location(self) -> str | None:
-        """Where the output lands (path or table), for reports."""
-        ...
+        there, or cannot tell)."""
+        return None
 
 
-class SparkIngestor:
+class SparkIngestor(Ingestor):
     """:class:`Ingestor` over a SparkSession, the ``eventhubs`` source and
-    ``dagster_eventhub_ingest.ops.write``.
+    ``dagster_eventhub_ingest.ops.sinks.write``.
 
     Args:
         spark: the session (local or cluster); None starts a local one at the first read, so a
@@ -153,7 +178,7 @@ class SparkIngestor:
         """The session, started locally on first use when none was given (or the one
         :meth:`start_early` is starting, waited for: timed as ``spark_start``)."""
         if self._spark is None:
-            from dagster_eventhub_ingest.ops.progress import phase
+            from dagster_eventhub_ingest.ops.run.progress import phase
 
             with phase("spark_start"):
                 if self._early is None:
@@ -175,7 +200,7 @@ class SparkIngestor:
         return self._spark
 
     def _start_session(self) -> SparkSession:
-        from dagster_eventhub_ingest.ops.fault import pause_point
+        from dagster_eventhub_ingest.ops.run.fault import pause_point
 
         pause_point("spark_start")
         if self._factory is not None:
@@ -191,7 +216,7 @@ class SparkIngestor:
         The run calls it once its snapshot shows something to read, so the JVM starts while
         the run waits out its join grace and claims (a second or more of store calls and
         waiting) instead of after; then the executors' Python workers start and import the
-        reader (:func:`dagster_eventhub_ingest.ops.warm_up.warm_session`) while the run records
+        reader (:func:`dagster_eventhub_ingest.ops.run.warm_up.warm_session`) while the run records
         intents and Spark plans the read, instead of inside the first read's tasks. Measured on 2
         cores, 100k events (bench/ingest_throughput.py): a cold ``ehingest run`` 12.2-12.6 ->
         11.5-12.2 s, an in-process run with the JVM up 9.5-9.6 -> 7.9-8.9 s. A failed start is
@@ -202,7 +227,7 @@ class SparkIngestor:
         given = self._spark
 
         def work() -> None:
-            from dagster_eventhub_ingest.ops.warm_up import warm_session
+            from dagster_eventhub_ingest.ops.run.warm_up import warm_session
 
             try:
                 session = given if given is not None else self._start_session()
@@ -240,14 +265,14 @@ class SparkIngestor:
     def prepare(self) -> None:
         """Have the session running (start it, or wait for :meth:`start_early`'s start): the run
         calls it after claiming and before recording intents, see
-        ``dagster_eventhub_ingest.ops.run``."""
+        ``dagster_eventhub_ingest.ops.run.processor``."""
         _ = self.spark
 
     def task_counts(self) -> tuple[int, int] | None:
         """(completed, total) Spark tasks of the read in flight; None under Spark Connect."""
         if self._spark is None:
             return None
-        from dagster_eventhub_ingest.ops.progress import spark_task_counts
+        from dagster_eventhub_ingest.ops.run.progress import spark_task_counts
 
         return spark_task_counts(self._spark)
 
@@ -260,7 +285,8 @@ class SparkIngestor:
         self, partition_id: str, start: int, end: int, generation: int | None = None
     ) -> bool | None:
         """Whether the batch of ``[start, end]`` is in the sink (None: cannot tell)."""
-        from dagster_eventhub_ingest.ops.write import batch_in_sink, batch_key
+        from dagster_eventhub_ingest.ops.sinks.batch import batch_key
+        from dagster_eventhub_ingest.ops.sinks.place import batch_in_sink
 
         key = batch_key(partition_id, start, end, generation, self._source_tag)
         return batch_in_sink(self.sink, key, lambda: self.spark)
@@ -272,7 +298,7 @@ class SparkIngestor:
 
     def sink_batches(self) -> dict[str, list[BatchKey]] | None:
         """The batch keys of this source in the sink, by partition (None: cannot tell)."""
-        from dagster_eventhub_ingest.ops.sink_place import sink_place
+        from dagster_eventhub_ingest.ops.sinks.place import sink_place
 
         keys = sink_place(self.sink, lambda: self.spark).batch_keys()
         if keys is None:
@@ -289,7 +315,7 @@ class SparkIngestor:
         sink (one small read of that batch)."""
         from pyspark.sql import functions as F
 
-        from dagster_eventhub_ingest.ops.write import read_batches
+        from dagster_eventhub_ingest.ops.sinks.read import read_batches
 
         row = (
             read_batches(self.spark, self.sink, [batch.key])
@@ -299,9 +325,9 @@ class SparkIngestor:
         )
         if row is None:
             return None
-        from dagster_eventhub_ingest.ops.write import _utc
+        from dagster_eventhub_ingest.ops.sinks.statistics import as_utc
 
-        return SinkEvent(None if row[0] is None else str(row[0]), _utc(row[1]))
+        return SinkEvent(None if row[0] is None else str(row[0]), as_utc(row[1]))
 
     def ingest(
         self,
@@ -315,16 +341,16 @@ class SparkIngestor:
 
         The source checks retention and bounds when the DataFrame is created (its errors are
         unwrapped from Spark's into this package's types); executors read, and
-        ``dagster_eventhub_ingest.ops.write.write_batch`` writes in the same job. On a classic
+        ``dagster_eventhub_ingest.ops.sinks.write.write_batch`` writes in the same job. On a classic
         session the readers tell the driver what they read (an accumulator,
         ``dagster_eventhub_ingest.resources.spark_source._stats``); elsewhere the writer aggregates
         the statistics during the write or reads them back. With ``expired_before`` the source reads
         what is left of those ranges (the run checks that only the expired head is missing); the
         batches keep the keys of the whole ranges. ``generations`` go into the batch keys
-        (``dagster_eventhub_ingest.ops.stats.batch_key``). With ``partition_infos`` covering every
-        range, the source checks the ranges against them rather than opening a connection of its own
-        from Spark's planner process (~2 s of a cold run); the readers still find events that
-        expired since (DataLossError).
+        (``dagster_eventhub_ingest.ops.sinks.batch.batch_key``). With ``partition_infos`` covering
+        every range, the source checks the ranges against them rather than opening a connection of
+        its own from Spark's planner process (~2 s of a cold run); the readers still find events
+        that expired since (DataLossError).
         """
         from dagster_eventhub_ingest.resources.errors import RunCancelledError
         from dagster_eventhub_ingest.resources.spark_source._stats import read_stats_accumulator
@@ -337,7 +363,7 @@ class SparkIngestor:
                 raise RunCancelledError("interrupted before the read started")
             # What each reader read, through an accumulator where the session has them
             # (classic): the write then observes no statistics and verifies by a row count
-            # (dagster_eventhub_ingest.ops.write). A read that may skip expired events keeps
+            # (dagster_eventhub_ingest.ops.sinks.write). A read that may skip expired events keeps
             # the statistics of what the sink holds.
             with nullcontext() if expired_before else read_stats_accumulator(spark) as stats:
                 return self._ingest(ranges, expired_before, generations, partition_infos, stats)
@@ -386,7 +412,7 @@ class SparkIngestor:
         generations: Mapping[str, int] | None,
         read_stats: Callable[[], Mapping[SubRangeKey, SubRangeStats]] | None = None,
     ) -> dict[str, PartitionWriteStats]:
-        from dagster_eventhub_ingest.ops.write import write_batch
+        from dagster_eventhub_ingest.ops.sinks.write import write_batch
         from dagster_eventhub_ingest.resources.errors import SinkError
         from dagster_eventhub_ingest.resources.spark_source import read_eventhubs
 

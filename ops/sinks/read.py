@@ -14,14 +14,15 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from dagster_eventhub_ingest.ops.sink_checks import (
-    BATCH_COLUMN,
+from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN, SOURCE_COLUMN
+from dagster_eventhub_ingest.ops.sinks.failures import failure_cause, sink_error
+from dagster_eventhub_ingest.ops.sinks.storage import delta_uri
+from dagster_eventhub_ingest.resources.sink import (
+    BUILTIN_FORMATS,
     DELTALAKE_FORMAT,
-    SOURCE_COLUMN,
-    _delta_uri,
+    SinkSettings,
+    SinkSources,
 )
-from dagster_eventhub_ingest.ops.sink_errors import _cause, _sink_error
-from dagster_eventhub_ingest.resources.sink import SinkSettings, SinkSources
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -49,10 +50,10 @@ def output_schema(sources: SinkSources = "one") -> StructType:
 
 def delta_output_schema(sources: SinkSources = "one") -> pa.Schema:
     """:func:`output_schema` as the ``deltalake`` sink's Arrow schema."""
-    return _delta_arrow_schema(output_schema(sources))
+    return delta_arrow_schema(output_schema(sources))
 
 
-def _delta_arrow_schema(schema: StructType) -> pa.Schema:
+def delta_arrow_schema(schema: StructType) -> pa.Schema:
     import pyarrow as pa
 
     from dagster_eventhub_ingest.resources.spark_source._schema import arrow_schema
@@ -75,10 +76,6 @@ def _batch_filter(keys: list[str]) -> Column:
     return F.col(BATCH_COLUMN).isin(keys)
 
 
-#: Spark formats every session has: no need to start a session to check them.
-_BUILTIN_FORMATS = ("parquet", "orc", "json")
-
-
 def read_sink(spark: SparkSession, sink: SinkSettings) -> DataFrame:
     """The sink's current content as a DataFrame (tests, demos, verification).
 
@@ -89,14 +86,14 @@ def read_sink(spark: SparkSession, sink: SinkSettings) -> DataFrame:
         from deltalake import DeltaTable
 
         assert sink.path is not None
-        uri = _delta_uri(sink.path)
+        uri = delta_uri(sink.path)
         try:
             table = DeltaTable(
                 uri, storage_options=dict(sink.storage_options) or None
             ).to_pyarrow_table()
         except Exception as exc:
-            raise _sink_error(
-                f"sink deltalake path {uri!r}: cannot read: {_cause(exc)}", exc
+            raise sink_error(
+                f"sink deltalake path {uri!r}: cannot read: {failure_cause(exc)}", exc
             ) from exc
         if table.num_rows == 0:
             import pyarrow as pa
@@ -156,7 +153,7 @@ def read_batches(
     """
     if (
         sink.path is None
-        or sink.format not in _BUILTIN_FORMATS
+        or sink.format not in BUILTIN_FORMATS
         or not keys
         or not all(_GLOB_PLAIN_KEY.fullmatch(k) for k in keys)
     ):
@@ -208,6 +205,6 @@ def _glob_directories(spark: SparkSession, pattern: str) -> list[str] | None:
     return directories or None
 
 
-def _nothing_there(exc: BaseException) -> bool:
+def nothing_there(exc: BaseException) -> bool:
     """Whether ``exc`` is Spark's answer to a path or glob that matches nothing."""
     return "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc)

@@ -1,7 +1,7 @@
 """What a sink says about itself, read where the driver reads the sink: its record and its keys.
 
 Two things a run asks of the sink before it writes: the source it belongs to (the record of
-:mod:`dagster_eventhub_ingest.ops.sink_source`) and the batch keys already committed in it (the
+:mod:`dagster_eventhub_ingest.ops.sinks.source`) and the batch keys already committed in it (the
 run's checkpoint of last resort, docs/run.md). One place per kind of sink:
 
 * :class:`LocalPlace`: a Spark format on a local or mounted path (every node sees it at the
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import time
 import urllib.parse
@@ -36,17 +37,16 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from dagster_eventhub_ingest.ops.sink_checks import (
-    BATCH_COLUMN,
-    DELTALAKE_FORMAT,
-    _delta_uri,
-    _is_local_path,
-)
+from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN
+from dagster_eventhub_ingest.ops.sinks.checks import sink_location
+from dagster_eventhub_ingest.ops.sinks.storage import delta_uri, is_local_path
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
-from dagster_eventhub_ingest.resources.sink import SinkSettings
+from dagster_eventhub_ingest.resources.sink import DELTALAKE_FORMAT, SinkSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["RECORD_NAME", "SinkPlace", "sink_place"]
 
@@ -87,7 +87,7 @@ def sink_place(sink: SinkSettings, spark: SessionFn) -> SinkPlace:
         return TablePlace(sink, spark)
     if sink.format == DELTALAKE_FORMAT:
         return DeltaPlace(sink)
-    if _is_local_path(sink.path):
+    if is_local_path(sink.path):
         return LocalPlace(sink)
     return SparkPathPlace(sink, spark)
 
@@ -223,7 +223,7 @@ class DeltaPlace:
     def __init__(self, sink: SinkSettings) -> None:
         assert sink.path is not None
         self.sink = sink
-        self.uri = _delta_uri(sink.path)
+        self.uri = delta_uri(sink.path)
         self.options = dict(sink.storage_options) or None
         self.where = f"the Delta table properties of {self.uri}"
 
@@ -255,7 +255,7 @@ class DeltaPlace:
         from deltalake import DeltaTable
         from deltalake.exceptions import CommitFailedError
 
-        from dagster_eventhub_ingest.ops.sink_read import delta_output_schema
+        from dagster_eventhub_ingest.ops.sinks.read import delta_output_schema
 
         table = self._table()
         try:
@@ -330,7 +330,7 @@ class TablePlace:
         from pyspark.errors import AnalysisException
         from pyspark.sql import functions as F
 
-        from dagster_eventhub_ingest.ops.sink_read import output_schema
+        from dagster_eventhub_ingest.ops.sinks.read import output_schema
 
         writer = (
             spark.createDataFrame([], output_schema(self.sink.sources))
@@ -379,12 +379,12 @@ class SparkPathPlace:
 
     def read_record(self) -> dict[str, str] | None:
         """The record dataset's lines, parsed; None when absent."""
-        from dagster_eventhub_ingest.ops.sink_read import _nothing_there
+        from dagster_eventhub_ingest.ops.sinks.read import nothing_there
 
         try:
             rows = self._spark().read.text(self.record).collect()
         except Exception as exc:
-            if _nothing_there(exc):
+            if nothing_there(exc):
                 return None
             raise
         try:
@@ -412,7 +412,7 @@ class SparkPathPlace:
     def batch_keys(self) -> list[str] | None:
         """The ``eh_batch=`` directories (a glob on the driver, or a distinct over the
         column where the session has no JVM here)."""
-        from dagster_eventhub_ingest.ops.sink_read import _nothing_there, read_sink
+        from dagster_eventhub_ingest.ops.sinks.read import nothing_there, read_sink
         from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
 
         spark = self._spark()
@@ -434,7 +434,29 @@ class SparkPathPlace:
         try:
             values = read_sink(spark, self.sink).select(BATCH_COLUMN).distinct().collect()
         except Exception as exc:
-            if _nothing_there(exc):
+            if nothing_there(exc):
                 return []
             return None
         return sorted(str(r[0]) for r in values if r[0] is not None)
+
+
+def batch_in_sink(
+    sink: SinkSettings, key: str, spark: Callable[[], SparkSession] | None = None
+) -> bool | None:
+    """Whether a batch with this key is committed in the sink; None when it cannot be told.
+
+    A batch directory appears only at the job's commit, a ``deltalake`` batch only in the
+    log (``dagster_eventhub_ingest.ops.sinks.place``). Tables and paths outside this machine
+    are asked through ``spark`` (returns the session); without it they are not looked at.
+    """
+    from dagster_eventhub_ingest.ops.sinks.place import sink_place
+
+    def no_session() -> SparkSession:
+        raise LookupError("no session")
+
+    try:
+        keys = sink_place(sink, spark or no_session).batch_keys()
+    except Exception:  # unreadable, or no session: cannot tell
+        logger.debug("could not list the batches of %s", sink_location(sink), exc_info=True)
+        return None
+    return None if keys is None else key in keys

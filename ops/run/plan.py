@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from dagster_eventhub_ingest.ops.hub import PartitionInfo
+from dagster_eventhub_ingest.ops.run.hub import PartitionInfo
 from dagster_eventhub_ingest.resources.config import OnDataLoss
 from dagster_eventhub_ingest.resources.errors import DataLossError, RangeError
 from dagster_eventhub_ingest.resources.ranges import SeqRange
@@ -20,8 +20,10 @@ __all__ = [
     "Bound",
     "Step",
     "checkpoint_problem",
+    "effective_checkpoint",
     "next_step",
     "replay_ranges",
+    "satisfied",
     "sink_coverage",
     "sink_layout",
     "snapshot_bound",
@@ -48,6 +50,21 @@ class Bound:
         if self.end >= self.start or self.gap is not None:
             return self.end
         return self.checkpoint
+
+
+def satisfied(bound: Bound, cp: Checkpoint | None) -> bool:
+    """Whether the checkpoint ``cp`` reached the bound (a bound with no target always is)."""
+    target = bound.target
+    return target is None or (cp is not None and cp.sequence_number >= target)
+
+
+def effective_checkpoint(*cps: Checkpoint | None) -> Checkpoint | None:
+    """The furthest of the given checkpoints (the SDK's, the lease's progress), or None."""
+    best: Checkpoint | None = None
+    for cp in cps:
+        if cp is not None and (best is None or cp.sequence_number > best.sequence_number):
+            best = cp
+    return best
 
 
 def _data_loss_message(

@@ -3,11 +3,11 @@
 * :func:`warm_up`: ``ehingest spark-archive`` runs it in a JVM that writes a class-data archive
   at exit (:mod:`dagster_eventhub_ingest.resources.jvm_archive`): the archive then holds the classes
   of a real run's path (a Python data source of the ``eventhubs`` schema read into Arrow,
-  :func:`dagster_eventhub_ingest.ops.write.write_batch`'s observed, filtered, batch-keyed and
+  :func:`dagster_eventhub_ingest.ops.sinks.write.write_batch`'s observed, filtered, batch-keyed and
   partitioned write and its read-back verification) without a hub to read from.
 * :func:`warm_session`: a running session's executors start their Python workers, with the
   reader's imports, before the run's first read needs them
-  (``dagster_eventhub_ingest.ops.ingest.SparkIngestor``).
+  (``dagster_eventhub_ingest.ops.run.ingestor.SparkIngestor``).
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ _EVENTS = 50
 
 def warm_up(spark: SparkSession, workdir: Path) -> int:
     """Write three batches of made-up events through
-    :func:`dagster_eventhub_ingest.ops.write.write_batch` into a Parquet sink under ``workdir``: 2
-    partitions (statistics observed), 8 (read back) and 4 (told by the readers through an
-    accumulator, as a run on a classic session); the events written."""
+    :func:`dagster_eventhub_ingest.ops.sinks.write.write_batch` into a Parquet sink under
+    ``workdir``: 2 partitions (statistics observed), 8 (read back) and 4 (told by the readers
+    through an accumulator, as a run on a classic session); the events written."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    from dagster_eventhub_ingest.ops.write import write_batch
+    from dagster_eventhub_ingest.ops.sinks.write import write_batch
     from dagster_eventhub_ingest.resources.ranges import SeqRange
     from dagster_eventhub_ingest.resources.sink import SinkSettings
     from dagster_eventhub_ingest.resources.spark_source._schema import (

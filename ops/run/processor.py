@@ -1,7 +1,12 @@
-"""One ingestion run ("processor"): snapshot, claim, intent, read, write, checkpoint, release.
+"""The run loop ("processor"): snapshot, claim, intent, read, write, checkpoint, release.
 
-PUBLIC API CONTRACT (shared by the CLI and the Dagster integration): :class:`IngestConfig`,
-:class:`ReplaySpec`, :class:`PartitionReport`, :class:`RunReport` and :func:`run_ingestion`.
+One concept, kept whole: the loop's steps share one run's state (bounds, leases held, the last
+checkpoint seen per partition, resets pending, progress) and are read in the order they run;
+cut into modules they would hand that state back and forth. Its parts live beside it: pure
+planning in :mod:`.plan`, leases in :mod:`.lease`, the sink as checkpoint of last resort in
+:mod:`.last_resort`, checkpoints ahead of the hub in :mod:`.ahead`, the read+write step in
+:mod:`.ingestor`, the end state and report in :mod:`.report`, the log in :mod:`.log`, the entry
+point in :mod:`.entry`.
 
 The loop (docs/run.md has the exactly-once argument step by step):
 
@@ -17,298 +22,57 @@ The loop (docs/run.md has the exactly-once argument step by step):
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
 
-from pydantic import ConfigDict, InstanceOf
-
-from dagster_eventhub_ingest.ops.cancel import Cancellation
-from dagster_eventhub_ingest.ops.fault import fault_point, fault_timer, pause_point
-from dagster_eventhub_ingest.ops.hub import HubClient, PartitionInfo
-from dagster_eventhub_ingest.ops.ingest import Ingestor
-from dagster_eventhub_ingest.ops.lag import age_seconds, partition_lag
-from dagster_eventhub_ingest.ops.last_resort import LastResort
-from dagster_eventhub_ingest.ops.lease import LeaseKeeper
-from dagster_eventhub_ingest.ops.plan import (
+from dagster_eventhub_ingest.ops.lag import age_seconds
+from dagster_eventhub_ingest.ops.run.ahead import CheckpointsAhead
+from dagster_eventhub_ingest.ops.run.cancel import Cancellation
+from dagster_eventhub_ingest.ops.run.fault import fault_point, fault_timer
+from dagster_eventhub_ingest.ops.run.hub import HubClient, PartitionInfo
+from dagster_eventhub_ingest.ops.run.ingestor import Ingestor
+from dagster_eventhub_ingest.ops.run.last_resort import LastResort
+from dagster_eventhub_ingest.ops.run.lease import LeaseKeeper
+from dagster_eventhub_ingest.ops.run.log import TeeLog
+from dagster_eventhub_ingest.ops.run.plan import (
     Bound,
     Step,
-    checkpoint_problem,
     cycle_size,
+    effective_checkpoint,
     next_step,
     replay_ranges,
+    satisfied,
     sink_layout,
     snapshot_bound,
 )
-from dagster_eventhub_ingest.ops.progress import (
+from dagster_eventhub_ingest.ops.run.progress import (
     PhaseClock,
     ProgressFn,
-    ReadCounter,
     ReadTicker,
     RunProgress,
     progress_targets,
 )
-from dagster_eventhub_ingest.ops.stats import PartitionWriteStats
-from dagster_eventhub_ingest.resources.config import IngestSpec, OneLineErrors, RunOptions
+from dagster_eventhub_ingest.ops.run.report import PartitionReport, RunReport, record_end_state
+from dagster_eventhub_ingest.ops.run.settings import IngestConfig, ReplaySpec
+from dagster_eventhub_ingest.ops.sinks.batch import PartitionWriteStats
 from dagster_eventhub_ingest.resources.errors import (
-    CheckpointAheadError,
     CheckpointRegressionError,
     ConfigurationError,
     DataLossError,
     OwnershipLostError,
 )
 from dagster_eventhub_ingest.resources.ranges import SeqRange
-from dagster_eventhub_ingest.resources.settings import EventHubSettings
-from dagster_eventhub_ingest.resources.sink import SinkSettings
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 from dagster_eventhub_ingest.resources.store.records import Checkpoint, Ownership, generation_of
-from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
-    from dagster_eventhub_ingest.ops.balancing.base import RunLog
-    from dagster_eventhub_ingest.ops.balancing.liveness import OwnerInstance
-    from dagster_eventhub_ingest.ops.ingest import SparkIngestor
-
-__all__ = [
-    "IngestConfig",
-    "PartitionReport",
-    "Processor",
-    "ReplaySpec",
-    "RunReport",
-    "run_ingestion",
-]
+__all__ = ["ClaimFn", "Processor"]
 
 logger = logging.getLogger(__name__)
 
 #: Claims the given unsatisfied partitions for this owner; returns the leases it now holds.
 ClaimFn = Callable[[Sequence[str]], Mapping[str, Ownership]]
-
-
-class IngestConfig(OneLineErrors, RunOptions):
-    """Everything one run needs: the three places plus
-    :class:`~dagster_eventhub_ingest.resources.config.RunOptions`.
-
-    The run options (strategy, bounds, timeouts, ...) are declared, described and validated
-    once, in ``dagster_eventhub_ingest.resources.config.RunOptions``; this adds the resolved
-    settings and two internal knobs. The CLI builds it from YAML (:meth:`from_spec`), Dagster from
-    its resources, tests and benchmarks directly::
-
-        IngestConfig(eventhub=hub, store=store, sink=sink, strategy="greedy")
-
-    Bad values raise :class:`~dagster_eventhub_ingest.resources.errors.ConfigurationError` naming
-    the key.
-
-    Attributes:
-        poll_initial_seconds / poll_max_seconds: backoff while live peers hold partitions.
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    eventhub: InstanceOf[EventHubSettings]
-    store: InstanceOf[StoreSettings]
-    sink: InstanceOf[SinkSettings]
-    poll_initial_seconds: float = 0.2
-    poll_max_seconds: float = 5.0
-
-    @classmethod
-    def from_spec(
-        cls,
-        spec: IngestSpec,
-        env: Mapping[str, str] | None = None,
-        *,
-        connection_strings: Mapping[str, str] | None = None,
-        **internals: Any,
-    ) -> IngestConfig:
-        """The config for a loaded :class:`~dagster_eventhub_ingest.resources.config.IngestSpec`
-        (the CLI's file, Airflow's connections).
-
-        Reads the credentials' environment variables now (``env``: default ``os.environ``);
-        ``connection_strings`` (``"eventhub"`` / ``"store"``) are given ones instead.
-        """
-        given = connection_strings or {}
-        return cls(
-            eventhub=spec.eventhub.settings(env, connection_string=given.get("eventhub")),
-            store=spec.store.settings(env, connection_string=given.get("store")),
-            sink=spec.sink.settings(),
-            **spec.run_options().model_dump(),
-            **internals,
-        )
-
-
-@dataclass(frozen=True)
-class ReplaySpec:
-    """Re-read a range into the sink without touching the live checkpoint.
-
-    Either ``ranges`` (partition id -> inclusive ``(start_seq, end_seq)``) or a
-    ``starting_position`` / ``ending_position`` (a sequence number, ``earliest``, ``latest`` or
-    ``checkpoint``; defaults ``earliest`` .. ``latest``) applied to every target partition.
-    """
-
-    ranges: dict[str, SeqRange] | None = None
-    starting_position: str | None = None
-    ending_position: str | None = None
-
-
-@dataclass
-class PartitionReport:
-    """What one run knows about one target partition when it ends (for logs and metadata).
-
-    ``events``/``bytes``/sequence and enqueued-time ranges count what THIS run wrote;
-    ``checkpoint_sequence_number`` and the lag are the partition's state at the end, whoever
-    read it. ``read_by`` names the owners seen moving the checkpoint during the run
-    (``"unknown"`` when a peer did it between two looks). ``skipped_ranges`` are inclusive
-    ranges lost to retention and passed over (``on_data_loss: skip``). ``checkpoint_reset``
-    says why and from where this run reset the checkpoint (``on_checkpoint_ahead``), or moved
-    it past what the sink already held (a checkpoint lost or older than the sink).
-    ``replayed_intents`` are pending ranges another owner recorded and this run replayed:
-    ``(start, end, owner)``.
-    """
-
-    partition_id: str
-    events: int = 0
-    bytes: int = 0
-    first_sequence_number: int | None = None
-    last_sequence_number: int | None = None
-    first_enqueued_time: datetime | None = None
-    last_enqueued_time: datetime | None = None
-    checkpoint_sequence_number: int | None = None
-    snapshot_end_sequence_number: int | None = None
-    lag_events: int | None = None
-    lag_seconds: float | None = None
-    read_by: list[str] = field(default_factory=list)
-    skipped_ranges: list[SeqRange] = field(default_factory=list)
-    checkpoint_reset: str | None = None
-    up_to_date: bool = False
-    last_enqueued_sequence_number: int | None = None
-    ranges_written: list[SeqRange] = field(default_factory=list)
-    replayed_intents: list[tuple[int, int, str]] = field(default_factory=list)
-    #: Events landed in the sink for the partition in all (the checkpoint's ``landed``); None
-    #: when unknown.
-    landed_total: int | None = None
-
-    def add(self, result: PartitionWriteStats, owner_id: str) -> None:
-        """Fold one written range into the report."""
-        self.events += result.events
-        self.bytes += result.bytes
-        self.ranges_written.append(SeqRange(result.start, result.end))
-        if result.first_sequence_number is not None and (
-            self.first_sequence_number is None
-            or result.first_sequence_number < self.first_sequence_number
-        ):
-            self.first_sequence_number = result.first_sequence_number
-        if result.last_sequence_number is not None and (
-            self.last_sequence_number is None
-            or result.last_sequence_number > self.last_sequence_number
-        ):
-            self.last_sequence_number = result.last_sequence_number
-        if result.first_enqueued_time is not None and (
-            self.first_enqueued_time is None
-            or result.first_enqueued_time < self.first_enqueued_time
-        ):
-            self.first_enqueued_time = result.first_enqueued_time
-        if result.last_enqueued_time is not None and (
-            self.last_enqueued_time is None or result.last_enqueued_time > self.last_enqueued_time
-        ):
-            self.last_enqueued_time = result.last_enqueued_time
-        if owner_id not in self.read_by:
-            self.read_by.append(owner_id)
-
-
-@dataclass
-class RunReport:
-    """The outcome of ``run_ingestion``; ``complete`` iff every target reached its bound.
-
-    In replay mode ``complete`` means every requested range was written; checkpoints untouched.
-    """
-
-    owner_id: str
-    partitions: dict[str, PartitionReport]
-    complete: bool
-    output_location: str | None = None
-    hub: str = ""
-    consumer_group: str = ""
-    replay: bool = False
-    cycles: int = 0
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    #: Wall and driver-CPU seconds per phase (``dagster_eventhub_ingest.ops.progress.PHASES``):
-    #: where the run's time went, e.g. ``{"spark_start": {"seconds": 4.1, "cpu_seconds": 0.2},
-    #: ...}``.
-    phases: dict[str, dict[str, float]] = field(default_factory=dict)
-
-    @property
-    def events(self) -> int:
-        """Events this run wrote, over all partitions."""
-        return sum(p.events for p in self.partitions.values())
-
-    @property
-    def bytes(self) -> int:
-        """Body bytes this run wrote, over all partitions."""
-        return sum(p.bytes for p in self.partitions.values())
-
-    @property
-    def incomplete_partitions(self) -> list[str]:
-        """Target partitions that did not reach their bound."""
-        return [p for p, r in self.partitions.items() if not r.up_to_date]
-
-
-def _effective(*cps: Checkpoint | None) -> Checkpoint | None:
-    best: Checkpoint | None = None
-    for cp in cps:
-        if cp is not None and (best is None or cp.sequence_number > best.sequence_number):
-            best = cp
-    return best
-
-
-def _satisfied(bound: Bound, cp: Checkpoint | None) -> bool:
-    target = bound.target
-    return target is None or (cp is not None and cp.sequence_number >= target)
-
-
-class _Log:
-    """Log lines to the module logger and, when given, to Dagster's ``context.log`` too."""
-
-    def __init__(self, extra: Any) -> None:
-        self.extra = extra
-
-    def info(self, msg: str) -> None:
-        logger.info(msg)
-        if self.extra is not None:
-            self.extra.info(msg)
-
-    def warning(self, msg: str) -> None:
-        logger.warning(msg)
-        self.extra_warning(msg)
-
-    def extra_warning(self, msg: str) -> None:
-        """Only to ``context.log`` (for lines another module already logged itself)."""
-        if self.extra is not None:
-            self.extra.warning(msg)
-
-    def extra_only(self) -> _ExtraLog | None:
-        """A log for modules that log their lines themselves
-        (``dagster_eventhub_ingest.ops.balancing``): only ``context.log`` gets them from it. None
-        without one."""
-        return None if self.extra is None else _ExtraLog(self.extra)
-
-
-class _ExtraLog:
-    """Dagster's ``context.log`` alone, as a
-    :class:`dagster_eventhub_ingest.ops.balancing.base.RunLog`."""
-
-    def __init__(self, extra: Any) -> None:
-        self.extra = extra
-
-    def info(self, msg: str) -> None:
-        self.extra.info(msg)
-
-    def warning(self, msg: str) -> None:
-        self.extra.warning(msg)
 
 
 class Processor:
@@ -323,14 +87,14 @@ class Processor:
         claim: the claim cycle (``dagster_eventhub_ingest.ops.balancing``); gets the unsatisfied
         targets. heartbeat: called with every lease renewal (an owner heartbeat), optional. log:
         Dagster's ``context.log`` or None. on_progress: receives a
-        :class:`dagster_eventhub_ingest.ops.progress.RunProgress` at the snapshot, every
+        :class:`dagster_eventhub_ingest.ops.run.progress.RunProgress` at the snapshot, every
             ``progress_interval`` seconds while Spark reads (also logged), and after each
             checkpoint.
         progress_interval: seconds between progress updates during a read (0: none).
         preflight: called once before the first claim, only when there is something to do
             (the sink layout check: a run with nothing to read does not look at the sink).
         clock: where the phases' times go (``RunReport.phases``); a new one by default.
-        cancel: a request to stop (:mod:`dagster_eventhub_ingest.ops.cancel`): the run checks it
+        cancel: a request to stop (:mod:`dagster_eventhub_ingest.ops.run.cancel`): the run checks it
             before each claim and each read, and waits on it instead of sleeping; a stopped run
             raises ``RunCancelledError`` after releasing its leases (intents kept).
         sleep / monotonic: injectable for tests (``sleep`` default: a wait that a cancellation
@@ -365,18 +129,25 @@ class Processor:
         self.owner_id = owner_id
         self.claim = claim
         self.heartbeat = heartbeat
-        self.log = _Log(log)
+        self.log = TeeLog(log)
+        # Checkpoints the hub cannot have produced, and the partitions still to be reset.
+        self._ahead = CheckpointsAhead(
+            config.on_checkpoint_ahead,
+            store,
+            hub,
+            owner_id=owner_id,
+            hub_desc=store.hub.describe(),
+            log=self.log,
+        )
         self.cancel = cancel if cancel is not None else Cancellation()
         self.sleep: Callable[[float], object] = sleep if sleep is not None else self.cancel.wait
         self.monotonic = monotonic
         self.hub_desc = store.hub.describe()
         self._last_cp: dict[str, int | None] = {}
         self._seen: dict[str, set[str]] = {}
-        # Partitions whose checkpoint the hub cannot have produced, still to be reset.
-        self._resets: dict[str, str] = {}
         self._hub_created: int | None = None
         # Consecutive claim cycles that claimed every pending partition, and the events per
-        # partition the current cycle reads (dagster_eventhub_ingest.ops.plan.cycle_size).
+        # partition the current cycle reads (dagster_eventhub_ingest.ops.run.plan.cycle_size).
         self._cycles_alone = 0
         self._cap = config.max_events_per_cycle
         self._layout = sink_layout(config.sink.format, config.sink.partition_by)
@@ -395,7 +166,7 @@ class Processor:
         started = datetime.now(timezone.utc)
         with self.clock.phase("snapshot"):
             targets, bounds, infos, reports, cps = self._snapshot(partition_ids)
-        if not self._resets and all(_satisfied(bounds[p], cps.get(p)) for p in targets):
+        if not self._ahead.pending and all(satisfied(bounds[p], cps.get(p)) for p in targets):
             # Nothing to read (the common scheduled run): no claim, no sink look, no Spark,
             # and the report from the snapshot just taken.
             for p in targets:
@@ -406,13 +177,11 @@ class Processor:
                     targets, bounds, infos, reports, 0, started, replay=False, fresh=(infos, cps)
                 )
         self.cancel.check("before claiming")
-        start_early = getattr(self.ingestor, "start_early", None)
-        if start_early is not None:
-            # Something to read: the session starts while the run checks the sink and claims
-            # (the join grace is a second of waiting); the first cycle waits for it before
-            # recording intents. Started before the sink's check, whose first look imports
-            # pyarrow (0.2-0.25 s of the driver's CPU): nothing is claimed before it passed.
-            start_early()
+        # Something to read: the session starts while the run checks the sink and claims
+        # (the join grace is a second of waiting); the first cycle waits for it before
+        # recording intents. Started before the sink's check, whose first look imports
+        # pyarrow (0.2-0.25 s of the driver's CPU): nothing is claimed before it passed.
+        self.ingestor.start_early()
         self._preflight()
         return self._loop(targets, bounds, infos, reports, started)
 
@@ -433,18 +202,18 @@ class Processor:
         owns = self.store.list_ownership()
         cps = self.store.list_checkpoints(owns)
         infos = self.hub.partition_info(targets)
-        self._check_ahead(targets, infos, cps, owns)
+        self._ahead.find(targets, infos, cps, owns, self._hub_created)
         if any(owns[p].intent is not None for p in targets if p in owns):
             # A pending intent: the sink's layout on disk is checked before the intent's own.
             self._preflight()
         for pid in targets:
             own = owns.get(pid)
-            if own is not None and pid not in self._resets:
+            if own is not None and pid not in self._ahead.pending:
                 self._check_intent_layout(pid, own)
         bounds = {
             p: snapshot_bound(
                 infos[p],
-                None if p in self._resets else cps.get(p),
+                None if p in self._ahead.pending else cps.get(p),
                 self.config.max_events_per_partition,
                 self.config.on_data_loss,
                 self.hub_desc,
@@ -502,7 +271,7 @@ class Processor:
                         pending = [
                             p
                             for p in targets
-                            if p in self._resets or not _satisfied(bounds[p], cps.get(p))
+                            if p in self._ahead.pending or not satisfied(bounds[p], cps.get(p))
                         ]
                         for p in targets:
                             self.progress.partitions[p].done = p not in pending
@@ -642,15 +411,13 @@ class Processor:
         infos: dict[str, PartitionInfo],
         reports: dict[str, PartitionReport],
     ) -> None:
-        prepare = getattr(self.ingestor, "prepare", None)
-        if prepare is not None:
-            # The session (started early, or now) is up before the intents: while it starts
-            # (seconds), a run that joined meanwhile can still take its share of leases not
-            # yet started (dagster_eventhub_ingest.ops.balancing: unstarted surplus is stealable),
-            # so runs a few seconds apart split even a small backlog. What is left of the start is
-            # timed as spark_start.
-            with self.clock.active():
-                prepare()
+        # The session (started early, or now) is up before the intents: while it starts
+        # (seconds), a run that joined meanwhile can still take its share of leases not
+        # yet started (dagster_eventhub_ingest.ops.balancing: unstarted surplus is stealable),
+        # so runs a few seconds apart split even a small backlog. What is left of the start is
+        # timed as spark_start.
+        with self.clock.active():
+            self.ingestor.prepare()
         self.cancel.check("before recording intents")
         with self.clock.phase("planning"):
             steps, replayed, gens = self._plan_cycle(keeper, claimed, bounds, infos, reports)
@@ -734,8 +501,12 @@ class Processor:
         for pid, own in claimed.items():
             try:
                 sdk_cp = sdk.get(pid)
-                if pid in self._resets:
-                    own, sdk_cp = self._reset(keeper, pid, own, sdk_cp, infos, reports)
+                if pid in self._ahead.pending:
+                    reset = self._ahead.reset(keeper, pid, own, sdk_cp, infos, self._hub_created)
+                    if reset is not None:
+                        own, sdk_cp = reset.ownership, reset.checkpoint
+                        reports[pid].checkpoint_reset = reset.note
+                        self._last_cp[pid] = reset.checkpoint.sequence_number
                 gen = generation_of(sdk_cp, own.progress)
                 step, gen = self._plan_partition(
                     keeper, pid, own, sdk_cp, bounds, infos, gen, reports[pid]
@@ -828,93 +599,6 @@ class Processor:
             "path)."
         )
 
-    def _check_ahead(
-        self,
-        targets: Sequence[str],
-        infos: Mapping[str, PartitionInfo],
-        cps: Mapping[str, Checkpoint],
-        owns: Mapping[str, Ownership],
-    ) -> None:
-        """Find checkpoints the hub cannot have produced; fail, or mark them for a reset."""
-        problems: dict[str, str] = {}
-        for pid in targets:
-            own = owns.get(pid)
-            why = checkpoint_problem(
-                infos[pid], cps.get(pid), own.intent if own else None, self._hub_created
-            )
-            if why is not None:
-                problems[pid] = why
-        if not problems:
-            return
-        if self.config.on_checkpoint_ahead != "reset_to_earliest":
-            detail = "; ".join(
-                f"partition {pid}: {why}, earliest retained event "
-                f"{infos[pid].begin_sequence_number}"
-                for pid, why in problems.items()
-            )
-            flags = " ".join(f"--partition {pid}" for pid in problems)
-            raise CheckpointAheadError(
-                f"hub={self.hub_desc}: checkpoint ahead of the hub, {detail}. Reading on would "
-                "skip every new event up to the checkpoint, so nothing was claimed or read. To "
-                "restart from the earliest retained event, run once with on_checkpoint_ahead: "
-                f"reset_to_earliest (`ehingest run --config FILE {flags} --on-checkpoint-ahead "
-                "reset_to_earliest`, or that key in the Dagster run config); it is recorded in "
-                "the run report and the checkpoint's ehireset metadata. If the checkpoint was "
-                "edited by mistake, restore it instead."
-            )
-        for pid, why in problems.items():
-            self.log.warning(
-                f"checkpoint ahead hub={self.hub_desc} partition={pid} owner={self.owner_id}: "
-                f"{why}; resetting to the earliest retained event "
-                f"{infos[pid].begin_sequence_number} (on_checkpoint_ahead=reset_to_earliest)"
-            )
-        self._resets.update(problems)
-
-    def _reset(
-        self,
-        keeper: LeaseKeeper,
-        pid: str,
-        own: Ownership,
-        sdk_cp: Checkpoint | None,
-        infos: dict[str, PartitionInfo],
-        reports: dict[str, PartitionReport],
-    ) -> tuple[Ownership, Checkpoint | None]:
-        """Under the lease: look again, and reset the checkpoint if it is still impossible.
-
-        Returns the lease and the SDK checkpoint as they are now.
-        """
-        cp = _effective(sdk_cp, own.progress)
-        infos.update(self.hub.partition_info([pid]))
-        info = infos[pid]
-        why = checkpoint_problem(info, cp, own.intent, self._hub_created)
-        del self._resets[pid]
-        if why is None:
-            return own, sdk_cp  # a peer reset it meanwhile
-        target = info.begin_sequence_number - 1
-        # Sequence numbers restarted, so batch keys would repeat the old hub's and replace its
-        # batches in the sink: unless the checkpoint is known to be this very hub's, the new
-        # hub's batches get its creation time as their generation
-        # (dagster_eventhub_ingest.ops.stats.batch_key).
-        generation = None
-        if self._hub_created is not None and (cp is None or cp.hub_created_ms != self._hub_created):
-            generation = self._hub_created
-        note = (
-            f"reset from {cp.sequence_number if cp else None} to {target} at "
-            f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} by {self.owner_id}: {why}"
-        )
-        updated = keeper.apply(
-            pid,
-            lambda o: self.store.reset_checkpoint(
-                o, target, "-1", note, hub_created_ms=self._hub_created, generation=generation
-            ),
-        )
-        reports[pid].checkpoint_reset = note
-        self._last_cp[pid] = target
-        self.log.warning(f"checkpoint reset hub={self.hub_desc} partition={pid}: {note}")
-        return updated, Checkpoint(
-            pid, target, "-1", hub_created_ms=self._hub_created, generation=generation
-        )
-
     def _plan_partition(
         self,
         keeper: LeaseKeeper,
@@ -930,7 +614,7 @@ class Processor:
         batch key names. ``bounds[pid]`` moves with a checkpoint moved past the sink."""
         bound = bounds[pid]
         begin = infos[pid].begin_sequence_number
-        cp = _effective(sdk_cp, own.progress)
+        cp = effective_checkpoint(sdk_cp, own.progress)
         cap = self._cap
         step = next_step(bound, cp, own.intent, begin, self.config.on_data_loss, self.hub_desc, cap)
         if step.kind == "clear" and cp is not None:
@@ -972,16 +656,9 @@ class Processor:
         elif step.kind == "replay":
             assert own.intent is not None
             self._check_intent_layout(pid, own)
-            written = getattr(self.ingestor, "batch_written", None)
             gen = own.intent.generation
-            if (
-                step.skipped is not None
-                and written is not None
-                and (
-                    written(pid, step.start, step.end)
-                    if gen is None
-                    else written(pid, step.start, step.end, gen)
-                )
+            if step.skipped is not None and self.ingestor.batch_written(
+                pid, step.start, step.end, gen
             ):
                 # The crashed attempt committed the whole batch before the head expired:
                 # keep it (a replay would drop its expired rows) and move past it.
@@ -1066,12 +743,10 @@ class Processor:
         """Send the current progress to ``on_progress`` (and the log during long reads)."""
         self.progress.phase = phase
         self.progress.elapsed_seconds = time.monotonic() - self._started
-        counts = getattr(self.ingestor, "task_counts", None)
-        self.progress.spark_tasks = counts() if phase == "reading" and counts else None
-        read = getattr(self.ingestor, "read_counts", None)
-        if phase == "reading" and read is not None:
+        self.progress.spark_tasks = self.ingestor.task_counts() if phase == "reading" else None
+        if phase == "reading":
             # Live counts the readers wrote to the store; never more than the range in flight.
-            for pid, n in read().items():
+            for pid, n in self.ingestor.read_counts().items():
                 part = self.progress.partitions.get(pid)
                 if part is not None and part.reading is not None:
                     part.read_events = max(part.read_events, n)
@@ -1146,36 +821,17 @@ class Processor:
                 infos = dict(snapshot)
             cps = self.store.list_checkpoints()
         now = datetime.now(timezone.utc)
-        wanted: dict[str, int] = {}
-        for pid in targets:
-            r, info, cp = reports[pid], infos[pid], cps.get(pid)
-            r.checkpoint_sequence_number = cp.sequence_number if cp else None
-            r.landed_total = cp.landed if cp else None
-            r.last_enqueued_sequence_number = info.last_enqueued_sequence_number
-            lag = partition_lag(
-                info.begin_sequence_number,
-                info.last_enqueued_sequence_number,
-                cp.sequence_number if cp else None,
-            )
-            r.lag_events = lag.events
-            if lag.oldest_unprocessed is None:
-                r.lag_seconds = 0.0
-            elif self.config.report_lag_seconds:
-                since = _oldest_unprocessed_bound(r, info, cp)
-                if since is not None:
-                    r.lag_seconds = age_seconds(now, since)
-                else:
-                    wanted[pid] = lag.oldest_unprocessed
-            if not replay:
-                bound = bounds[pid]
-                r.up_to_date = _satisfied(bound, cp) and pid not in self._resets
-                if (
-                    bound.gap is not None
-                    and not r.skipped_ranges
-                    and cp is not None
-                    and cp.sequence_number >= bound.gap.end
-                ):
-                    r.skipped_ranges.append(bound.gap)  # a peer passed over it
+        wanted = record_end_state(
+            reports,
+            targets,
+            infos,
+            cps,
+            bounds,
+            now=now,
+            replay=replay,
+            resets=self._ahead.pending,
+            report_lag_seconds=self.config.report_lag_seconds,
+        )
         if wanted:
             # Only where neither the properties nor this run's writes tell the time: one
             # single-event receive per such partition, concurrently.
@@ -1199,346 +855,3 @@ class Processor:
             f"events={report.events} cycles={cycles}"
         )
         return report
-
-
-def _oldest_unprocessed_bound(
-    report: PartitionReport, info: PartitionInfo, cp: Checkpoint | None
-) -> datetime | None:
-    """When the oldest unprocessed event was enqueued (or a time no later), without a receive.
-
-    One event behind: it is the last enqueued event, whose time the partition properties give
-    (exact). Otherwise, when this run wrote the checkpointed event, the next one was enqueued
-    at or after it: its time bounds the age from above (tight on a busy partition). None when
-    neither applies (the caller then receives that event).
-    """
-    if report.lag_events == 1 and info.last_enqueued_time is not None:
-        return info.last_enqueued_time
-    if (
-        cp is not None
-        and report.last_sequence_number == cp.sequence_number
-        and report.last_enqueued_time is not None
-    ):
-        return report.last_enqueued_time
-    return None
-
-
-def _default_claim(
-    config: IngestConfig,
-    store: PartitionStore,
-    owner_id: str,
-    is_owner_dead: Callable[[str], bool] | None,
-    joined_at: list[float] | None = None,
-    expected_peers: Callable[[], Collection[str]] | None = None,
-    run_log: RunLog | None = None,
-    cancel: Cancellation | None = None,
-) -> ClaimFn:
-    """The claim cycle of ``dagster_eventhub_ingest.ops.balancing`` with this run's strategy and
-    expiry.
-
-    ``joined_at``: holds when (``time.monotonic``) the run wrote its heartbeat, once it has;
-    the first claim then waits only what is left of ``join_grace_seconds``, so the hub
-    snapshot taken meanwhile is not added to the grace. ``run_log``: where takeovers and
-    dropped claims also go (the run's event log). ``cancel``: ends the grace's wait early, and
-    then nothing is claimed.
-    """
-    from dagster_eventhub_ingest.ops.balancing import claim_cycle, get_strategy
-
-    # Raises ConfigurationError naming the valid strategies.
-    strategy = get_strategy(config.strategy, **dict(config.strategy_options))
-    expiry = timedelta(seconds=config.lease_expiry_seconds)
-    first = [True]
-
-    def claim(targets: Sequence[str]) -> Mapping[str, Ownership]:
-        if first[0] and joined_at:
-            left = config.join_grace_seconds - (time.monotonic() - joined_at[0])
-            if left > 0:
-                if cancel is None:
-                    time.sleep(left)
-                else:
-                    cancel.wait(left)
-        first[0] = False
-        if cancel is not None:
-            cancel.check("before claiming")
-        return claim_cycle(
-            store,
-            owner_id,
-            strategy,
-            targets=list(targets),
-            expiry=expiry,
-            is_owner_dead=is_owner_dead,
-            join_grace=config.join_grace_seconds,
-            expected_peers=expected_peers,
-            run_log=run_log,
-        )
-
-    return claim
-
-
-def run_ingestion(
-    config: IngestConfig,
-    spark: SparkSession | None,
-    *,
-    owner_id: str,
-    partition_ids: Sequence[str] | None = None,
-    replay: ReplaySpec | None = None,
-    is_owner_dead: Callable[[str], bool] | None = None,
-    log: Any = None,
-    spark_factory: Callable[[], SparkSession] | None = None,
-    on_progress: ProgressFn | None = None,
-    progress_interval: float = 10.0,
-    attempt: int | None = None,
-    phases: PhaseClock | None = None,
-    expected_peers: Callable[[], Collection[str]] | None = None,
-    cancel: Cancellation | None = None,
-) -> RunReport:
-    """Bring ``partition_ids`` (default: all) up to their snapshot bound, exactly once.
-
-    Args:
-        config: hub, store, sink and run settings.
-        spark: the session to read and write with; None starts a local one only if there is
-            something to read.
-        owner_id: this run's owner id (the Dagster run id; a host/pid for the CLI).
-        partition_ids: target partitions (default: every partition of the hub).
-        replay: re-write a range into the sink without moving checkpoints.
-        is_owner_dead: tells whether another owner id is known dead (e.g. its Dagster run
-            failed), so its partitions are taken over without waiting for lease expiry.
-        log: Dagster's ``context.log`` (progress lines also go to this module's logger).
-        spark_factory: starts a session when ``spark`` is None and there is something to read
-            (default: ``dagster_eventhub_ingest.resources.spark.session.local_spark_session``).
-        on_progress / progress_interval: live progress
-        (:mod:`dagster_eventhub_ingest.ops.progress`); during a read
-            it is also written to ``log`` every ``progress_interval`` seconds.
-        attempt: the orchestrator's attempt number when retries keep the owner id and start
-            only after the previous attempt ended (Dagster step retries): a lower attempt with
-            the same owner id is then taken over at once.
-        phases: the clock the run's phases are timed on (the CLI passes one holding its
-            start-up); the report's ``phases`` has them.
-        expected_peers: owner ids an orchestrator knows are starting over the same
-            partitions (Dagster: runs launched, not yet heartbeating); they count as peers
-            when this run claims, so it leaves them their share
-            (dagster_eventhub_ingest.ops.balancing.cycle).
-        cancel: a request to stop (:class:`dagster_eventhub_ingest.ops.cancel.Cancellation`;
-            the CLI's signal handlers and Airflow's ``on_kill`` make one). The run works on a
-            thread of its own and waits for it here, so an exception the host raises in this
-            thread (Dagster's Terminate: ``DagsterExecutionInterruptedError``; a
-            ``KeyboardInterrupt``) stops it the same way and is raised again once it wound
-            down. Stopped, the run reads nothing further (its Spark jobs are interrupted),
-            releases its leases with their pending intents, and raises ``RunCancelledError``.
-            The session it was given (or the caller's factory started) is the caller's to stop
-            (``dagster_eventhub_ingest.resources.spark.owned.OwnedSession``).
-
-    Returns:
-        The run report; ``complete`` is True iff every target reached its bound.
-
-    Raises:
-        DataLossError: a checkpoint is older than retention (``on_data_loss: fail``).
-        RangeError: an unknown partition id or an impossible replay range.
-        ConfigurationError: bad settings, a hub or consumer group that does not exist.
-        DuplicateOwnerError: another live process runs with this owner id (nothing read).
-        CheckpointAheadError: a checkpoint the hub cannot have produced (re-created hub).
-        EventHubUnavailableError / StoreUnavailableError: a service is unreachable.
-        SinkError: the sink cannot be written.
-        RunCancelledError: the run was asked to stop (``cancel``), and stopped cleanly.
-    """
-    stop = cancel if cancel is not None else Cancellation()
-    return stop.run(
-        lambda: _run(
-            config,
-            spark,
-            owner_id=owner_id,
-            partition_ids=partition_ids,
-            replay=replay,
-            is_owner_dead=is_owner_dead,
-            log=log,
-            spark_factory=spark_factory,
-            on_progress=on_progress,
-            progress_interval=progress_interval,
-            attempt=attempt,
-            phases=phases,
-            expected_peers=expected_peers,
-            cancel=stop,
-        )
-    )
-
-
-def _run(
-    config: IngestConfig,
-    spark: SparkSession | None,
-    *,
-    owner_id: str,
-    partition_ids: Sequence[str] | None,
-    replay: ReplaySpec | None,
-    is_owner_dead: Callable[[str], bool] | None,
-    log: Any,
-    spark_factory: Callable[[], SparkSession] | None,
-    on_progress: ProgressFn | None,
-    progress_interval: float,
-    attempt: int | None,
-    phases: PhaseClock | None,
-    expected_peers: Callable[[], Collection[str]] | None,
-    cancel: Cancellation,
-) -> RunReport:
-    """:func:`run_ingestion`'s work, on the run's own thread."""
-    if spark is not None:
-        # A classic session is active per thread; Spark finds Python data sources (the Delta
-        # writer) through the calling thread's active session.
-        from dagster_eventhub_ingest.resources.spark.session import make_active
-
-        make_active(spark)
-    clock = phases if phases is not None else PhaseClock()
-    with clock.phase("management"):
-        hub, store, ingestor, me = _run_parts(config, spark, spark_factory, attempt, owner_id)
-    cancel.on_cancel(ingestor.interrupt)
-
-    def preflight() -> None:
-        from dagster_eventhub_ingest.ops.sink_checks import check_sink_layout
-        from dagster_eventhub_ingest.ops.sink_source import check_sink_source
-
-        check_sink_layout(config.sink)  # a changed partition_by would land replays twice
-        # Another source's sink, or one shared without saying so: refused before any claim.
-        check_sink_source(config.sink, store.hub, lambda: ingestor.spark)
-
-    common: dict[str, Any] = {
-        "owner_id": owner_id,
-        "log": log,
-        "on_progress": on_progress,
-        "progress_interval": progress_interval,
-        "preflight": preflight,
-        "clock": clock,
-        "cancel": cancel,
-    }
-    if replay is not None:
-        processor = Processor(config, store, hub, ingestor, claim=lambda targets: {}, **common)
-        report = processor.replay(replay, partition_ids)
-        report.phases = clock.as_dict()
-        return report
-    from dagster_eventhub_ingest.ops.balancing import delete_heartbeat
-    from dagster_eventhub_ingest.ops.balancing.liveness import (
-        Heartbeat,
-        take_owner_id,
-        write_heartbeat,
-    )
-
-    joined_at: list[float] = []
-    # Takeovers, dropped claims and owner-id takeovers reach the run's event log too.
-    run_log = _Log(log).extra_only()
-    claim = _default_claim(
-        config, store, owner_id, is_owner_dead, joined_at, expected_peers, run_log, cancel
-    )
-    beat: list[Heartbeat] = []
-
-    def heartbeat() -> None:
-        # Every renewal tick: a live process is never silent for the expiry, so another one
-        # started with its owner id sees it write and is refused (take_owner_id).
-        beat[:] = [write_heartbeat(store, owner_id, beat[0] if beat else None)]
-
-    processor = Processor(config, store, hub, ingestor, claim=claim, heartbeat=heartbeat, **common)
-    pause_point("before_join")
-    me.start()
-    try:
-        # One live process per owner id, before anything is claimed or read; this heartbeat
-        # also announces the owner, so the join grace runs while the hub is snapshotted.
-        with clock.phase("management"):
-            beat.append(
-                take_owner_id(
-                    store,
-                    owner_id,
-                    me,
-                    expiry=timedelta(seconds=config.lease_expiry_seconds),
-                    run_log=run_log,
-                )
-            )
-    except BaseException:
-        me.stop()
-        raise
-    joined_at.append(time.monotonic())
-    try:
-        report = processor.run(partition_ids)
-    finally:
-        me.stop()
-        # Graceful leave: peers stop counting this owner at once (leases were released).
-        try:
-            with clock.phase("checkpoint"):
-                delete_heartbeat(store, owner_id)
-        except Exception:  # a leftover heartbeat only ages out
-            logger.warning(
-                "could not delete heartbeat owner=%s (it ages out)",
-                owner_id,
-                exc_info=logger.isEnabledFor(logging.INFO),
-            )
-    report.phases = clock.as_dict()
-    logger.info("run phases owner=%s: %s", owner_id, clock.line())
-    return report
-
-
-def _import_store_client() -> None:
-    try:
-        import dagster_eventhub_ingest.resources.store.azure_blob  # noqa: F401
-    except Exception:  # imported again (and failing visibly) where it is used
-        logger.debug(
-            "pre-import of dagster_eventhub_ingest.resources.store.azure_blob failed", exc_info=True
-        )
-
-
-def _run_parts(
-    config: IngestConfig,
-    spark: SparkSession | None,
-    spark_factory: Callable[[], SparkSession] | None,
-    attempt: int | None,
-    owner_id: str,
-) -> tuple[HubClient, PartitionStore, SparkIngestor, OwnerInstance]:
-    """The hub client, store, ingestor and owner instance of a run, after the checks that need
-    no claim.
-
-    Before anything is claimed: a local sink path that a cluster's executors cannot share, a
-    hub or consumer group that does not exist (a ConfigurationError within seconds, before this
-    owner writes anything to the store), a sink format the session does not have.
-    """
-    from dagster_eventhub_ingest.ops.balancing.liveness import OwnerInstance
-    from dagster_eventhub_ingest.ops.ingest import SparkIngestor
-    from dagster_eventhub_ingest.ops.write import check_sink_format
-    from dagster_eventhub_ingest.resources.hub_client import EventHubClient
-
-    if spark is not None:
-        from dagster_eventhub_ingest.ops.write import check_sink_for_session
-
-        check_sink_for_session(config.sink, spark)
-    # The storage SDK's import (~0.3 s of CPU) overlaps the hub's first management call,
-    # which mostly waits on the network; nothing is written to the store before it answered.
-    importer = threading.Thread(target=_import_store_client, name="import-store", daemon=True)
-    importer.start()
-    hub = EventHubClient(config.eventhub)
-    try:
-        hub.partition_ids()
-        hub.check_consumer_group()
-    finally:
-        importer.join()
-    from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
-
-    me = OwnerInstance.current(attempt)
-    store = PartitionStore(
-        AzureBlobBackend.from_settings(config.store),
-        config.eventhub.hub_ref(),
-        instance=me.token(),
-        lease_expiry=timedelta(seconds=config.lease_expiry_seconds),
-    )
-    ingestor = SparkIngestor(
-        spark,
-        config.eventhub,
-        config.sink,
-        receive_timeout_seconds=config.receive_timeout_seconds,
-        prefetch=config.prefetch,
-        max_readers_per_partition=config.max_readers_per_partition,
-        spark_factory=spark_factory,
-        read_counter=(
-            ReadCounter(
-                config.store, store.backend, store.hub, owner_id, config.read_progress_seconds
-            )
-            if config.read_progress_seconds > 0
-            else None
-        ),
-    )
-    # A data source Spark does not have would fail at the first write, after the claims: ask
-    # the session now (it starts here only for a format that needs the question).
-    check_sink_format(config.sink, lambda: ingestor.spark)
-    return hub, store, ingestor, me

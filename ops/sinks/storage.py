@@ -29,7 +29,14 @@ from dagster_eventhub_ingest.resources.errors import ConfigurationError
 if TYPE_CHECKING:
     from pyarrow import fs as pafs
 
-__all__ = ["AZURE_SCHEMES", "SECRET_OPTION_KEYS", "arrow_filesystem", "is_azure_uri"]
+__all__ = [
+    "AZURE_SCHEMES",
+    "SECRET_OPTION_KEYS",
+    "arrow_filesystem",
+    "delta_uri",
+    "is_azure_uri",
+    "is_local_path",
+]
 
 #: URI schemes served by Azure Blob Storage / ADLS Gen2.
 AZURE_SCHEMES = ("az", "abfs", "abfss", "azure")
@@ -52,6 +59,16 @@ _ALIASES = {
     "azure_endpoint": "endpoint",
     "azure_storage_use_emulator": "use_emulator",
 }
+
+
+def is_local_path(path: str) -> bool:
+    """True for a path on this machine's file system (no scheme, or ``file:``)."""
+    return "://" not in path or path.startswith("file:")
+
+
+def delta_uri(path: str) -> str:
+    """``path`` as a table URI: a local path made absolute, a URI as it is."""
+    return path if "://" in path else os.path.abspath(path)
 
 
 def is_azure_uri(uri: str) -> bool:

@@ -1,0 +1,355 @@
+"""The ``deltalake`` sink: Parquet parts written by Spark's tasks, one Delta transaction on the
+driver (delta-rs, no Spark jars).
+
+Each task writes its own Parquet files into the table directory (a Python data source writer,
+:class:`DeltaBatchWriter`; nothing travels to the driver but each task's commit message, naming
+its files); the driver commits them with ``create_write_transaction(mode="overwrite",
+partition_filters=[("eh_batch", "in", keys)])``: the batch's old files are removed and the new
+ones added in one transaction. Files of a crashed attempt are never in the log, and the commit
+checks that every file it adds exists with the rows its task reported.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timezone
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceWriter,
+    WriterCommitMessage,
+)
+
+from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN
+from dagster_eventhub_ingest.ops.sinks.failures import failure_cause, sink_error
+from dagster_eventhub_ingest.ops.sinks.read import delta_arrow_schema
+from dagster_eventhub_ingest.ops.sinks.storage import delta_uri
+from dagster_eventhub_ingest.resources.errors import SinkError, redact
+from dagster_eventhub_ingest.resources.sink import SinkSettings
+from dagster_eventhub_ingest.resources.spark_source._source import register_python_source
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DELTA_WRITER_SOURCE",
+    "DeltaBatchSource",
+    "DeltaBatchWriter",
+    "DeltaPart",
+    "DeltaTaskMessage",
+    "write_deltalake",
+]
+
+
+#: Internal Python data source that writes a batch into a Delta table with delta-rs.
+DELTA_WRITER_SOURCE = "ehingest_deltalake"
+
+
+_NULL_DIR = "__HIVE_DEFAULT_PARTITION__"
+
+
+@dataclass(frozen=True)
+class DeltaPart:
+    """One Parquet file a task wrote (relative path, as the Delta log records it)."""
+
+    path: str
+    size: int
+    partition_values: dict[str, str | None]
+    num_records: int
+    stats: str
+    modification_time: int
+
+
+@dataclass(frozen=True)
+class DeltaTaskMessage(WriterCommitMessage):
+    """What a task reports to the commit: its files and rows outside the batch ranges."""
+
+    parts: tuple[DeltaPart, ...]
+    outside: int
+
+
+class DeltaBatchWriter(DataSourceArrowWriter):
+    """Tasks write Parquet files into the table directory; ``commit`` makes them one Delta
+    transaction replacing the batch's partitions. Holds plain values only (pickled to tasks)."""
+
+    def __init__(
+        self,
+        table_uri: str,
+        partition_cols: list[str],
+        schema_json: str,
+        keys: list[str],
+        storage_options: dict[str, str] | None = None,
+    ) -> None:
+        self.table_uri = table_uri
+        self.partition_cols = partition_cols
+        self.schema_json = schema_json
+        self.keys = keys
+        self.storage_options = dict(storage_options or {})
+        self.attempt = uuid.uuid4().hex[:12]
+
+    def __repr__(self) -> str:
+        # storage_options may hold an account key or SAS: never in a repr (logs, tracebacks).
+        return f"DeltaBatchWriter({self.table_uri!r}, keys={self.keys})"
+
+    def _filesystem(self) -> tuple[Any, str]:
+        from dagster_eventhub_ingest.ops.sinks.storage import arrow_filesystem
+
+        return arrow_filesystem(self.table_uri, self.storage_options)
+
+    def _schema(self) -> pa.Schema:
+        from pyspark.sql.types import StructType
+
+        return delta_arrow_schema(StructType.fromJson(json.loads(self.schema_json)))
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> DeltaTaskMessage:
+        """Write this task's rows, one file per partition-value combination, batch by batch."""
+        import time
+        import urllib.parse
+
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        schema = self._schema()
+        cols = self.partition_cols
+        filesystem, root = self._filesystem()
+        writers: dict[tuple[str | None, ...], Any] = {}
+        paths: dict[tuple[str | None, ...], tuple[str, str]] = {}
+        counts: dict[tuple[str | None, ...], int] = {}
+        file_stats: dict[tuple[str | None, ...], dict[str, Any]] = {}
+        outside = 0
+        task = uuid.uuid4().hex[:12]
+        try:
+            for batch in iterator:
+                table = pa.Table.from_batches([batch]).cast(schema)
+                # Rows outside the batch ranges have no key: count them, never write them.
+                keyed = pc.is_valid(table.column(BATCH_COLUMN))
+                outside += table.num_rows - (pc.sum(keyed).as_py() or 0)
+                table = table.filter(keyed)
+                if table.num_rows == 0:
+                    continue
+                keys = [table.column(c).cast(pa.string()) for c in cols]
+                combos = pa.Table.from_arrays(keys, names=cols).group_by(cols).aggregate([])
+                for combo in combos.to_pylist():
+                    values = tuple(combo[c] for c in cols)
+                    mask = None
+                    for k, v in zip(keys, values, strict=True):
+                        m = pc.is_null(k) if v is None else pc.equal(k, v)
+                        mask = m if mask is None else pc.and_(mask, m)
+                    part = table.filter(mask).drop_columns(cols)
+                    if values not in writers:
+                        rel_dir = "/".join(
+                            f"{c}={_NULL_DIR if v is None else urllib.parse.quote(v)}"
+                            for c, v in zip(cols, values, strict=True)
+                        )
+                        rel = f"{rel_dir}/part-{self.attempt}-{task}-{len(writers):05d}.parquet"
+                        full = f"{root.rstrip('/')}/{rel}"
+                        filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
+                        writers[values] = pq.ParquetWriter(
+                            full, part.schema, filesystem=filesystem, compression="snappy"
+                        )
+                        paths[values] = (rel, full)
+                        counts[values] = 0
+                        file_stats[values] = {}
+                    writers[values].write_table(part)
+                    counts[values] += part.num_rows
+                    _file_min_max(file_stats[values], part)
+        finally:
+            for writer in writers.values():
+                writer.close()
+        now_ms = int(time.time() * 1000)
+        parts = []
+        for values, (rel, full) in paths.items():
+            fstats = file_stats[values]
+            parts.append(
+                DeltaPart(
+                    path=rel,
+                    size=int(filesystem.get_file_info(full).size or 0),
+                    partition_values=dict(zip(cols, values, strict=True)),
+                    num_records=counts[values],
+                    stats=json.dumps(
+                        {
+                            "numRecords": counts[values],
+                            "minValues": fstats.get("min", {}),
+                            "maxValues": fstats.get("max", {}),
+                            "nullCount": {},
+                        }
+                    ),
+                    modification_time=now_ms,
+                )
+            )
+        return DeltaTaskMessage(parts=tuple(parts), outside=outside)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Replace the batch's partitions by the new files in one Delta transaction."""
+        from deltalake import DeltaTable
+        from deltalake.transaction import AddAction, RemoveAction
+
+        msgs = [m for m in messages if isinstance(m, DeltaTaskMessage)]
+        if sum(m.outside for m in msgs):
+            # Never commit a wrong DataFrame; write_batch reports it from the observed count
+            # (an exception raised here would reach the caller as a Python worker traceback).
+            self.abort(list(messages))
+            return
+        actions: list[AddAction | RemoveAction] = [
+            AddAction(
+                path=p.path,
+                size=p.size,
+                partition_values=p.partition_values,
+                modification_time=p.modification_time,
+                data_change=True,
+                stats=p.stats,
+            )
+            for m in msgs
+            for p in m.parts
+        ]
+        if not actions:
+            # Nothing readable (all skipped): keep what an earlier attempt of the batch wrote,
+            # as the Spark formats do, rather than replacing it with nothing.
+            return
+        problem = self._unreadable_part(msgs)
+        if problem is not None:
+            self.abort(list(messages))
+            raise SinkError(
+                f"sink deltalake path {self.table_uri!r}: not committing batch {self.keys}: "
+                f"{problem}. The executors wrote where this driver cannot read (a local path on "
+                "a cluster?): use a location every node shares (abfss://..., a mounted volume)"
+            )
+        DeltaTable(
+            self.table_uri, storage_options=self.storage_options or None
+        ).create_write_transaction(
+            actions,
+            mode="overwrite",
+            schema=self._schema(),
+            partition_by=self.partition_cols,
+            partition_filters=[(BATCH_COLUMN, "in", self.keys)],
+        )
+
+    def _unreadable_part(self, msgs: list[DeltaTaskMessage]) -> str | None:
+        """Why a file the tasks reported is not committable here (missing, unreadable, other
+        row count), or None when every file exists with its rows."""
+        import pyarrow.parquet as pq
+        from pyarrow import fs as pafs
+
+        filesystem, root = self._filesystem()
+        for m in msgs:
+            for p in m.parts:
+                full = f"{root.rstrip('/')}/{p.path}"
+                if filesystem.get_file_info(full).type != pafs.FileType.File:
+                    return f"file {p.path!r} written by a task does not exist here"
+                try:
+                    with filesystem.open_input_file(full) as f:
+                        rows = pq.ParquetFile(f).metadata.num_rows
+                except Exception as exc:
+                    return f"file {p.path!r} is not readable Parquet: {redact(str(exc))[:200]}"
+                if rows != p.num_records:
+                    return f"file {p.path!r} holds {rows} rows, its task wrote {p.num_records}"
+        return None
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Delete the files of this attempt (best effort: they are not in the log anyway)."""
+        filesystem, root = self._filesystem()
+        for m in messages:
+            if isinstance(m, DeltaTaskMessage):
+                for p in m.parts:
+                    try:
+                        filesystem.delete_file(f"{root.rstrip('/')}/{p.path}")
+                    except OSError:
+                        logger.debug("could not delete orphan Delta part %s", p.path)
+
+
+class DeltaBatchSource(DataSource):
+    """``df.write.format("ehingest_deltalake")``: the writer side of the ``deltalake`` sink."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return DELTA_WRITER_SOURCE
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """A writer for one batch; the batch keys and table come in the options."""
+        return DeltaBatchWriter(
+            table_uri=self.options["table_uri"],
+            partition_cols=json.loads(self.options["partition_by"]),
+            schema_json=schema.json(),
+            keys=json.loads(self.options["keys"]),
+            storage_options=json.loads(self.options.get("storage_secret_options", "{}")),
+        )
+
+
+def _min_opt(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _max_opt(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _file_min_max(acc: dict[str, Any], part: pa.Table) -> None:
+    """Delta file statistics for data skipping on sequenceNumber and enqueuedTime."""
+    import pyarrow.compute as pc
+
+    mins = acc.setdefault("min", {})
+    maxs = acc.setdefault("max", {})
+    if "sequenceNumber" in part.column_names:
+        seq = part.column("sequenceNumber")
+        mins["sequenceNumber"] = _min_opt(mins.get("sequenceNumber"), pc.min(seq).as_py())
+        maxs["sequenceNumber"] = _max_opt(maxs.get("sequenceNumber"), pc.max(seq).as_py())
+    if "enqueuedTime" in part.column_names:
+        col = part.column("enqueuedTime")
+        lo, hi = pc.min(col).as_py(), pc.max(col).as_py()
+        if lo is not None and hi is not None:
+            lo_s = lo.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            hi_s = hi.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            mins["enqueuedTime"] = min(mins.get("enqueuedTime", lo_s), lo_s)
+            maxs["enqueuedTime"] = max(maxs.get("enqueuedTime", hi_s), hi_s)
+
+
+def write_deltalake(keyed: DataFrame, sink: SinkSettings, keys: list[str]) -> None:
+    from deltalake import DeltaTable
+
+    assert sink.path is not None
+    table_uri = delta_uri(sink.path)
+    partition_cols = [*sink.partition_by, BATCH_COLUMN]
+    try:
+        dt = DeltaTable.create(
+            table_uri,
+            schema=delta_arrow_schema(keyed.schema),
+            mode="ignore",
+            partition_by=partition_cols,
+            storage_options=dict(sink.storage_options) or None,
+        )
+    except Exception as exc:
+        raise sink_error(
+            f"sink deltalake path {table_uri!r}: cannot create or open the Delta table: "
+            f"{failure_cause(exc)}; check that the path is writable",
+            exc,
+        ) from exc
+    existing = list(dt.metadata().partition_columns)
+    if existing != partition_cols:
+        raise SinkError(
+            f"sink deltalake path {table_uri!r}: the table is partitioned by {existing}, this "
+            f"writer needs {partition_cols} (partition_by + {BATCH_COLUMN!r}); write to a new "
+            "path or use the same partition_by"
+        )
+    register_python_source(keyed.sparkSession, DeltaBatchSource)
+    (
+        keyed.write.format(DELTA_WRITER_SOURCE)
+        .mode("append")
+        .option("table_uri", table_uri)
+        .option("partition_by", json.dumps(partition_cols))
+        .option("keys", json.dumps(keys))
+        # The key holds "secret" so Spark redacts the value in plans and logs.
+        .option("storage_secret_options", json.dumps(dict(sink.storage_options)))
+        .save()
+    )
