@@ -14,8 +14,9 @@ this package for ``get_provider_info``, loads neither Airflow's task SDK nor the
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dagster_eventhub_ingest.resources.lazy import lazy_face
 
 if TYPE_CHECKING:
     from dagster_eventhub_ingest.airflow_provider.hooks import EventHubIngestHook
@@ -37,21 +38,13 @@ __all__ = [
 ]
 
 _WHERE = {
-    "EventHubIngestHook": "hooks",
-    "EventHubIngestOperator": "operators",
-    "owner_id_for": "operators",
-    "report_to_json": "operators",
-    "EventHubLagSensor": "sensors",
-    "EventHubLagTrigger": "triggers",
+    "EventHubIngestHook": ".hooks",
+    "EventHubIngestOperator": ".operators",
+    "owner_id_for": ".operators",
+    "report_to_json": ".operators",
+    "EventHubLagSensor": ".sensors",
+    "EventHubLagTrigger": ".triggers",
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_face(__name__, _WHERE)

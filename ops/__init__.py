@@ -13,8 +13,9 @@ into every executor's Python, which need not have it.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dagster_eventhub_ingest.resources.lazy import lazy_face
 
 if TYPE_CHECKING:
     from dagster_eventhub_ingest.ops.run.entry import run_ingestion
@@ -26,17 +27,17 @@ if TYPE_CHECKING:
     from dagster_eventhub_ingest.ops.status import PartitionStatus, partition_status
 
 _HOMES = {
-    "IngestConfig": "dagster_eventhub_ingest.ops.run",
-    "PartitionReport": "dagster_eventhub_ingest.ops.run",
-    "ReplaySpec": "dagster_eventhub_ingest.ops.run",
-    "RunReport": "dagster_eventhub_ingest.ops.run",
-    "run_ingestion": "dagster_eventhub_ingest.ops.run",
-    "PartitionStatus": "dagster_eventhub_ingest.ops.status",
-    "partition_status": "dagster_eventhub_ingest.ops.status",
-    "PartitionWriteStats": "dagster_eventhub_ingest.ops.sinks",
-    "WriteResult": "dagster_eventhub_ingest.ops.sinks",
-    "read_sink": "dagster_eventhub_ingest.ops.sinks",
-    "write_batch": "dagster_eventhub_ingest.ops.sinks",
+    "IngestConfig": ".run",
+    "PartitionReport": ".run",
+    "ReplaySpec": ".run",
+    "RunReport": ".run",
+    "run_ingestion": ".run",
+    "PartitionStatus": ".status",
+    "partition_status": ".status",
+    "PartitionWriteStats": ".sinks",
+    "WriteResult": ".sinks",
+    "read_sink": ".sinks",
+    "write_batch": ".sinks",
 }
 
 __all__ = [
@@ -54,8 +55,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+__getattr__, __dir__ = lazy_face(__name__, _HOMES)

@@ -14,8 +14,9 @@ to read exits in well under a second of imports.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dagster_eventhub_ingest.resources.lazy import lazy_face
 
 if TYPE_CHECKING:
     from dagster_eventhub_ingest.resources.spark.session import local_spark_session
@@ -90,8 +91,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'resources' has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+__getattr__, __dir__ = lazy_face(__name__, _HOMES)

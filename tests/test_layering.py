@@ -1,10 +1,9 @@
 """The import rules of the layout, checked on the source (no imports executed).
 
 resources <- ops <- dagster_project, one way; the emulator and the benchmarks stand on the project,
-never on cli/ or tests/; resources/ has no import cycle (resources/store/azure_blob.py and
-resources/settings.py used to import each other; the Spark source, its connector options, positions,
-stream reader, session and code-shipping modules did too). Imports under ``if TYPE_CHECKING:`` do
-not count (they never run).
+never on cli/ or tests/; the packages the cycle check lists have no import cycle; a package
+imports no other package's private names. Imports under ``if TYPE_CHECKING:`` do not count (they
+never run).
 """
 
 from __future__ import annotations
@@ -103,9 +102,11 @@ def test_layers_import_only_downward(package: str, forbidden: set[str]) -> None:
     assert not bad, f"{package}/ imports upward: {sorted(bad)}"
 
 
-@pytest.mark.parametrize("package", ["resources", "ops"])
+@pytest.mark.parametrize(
+    "package", ["resources", "ops", "dagster_project", "cli", "airflow_provider", "bench"]
+)
 def test_no_import_cycle_in(package: str) -> None:
-    """No module of resources/ (or ops/) imports itself back, however indirectly.
+    """No module of the package imports itself back, however indirectly.
 
     Function-level imports count too (only ``TYPE_CHECKING`` ones do not): a lazy import that
     closes a cycle works until someone hoists it. The graph is module to module: importing
@@ -202,3 +203,100 @@ def test_parts_are_imported_through_the_one_import_name(folder: str) -> None:
         if name.split(".")[0] in PARTS
     }
     assert not bare, f"bare imports of the namespaced parts: {sorted(bare)}"
+
+
+def _is_package(name: str) -> bool:
+    """Whether the module name ``dagster_eventhub_ingest.x.y`` is a package (a folder)."""
+    parts = name.split(".")
+    return parts[0] == NAMESPACE and (ROOT.joinpath(*parts[1:]) / "__init__.py").is_file()
+
+
+def _owner(name: str) -> str | None:
+    """The package a private name belongs to, or None when ``name`` names nothing private: a
+    private module ``pkg._mod`` (or anything in it) belongs to ``pkg``, a private name
+    ``pkg.mod._x`` to ``pkg`` too (the package whose modules may share it)."""
+    parts = name.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            head = ".".join(parts[:i])
+            return head if _is_package(head) else ".".join(parts[: i - 1])
+    return None
+
+
+def _private_imports(path: Path, module: str) -> set[str]:
+    """``from X import Y`` names with a private part (a ``_module`` or a ``_name``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                anchor = ".".join(parts[: len(parts) - node.level + 1])
+                base = f"{anchor}.{base}" if base else anchor
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {n for n in found if n.startswith(f"{NAMESPACE}.") and _owner(n) is not None}
+
+
+_READER_PRIVATES = pytest.mark.xfail(
+    strict=True,
+    reason="the reader's private modules (resources/spark_source/_*) are read from outside "
+    "its package: resources/eventhubs_*.py, ops/run/warm_up.py, ops/run/ingestor.py, "
+    "ops/sinks/ (statistics), cli/build_reader.py",
+)
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        pytest.param("resources", marks=_READER_PRIVATES),
+        pytest.param("ops", marks=_READER_PRIVATES),
+        "dagster_project",
+        pytest.param("cli", marks=_READER_PRIVATES),
+        "airflow_provider",
+        "emulator",
+    ],
+)
+def test_no_private_name_crosses_packages(part: str) -> None:
+    """A ``_name`` or ``_module`` is its package's own: another package imports the public
+    names, so a package can change its insides without breaking its neighbours."""
+    bad = set()
+    for path in sorted((ROOT / part).rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        module = ".".join([NAMESPACE, *(p for p in rel.parts if p != "__init__")])
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        for name in _private_imports(path, module):
+            owner = _owner(name)
+            assert owner is not None
+            if package != owner and not package.startswith(f"{owner}."):
+                bad.add((str(rel), name))
+    assert not bad, f"private names imported from another package: {sorted(bad)}"
+
+
+@pytest.mark.parametrize(
+    ("name", "owner"),
+    [
+        (
+            "dagster_eventhub_ingest.resources.spark_source._stats.SubRangeKey",
+            "dagster_eventhub_ingest.resources.spark_source",
+        ),
+        (
+            "dagster_eventhub_ingest.resources.spark_source._schema._arrow_schema",
+            "dagster_eventhub_ingest.resources.spark_source",
+        ),
+        (
+            "dagster_eventhub_ingest.ops.sinks.statistics._SPLIT_FROM_PARTITIONS",
+            "dagster_eventhub_ingest.ops.sinks",
+        ),
+        (
+            "dagster_eventhub_ingest.resources.spark_source._native",
+            "dagster_eventhub_ingest.resources.spark_source",
+        ),
+        ("dagster_eventhub_ingest.ops.sinks.statistics.choose_stats_method", None),
+    ],
+)
+def test_the_private_check_knows_whose_a_name_is(name: str, owner: str | None) -> None:
+    assert _owner(name) == owner

@@ -17,8 +17,9 @@ The names load lazily: importing a step does not import the configuration model 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dagster_eventhub_ingest.resources.lazy import lazy_face
 
 if TYPE_CHECKING:
     from dagster_eventhub_ingest.ops.run.cancel import Cancellation
@@ -29,15 +30,15 @@ if TYPE_CHECKING:
     from dagster_eventhub_ingest.ops.run.settings import IngestConfig, ReplaySpec
 
 _HOMES = {
-    "Cancellation": "cancel",
-    "IngestConfig": "settings",
-    "Ingestor": "ingestor",
-    "PartitionReport": "report",
-    "Processor": "processor",
-    "ReplaySpec": "settings",
-    "RunReport": "report",
-    "SparkIngestor": "ingestor",
-    "run_ingestion": "entry",
+    "Cancellation": ".cancel",
+    "IngestConfig": ".settings",
+    "Ingestor": ".ingestor",
+    "PartitionReport": ".report",
+    "Processor": ".processor",
+    "ReplaySpec": ".settings",
+    "RunReport": ".report",
+    "SparkIngestor": ".ingestor",
+    "run_ingestion": ".entry",
 }
 
 __all__ = [
@@ -53,12 +54,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_face(__name__, _HOMES)

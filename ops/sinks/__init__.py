@@ -17,8 +17,9 @@ not have the driver-only libraries.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dagster_eventhub_ingest.resources.lazy import lazy_face
 
 if TYPE_CHECKING:
     from dagster_eventhub_ingest.ops.sinks.batch import (
@@ -39,21 +40,21 @@ if TYPE_CHECKING:
     from dagster_eventhub_ingest.ops.sinks.write import WriteResult, write_batch
 
 _HOMES = {
-    "BatchKey": "batch",
-    "PartitionWriteStats": "batch",
-    "SinkSource": "source",
-    "WriteResult": "write",
-    "batch_key": "batch",
-    "check_sink_format": "checks",
-    "check_sink_layout": "checks",
-    "check_sink_reachable": "checks",
-    "output_schema": "read",
-    "parse_batch_key": "batch",
-    "read_batches": "read",
-    "read_sink": "read",
-    "sink_failure_retryable": "failures",
-    "sink_location": "checks",
-    "write_batch": "write",
+    "BatchKey": ".batch",
+    "PartitionWriteStats": ".batch",
+    "SinkSource": ".source",
+    "WriteResult": ".write",
+    "batch_key": ".batch",
+    "check_sink_format": ".checks",
+    "check_sink_layout": ".checks",
+    "check_sink_reachable": ".checks",
+    "output_schema": ".read",
+    "parse_batch_key": ".batch",
+    "read_batches": ".read",
+    "read_sink": ".read",
+    "sink_failure_retryable": ".failures",
+    "sink_location": ".checks",
+    "write_batch": ".write",
 }
 
 __all__ = [
@@ -75,12 +76,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = lazy_face(__name__, _HOMES)

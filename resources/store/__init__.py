@@ -11,8 +11,9 @@ the storage SDK the Azure backend stands on.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from dagster_eventhub_ingest.resources.lazy import lazy_face
 
 if TYPE_CHECKING:
     from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
@@ -29,16 +30,16 @@ if TYPE_CHECKING:
     from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
 _HOMES = {
-    "AzureBlobBackend": "azure_blob",
-    "InMemoryBackend": "memory",
-    "PartitionStore": "partition_store",
-    "BlobBackend": "records",
-    "BlobRecord": "records",
-    "Checkpoint": "records",
-    "HubRef": "records",
-    "Intent": "records",
-    "Ownership": "records",
-    "StoreSettings": "settings",
+    "AzureBlobBackend": ".azure_blob",
+    "InMemoryBackend": ".memory",
+    "PartitionStore": ".partition_store",
+    "BlobBackend": ".records",
+    "BlobRecord": ".records",
+    "Checkpoint": ".records",
+    "HubRef": ".records",
+    "Intent": ".records",
+    "Ownership": ".records",
+    "StoreSettings": ".settings",
 }
 
 __all__ = [
@@ -55,8 +56,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+__getattr__, __dir__ = lazy_face(__name__, _HOMES)
