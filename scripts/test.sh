@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README, .ci/run): installs what it needs from the lock files, then
 # runs lint, format check, the type checker and every test tier. Extra args go to pytest, e.g.
-#   bash scripts/test.sh -m "not slow"      bash scripts/test.sh tests/test_store_contract.py
+#   bash scripts/test.sh -m "not slow"      bash scripts/test.sh tests/integration/test_store_contract.py
 #
 # Tiers: the main pytest run (unit, integration, spark, slow) runs in the foreground. Every
 # scripts/tiers/<name>.sh (cluster, Spark Connect, browser, Airflow, SDK conformance, the native

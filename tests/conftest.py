@@ -1,6 +1,6 @@
 """Shared fixtures: real local services (always stopped) and per-test uuid-named containers.
 
-Fixtures per area live in ``tests/fixtures/<area>.py`` and are registered below.
+Fixtures per area live in ``tests/support/fixtures/<area>.py`` and are registered below.
 """
 
 from __future__ import annotations
@@ -19,21 +19,21 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 os.environ.setdefault("DAGSTER_DISABLE_TELEMETRY", "1")
 
 # CI draws the same Hypothesis examples on every run, so a red CI names a change, not a draw
-# (tests/test_simulation.py::test_staggered_scale_out_can_phase_lock_a_steal is a case a random
+# (tests/unit/test_simulation.py::test_staggered_scale_out_can_phase_lock_a_steal is a case a random
 # draw finds in ~7 % of runs). Elsewhere the draws stay random and explore.
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
 pytest_plugins = [
-    "tests.fixtures.store",
-    "tests.fixtures.emulator",
-    "tests.fixtures.spark",
-    "tests.fixtures.native",
+    "tests.support.fixtures.store",
+    "tests.support.fixtures.emulator",
+    "tests.support.fixtures.spark",
+    "tests.support.fixtures.native",
 ]
 # The Airflow tier's venv has no Dagster (an Airflow install never gets it).
 if importlib.util.find_spec("dagster") is not None:
-    pytest_plugins.append("tests.fixtures.dagster")
+    pytest_plugins.append("tests.support.fixtures.dagster")
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@
 One codec for both ends the project speaks: the reader's receiver (``resources/amqp/``, the client
 side) and the emulator (``emulator/``, the server side). Independent of the Azure SDK's private
 codec on purpose: a bug shared with the SDK would be invisible in tests, which drive the emulator
-with the real SDK (tests/test_emulator_codec.py cross-checks the two codecs value by value).
+with the real SDK (tests/unit/test_emulator_codec.py cross-checks the two codecs value by value).
 Python values map to AMQP types as follows (encode):
 
 * ``None`` -> null, ``bool`` -> boolean, ``int`` -> long, ``float`` -> double, ``str`` -> string,

@@ -22,7 +22,7 @@ the Java SDK's ``EventData``; ``_values`` has the text of each AMQP type):
   ``getExpiryTime()`` / ``getCreationTime()`` give them.
 
 Nothing here raises: an event is never what stops a partition. ``_amqp_columns.c`` lays out the
-same rows for the messages it takes (tests/test_native_columns.py).
+same rows for the messages it takes (tests/integration/test_native_columns.py).
 """
 
 from __future__ import annotations

@@ -22,9 +22,9 @@ Where it comes from, first found first:
 
 A host with neither (no compiler or headers, a compile that failed: remembered beside the
 target, so that it is not retried per task) or ``EHINGEST_NATIVE=0`` reads on the pure-Python
-path, which reads exactly the same rows (tests/test_native_columns.py proves the two equal frame
-by frame and through a whole read). ``EHINGEST_NATIVE=1`` makes a missing native step an error
-instead (benchmarks, tests that measure it).
+path, which reads exactly the same rows (tests/integration/test_native_columns.py proves the two
+equal frame by frame and through a whole read). ``EHINGEST_NATIVE=1`` makes a missing native step an
+error instead (benchmarks, tests that measure it).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ Two entry points: :func:`text` / :func:`json_value` read the value from the AMQP
 type is exact (the reader's paths); :func:`text_of` renders a value the SDK already decoded
 (the SDK's public receive), where strings, symbols and binaries are all ``bytes``: UTF-8 bytes
 are taken for text, others for binary. ``_amqp_columns.c`` writes the same texts for the
-scalars it takes (tests/test_native_columns.py holds it to these functions).
+scalars it takes (tests/integration/test_native_columns.py holds it to these functions).
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 # (the main run has the locked, newest one). The reader receives with its own AMQP code and uses
 # the SDK's public API only (management calls, connection-string parsing), so it must work at
 # both ends of the declared range: its receiver against the emulator, the SDK's own frames
-# compared with its (tests/test_amqp_receiver.py), a user's own EventHubConsumerClient beside it.
+# compared with its (tests/integration/test_amqp_receiver.py), a user's own EventHubConsumerClient beside it.
 # The lowest version is layered over the locked environment (`uv run --with`): only the SDK
-# differs. (tests/test_reader_values.py is not run here: it builds part of its golden corpus with
+# differs. (tests/unit/test_reader_values.py is not run here: it builds part of its golden corpus with
 # the SDK's own encoder, which before 5.15 cannot encode some of those values.) Two minutes; no
 # Spark.
 set -euo pipefail
@@ -26,7 +26,7 @@ if [ "$got" != "$LOWEST" ]; then
   exit 1
 fi
 rc=0
-"${run[@]}" pytest -p no:cacheprovider tests/test_amqp_receiver.py tests/test_spark_source_amqp.py \
-  tests/test_native_columns.py "$@" || rc=$?
+"${run[@]}" pytest -p no:cacheprovider tests/integration/test_amqp_receiver.py tests/integration/test_spark_source_amqp.py \
+  tests/integration/test_native_columns.py "$@" || rc=$?
 if [ "$rc" -eq 5 ]; then echo "eventhub_lowest tier: no tests collected" >&2; exit 1; fi
 exit "$rc"

@@ -288,7 +288,7 @@ def test_sigterm_mid_read_stops_the_task_and_another_run_takes_over_at_once(
     claims them at once (they would expire after 10 minutes) and lands every event once."""
     import time
 
-    from tests.processes import STOPPED_PROMPTLY_SECONDS, spark_processes, still_running
+    from tests.support.processes import STOPPED_PROMPTLY_SECONDS, spark_processes, still_running
 
     for pid in env["hub"].partition_ids:  # enough to read for a while, slowed down below
         more = [f"p{pid}-x{i}-{os.urandom(3).hex()}" for i in range(600)]
@@ -355,7 +355,7 @@ def test_a_failure_that_is_not_retried_ends_the_tasks_jvm_before_the_task_does(
     killed for that is retried whatever the task reported)."""
     import time
 
-    from tests.processes import spark_processes
+    from tests.support.processes import spark_processes
 
     assert env["sink"].path is not None
     (Path(env["sink"].path) / "partition=0" / "eh_batch=0-0-9").mkdir(parents=True)

@@ -366,7 +366,7 @@ def test_the_async_store_client_retries_throttling_as_the_sync_one(
     from dagster_eventhub_ingest.resources.errors import StoreUnavailableError
     from dagster_eventhub_ingest.resources.store.azure_blob import alist_blobs
     from dagster_eventhub_ingest.resources.store.records import HubRef
-    from tests.faultproxy import HttpFaultProxy
+    from tests.support.faultproxy import HttpFaultProxy
 
     hub = HubRef("ns.example", "hub", "$Default")
     store = PartitionStore(AzureBlobBackend.from_settings(blob_store_settings), hub)

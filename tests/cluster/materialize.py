@@ -27,7 +27,7 @@ def main(args: dict) -> dict:
     from dagster_eventhub_ingest.emulator.spark_cluster import APP_CONF
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
     from dagster_eventhub_ingest.resources.store.settings import StoreSettings
-    from tests.fixtures.dagster import eventhub_resource, store_resource
+    from tests.support.fixtures.dagster import eventhub_resource, store_resource
 
     if args["engine"] == "connect":
         pyspark = PySparkResource(spark_config={"spark.remote": args["url"]})

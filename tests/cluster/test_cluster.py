@@ -25,6 +25,7 @@ from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 from tests.cluster.conftest import Cluster
+from tests.support.cli import ehingest
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
@@ -41,20 +42,11 @@ def _spark_section(cluster: Cluster, engine: str) -> dict[str, Any]:
 def _ehingest(
     cluster: Cluster, config: Path, env: dict[str, str], *args: str, verbose: bool = False
 ) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [
-            *(
-                sys.executable,
-                "-m",
-                "dagster_eventhub_ingest.cli.main",
-                *(["-v"] if verbose else []),
-            ),
-            *("run", "--config", str(config), *args),
-        ],
-        cwd=ROOT,
-        env={**spark_env(cluster.executor_python), **env},
-        capture_output=True,
-        text=True,
+    return ehingest(
+        *(["-v"] if verbose else []),
+        *("run", "--config", str(config), *args),
+        env=env,
+        base_env=spark_env(cluster.executor_python),
         timeout=600,
     )
 

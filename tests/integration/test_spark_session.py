@@ -1,0 +1,225 @@
+"""dagster_eventhub_ingest.resources.spark.session: a classic session's calls into the JVM leave
+pandas unimported, and its start leaves the process as it was.
+
+py4j asks pyspark's NumPy converters about every argument of every call; unguarded, their
+answer imports ``pyspark.testing.utils`` and with it pandas (0.4 s of CPU on the driver's first
+call). The control shows that import; the real session (its gateway launched by
+resources/spark/gateway.py) shows it gone, with NumPy arrays and scalars still converted as
+pyspark converts them, and py4j's global converters, pyspark's functions and ``os.environ``
+untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.fixtures.spark import ROOT, script_in_fresh_jvm
+
+_UNGUARDED = """
+import sys
+import numpy  # loaded, as pyarrow loads it in every run
+from pyspark.sql.types import NumpyArrayConverter, NumpyScalarConverter
+answers = [NumpyArrayConverter().can_convert("x"), NumpyScalarConverter().can_convert(1)]
+print(answers, "pandas" in sys.modules)
+"""
+
+
+def test_control_pyspark_s_unguarded_numpy_check_imports_pandas() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _UNGUARDED], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[False,", "False]", "True"]
+
+
+_SESSION = """
+import json, sys
+import numpy as np
+from dagster_eventhub_ingest.resources.spark.session import local_spark_session
+
+spark = local_spark_session("numpy-checks-test", master="local[1]", register_source=False)
+count = spark.range(5).where("id > 1").count()
+pandas_after_queries = "pandas" in sys.modules
+jvm = spark._jvm
+array = jvm.java.util.Arrays.toString(np.array([1, 2, 3], dtype=np.int64))  # a long[]
+scalar = jvm.java.lang.Math.addExact(np.int64(2), np.int64(40))
+spark.stop()
+print(json.dumps({"count": count, "pandas": pandas_after_queries, "array": array,
+                  "scalar": scalar}))
+"""
+
+
+@pytest.mark.spark
+def test_a_session_s_jvm_calls_do_not_import_pandas_and_numpy_still_converts() -> None:
+    seen = script_in_fresh_jvm(_SESSION)
+    assert seen == {"count": 3, "pandas": False, "array": "[1, 2, 3]", "scalar": 42}
+
+
+def test_numpy_guard_answers_while_numpy_is_being_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A py4j call on one thread while another thread's first ``import pyarrow`` is importing
+    NumPy: the guard sees a module without its types yet and answers no, where it raised
+    AttributeError (and failed the run's warm-up of the session's Python workers)."""
+    import types
+
+    import numpy
+
+    from dagster_eventhub_ingest.resources.spark.gateway import _NumpyOnly
+
+    asked: list[object] = []
+
+    class Converter:
+        def can_convert(self, obj: object) -> bool:
+            asked.append(obj)
+            return True
+
+    guard = _NumpyOnly(Converter(), "ndarray")
+    array = numpy.zeros(2)
+    assert guard.can_convert(array) is True and asked == [array]
+    assert guard.can_convert([1, 2]) is False and asked == [array]
+    monkeypatch.setitem(sys.modules, "numpy", types.ModuleType("numpy"))  # part-way imported
+    assert guard.can_convert(array) is False and guard.can_convert(3) is False
+    monkeypatch.delitem(sys.modules, "numpy")
+    assert guard.can_convert(array) is False and asked == [array]
+
+
+_GUEST = """
+import json, os, subprocess, sys
+import pyspark.java_gateway
+from py4j.protocol import INPUT_CONVERTER
+import pyspark.sql.types  # registers pyspark's converters
+from dagster_eventhub_ingest.resources.spark.session import local_spark_session
+
+# pyspark's own SparkContext writes these two into os.environ, for any session (context.py).
+PYSPARKS_OWN = ("SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE")
+
+def state():
+    return {
+        "environ": {k: v for k, v in os.environ.items() if k not in PYSPARKS_OWN},
+        "converters": [(type(c).__name__, sorted(vars(c))) for c in INPUT_CONVERTER],
+        "popen": pyspark.java_gateway.Popen is subprocess.Popen,
+    }
+
+before = state()
+spark = local_spark_session("guest-test", master="local[1]", register_source=False)
+
+def worker(batches):  # an executor's Python worker: which interpreter, which environment
+    import os, sys
+    import pyarrow as pa
+    for _ in batches:
+        yield pa.RecordBatch.from_pydict({"python": [sys.executable],
+                                          "ip": [os.environ.get("SPARK_LOCAL_IP", "")]})
+
+seen = spark.range(1).mapInArrow(worker, "python string, ip string").first()
+during = state()
+spark.stop()
+after = state()
+print(json.dumps({"same": before == during == after, "popen": after["popen"],
+                  "python": seen.python == sys.executable, "ip": seen.ip,
+                  "pinned": "PYSPARK_PYTHON" in os.environ or "SPARK_LOCAL_IP" in os.environ}))
+"""
+
+
+@pytest.mark.spark
+def test_a_local_session_leaves_its_process_as_it_found_it() -> None:
+    """Starting, using and stopping a local session writes nothing to ``os.environ``, swaps no
+    pyspark function and changes none of py4j's global converters; its executors still run this
+    interpreter, on loopback, from the environment the JVM was launched with."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_LOCAL_IP", "SPARK_CONF_DIR")
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _GUEST],
+        cwd=ROOT,
+        env={**env, "EHINGEST_JVM_ARCHIVE": "off"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {
+        "same": True,
+        "popen": True,
+        "python": True,
+        "ip": "127.0.0.1",
+        "pinned": False,
+    }
+
+
+class _Recorder:
+    """A stand-in for py4j's JVM view: records each call by its dotted path."""
+
+    def __init__(self, calls: list[str], path: str = "") -> None:
+        self._calls = calls
+        self._path = path
+
+    def __getattr__(self, name: str) -> _Recorder:
+        return _Recorder(self._calls, f"{self._path}.{name}" if self._path else name)
+
+    def __call__(self, *args: object) -> _Recorder:
+        self._calls.append(self._path)
+        return _Recorder(self._calls, self._path + "()")
+
+
+class _FakeGateway:
+    def __init__(self, calls: list[str]) -> None:
+        self.jvm = _Recorder(calls)
+
+
+def test_sql_preparation_looks_data_sources_up_only_once_the_context_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Beside a local driver's start: the SQL registries as soon as the JVM answers, the data
+    source lookup (which needs the context's environment) only once the context runs, and
+    nothing at all when the start ended first."""
+    import time
+
+    from pyspark import SparkContext
+
+    from dagster_eventhub_ingest.resources.spark import session as spark_session
+
+    def wait_for(condition: object, what: str) -> None:
+        deadline = time.monotonic() + 10
+        while not condition():  # type: ignore[operator]
+            assert time.monotonic() < deadline, what
+            time.sleep(0.01)
+
+    registries = [
+        "org.apache.spark.sql.catalyst.analysis.FunctionRegistry.builtin",
+        "org.apache.spark.sql.internal.SQLConf.get",
+    ]
+    manager = "org.apache.spark.sql.execution.datasources.DataSourceManager"
+    calls: list[str] = []
+    monkeypatch.setattr(SparkContext, "_gateway", None)
+    prepare = spark_session._SqlPreparation()
+    prepare.start()
+    time.sleep(0.05)
+    assert calls == []  # no JVM yet
+    monkeypatch.setattr(SparkContext, "_gateway", _FakeGateway(calls))
+    wait_for(lambda: len(calls) == 2, "the registries")
+    assert calls == registries
+    time.sleep(0.05)
+    assert len(calls) == 2  # the lookup waits for the context
+    prepare.context_ready.set()
+    wait_for(lambda: len(calls) == 4, "the lookup")
+    assert calls[2:] == [manager, f"{manager}().dataSourceExists"]
+
+    for gateway_first in (False, True):
+        calls.clear()
+        monkeypatch.setattr(SparkContext, "_gateway", None)
+        ended = spark_session._SqlPreparation()
+        ended.start()
+        if gateway_first:
+            monkeypatch.setattr(SparkContext, "_gateway", _FakeGateway(calls))
+            wait_for(lambda: len(calls) == 2, "the registries")
+        ended.done.set()  # the start failed (or ended) before the context ran
+        ended._thread.join(5)
+        assert not ended._thread.is_alive()
+        assert calls == (registries if gateway_first else [])

@@ -1,0 +1,173 @@
+"""``ehingest run``'s progress display and exit codes, without services."""
+
+from __future__ import annotations
+
+import io
+import re
+import signal
+from pathlib import Path
+
+from dagster_eventhub_ingest.cli.exit_codes import (
+    EXIT_CODES,
+    EXIT_CONFIG,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
+    exit_code_for,
+)
+from dagster_eventhub_ingest.cli.run import ProgressPrinter
+from dagster_eventhub_ingest.ops.run.progress import PartitionProgress, RunProgress
+from dagster_eventhub_ingest.resources.errors import (
+    ConfigurationError,
+    DataLossError,
+    EventHubUnavailableError,
+    RunCancelledError,
+    SinkError,
+    StoreUnavailableError,
+)
+
+
+def _progress(phase: str, landed: int) -> RunProgress:
+    return RunProgress(
+        "cli-1",
+        phase,
+        12.4,
+        {
+            "0": PartitionProgress(
+                "0", target_events=100, landed_events=landed, done=landed == 100
+            ),
+            "1": PartitionProgress("1", target_events=0, done=True),
+        },
+        spark_tasks=(1, 4) if phase == "reading" else None,
+    )
+
+
+def test_terminal_gets_a_bar_redrawn_in_place() -> None:
+    out = io.StringIO()
+    printer = ProgressPrinter(out, tty=True)
+    printer(_progress("reading", 0))
+    printer(_progress("finished", 100))
+    text = out.getvalue()
+    assert text.startswith("\r[------------------------------]   0% reading: 0/100 events")
+    assert "Spark tasks 1/4" in text
+    assert "\r[##############################] 100% finished: 100/100 events landed" in text
+    assert text.endswith("\n") and text.count("\n") == 1
+
+
+def test_a_log_gets_plain_throttled_lines() -> None:
+    out = io.StringIO()
+    printer = ProgressPrinter(out, tty=False, min_interval=60)
+    printer(_progress("snapshot", 0))
+    printer(_progress("reading", 0))  # within the interval: dropped
+    printer(_progress("finished", 100))
+    lines = out.getvalue().splitlines()
+    assert lines == [
+        "progress 0%: snapshot: 0/100 events landed; 1/2 partitions up to date; 12 s",
+        "progress 100%: finished: 100/100 events landed; 2/2 partitions up to date; 12 s",
+    ]
+    assert "\r" not in out.getvalue()
+
+
+def test_exit_code_follows_the_retryable_flag() -> None:
+    assert exit_code_for(ConfigurationError("x")) == EXIT_CONFIG
+    assert exit_code_for(DataLossError("x")) == EXIT_CONFIG  # retrying cannot help
+    assert exit_code_for(StoreUnavailableError("x")) == EXIT_FAILED
+    assert exit_code_for(EventHubUnavailableError("x")) == EXIT_FAILED
+    assert exit_code_for(RuntimeError("x")) == EXIT_FAILED
+    assert exit_code_for(SinkError("x")) == EXIT_CONFIG  # one raised on purpose: a layout
+    assert exit_code_for(SinkError("x", retryable=True)) == EXIT_FAILED
+    assert exit_code_for(RunCancelledError("x", signal=signal.SIGTERM)) == EXIT_TERMINATED == 143
+    assert exit_code_for(RunCancelledError("x", signal=signal.SIGINT)) == EXIT_INTERRUPTED == 130
+
+
+def test_exit_codes_are_one_table_and_docs_run_md_shows_it() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "run.md").read_text()
+    section = text.split("### Exit codes", 1)[1].split("\n#", 1)[0]
+    documented = {int(c): m for c, m in re.findall(r"^\| (\d+) \| (.+) \|$", section, re.M)}
+    assert documented == EXIT_CODES
+    # Every code `run` and `status` exit with is one of them, and means one thing.
+    codes = {exit_code_for(e) for e in (ConfigurationError("x"), StoreUnavailableError("x"))}
+    assert codes <= set(EXIT_CODES) and len(codes) == 2
+
+
+# What Spark, Hadoop, ABFS and delta-rs say when a write fails, as write_batch receives it.
+PERMANENT_WRITE_FAILURES = [
+    "[TASK_WRITE_FAILED] Task failed\nCaused by: java.nio.file.AccessDeniedException: /out/x",
+    "Caused by: java.io.IOException: Permission denied",
+    "Caused by: java.io.IOException: Read-only file system",
+    "Mkdirs failed to create file:/data/out/_temporary/0 (exists=false, cwd=file:/w)",
+    "java.io.FileNotFoundException: File file:/nope/out does not exist",
+    'Operation failed: "This request is not authorized to perform this operation using this '
+    'permission.", 403, PUT, https://acct.dfs.core.windows.net/c/out?resource=file, '
+    "AuthorizationPermissionMismatch",
+    "[DATA_SOURCE_NOT_FOUND] Failed to find the data source: nosuchformat.",
+    "Schema of data does not match table schema",
+    "[INCOMPATIBLE_DATA_FOR_TABLE.CANNOT_FIND_DATA] Cannot write incompatible data",
+]
+TRANSIENT_WRITE_FAILURES = [
+    "Job aborted due to stage failure: ExecutorLostFailure (executor 3 exited caused by one of "
+    "the running tasks) Reason: Remote RPC client disassociated",
+    "Caused by: java.net.SocketTimeoutException: Read timed out",
+    "Caused by: java.net.SocketException: Connection reset",
+    'Operation failed: "The server is busy.", 503, PUT, https://acct.dfs.core.windows.net/c/o, '
+    "ServerBusy",
+    "Python worker exited unexpectedly (crashed)",
+    "Transaction failed: a concurrent transaction deleted the same data",
+    # A full disk or quota: freeing space helps.
+    "[TASK_WRITE_FAILED] x\nCaused by: java.io.IOException: No space left on device",
+    "Caused by: java.io.IOException: Disk quota exceeded",
+]
+
+
+def test_a_sink_errors_exit_code_follows_its_cause() -> None:
+    import errno
+    import os
+
+    from dagster_eventhub_ingest.ops.sinks.failures import sink_error, sink_failure_retryable
+
+    for text in PERMANENT_WRITE_FAILURES:
+        err = sink_error("sink parquet path '/out': cannot write batch", RuntimeError(text))
+        assert not err.retryable and exit_code_for(err) == EXIT_CONFIG, text
+    for text in TRANSIENT_WRITE_FAILURES:
+        err = sink_error("sink parquet path '/out': cannot write batch", RuntimeError(text))
+        assert err.retryable and exit_code_for(err) == EXIT_FAILED, text
+    # The buried cause counts, and so do deterministic exception types.
+    try:
+        try:
+            raise PermissionError(13, "Permission denied")
+        except PermissionError as inner:
+            raise RuntimeError("An error occurred while calling o81.save") from inner
+    except RuntimeError as outer:
+        assert not sink_failure_retryable(outer)
+    assert not sink_failure_retryable(TypeError("unsupported operand"))
+    assert not sink_failure_retryable(
+        RuntimeError("Traceback ...\n  File x\nTypeError: unsupported operand type(s)")
+    )
+    assert sink_failure_retryable(ConnectionResetError(104, "Connection reset by peer"))
+    # By errno, whatever the text around it (pyarrow and delta-rs raise OSError with errno).
+    for code in (errno.ENOSPC, errno.EDQUOT):
+        try:
+            try:
+                raise OSError(code, os.strerror(code))
+            except OSError as inner:
+                raise RuntimeError("writing part-0.parquet: file does not exist yet") from inner
+        except RuntimeError as outer:
+            assert sink_failure_retryable(outer), code
+
+
+def test_the_startup_phase_is_the_process_age_to_the_centisecond() -> None:
+    """dagster_eventhub_ingest.cli.run.process_age_seconds: psutil's create_time adds a boot time in
+    whole seconds, which read a 0.3 s start-up as anything up to 1.3 s."""
+    import subprocess
+    import sys
+    import time
+
+    code = (
+        "import time; time.sleep(0.3); "
+        "from dagster_eventhub_ingest.cli.run import process_age_seconds as a; print(a())"
+    )
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    elapsed = time.monotonic() - t0
+    age = float(out.stdout)
+    assert 0.3 <= age <= elapsed + 0.02, (age, elapsed)
