@@ -105,7 +105,11 @@ def read_sink(spark: SparkSession, sink: SinkSettings) -> DataFrame:
         return spark.createDataFrame(table)
     if sink.path is not None:
         with _partition_values_as_written(spark):
-            return spark.read.format(sink.format).load(sink.path)
+            reader = spark.read.format(sink.format)
+            if sink.format in ("parquet", "orc"):
+                # Batches written before a column existed (amqpBody, eh_source) lack it.
+                reader = reader.option("mergeSchema", "true")
+            return reader.load(sink.path)
     assert sink.table is not None
     return spark.table(sink.table)
 

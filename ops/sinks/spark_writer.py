@@ -7,14 +7,17 @@ directories, so rewriting the same intent replaces them. A table is written with
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN
-from dagster_eventhub_ingest.resources.errors import SinkError
+from dagster_eventhub_ingest.resources.errors import SinkError, redact
 from dagster_eventhub_ingest.resources.sink import SinkSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["format_options", "write_spark"]
 
@@ -83,6 +86,9 @@ def _write_table(df: DataFrame, table: str, fmt: str, partition_cols: list[str])
             "it was not created by this writer, so a batch cannot be replaced idempotently. "
             "Write to a new table"
         )
+    added = _add_missing_columns(df, table, existing)
+    if added:
+        existing = [c.name for c in spark.catalog.listColumns(table)]
     # insertInto is positional: align with the table's column order.
     conf_key = "spark.sql.sources.partitionOverwriteMode"
     previous = spark.conf.get(conf_key, None)
@@ -94,3 +100,23 @@ def _write_table(df: DataFrame, table: str, fmt: str, partition_cols: list[str])
             spark.conf.unset(conf_key)
         else:
             spark.conf.set(conf_key, previous)
+
+
+def _add_missing_columns(df: DataFrame, table: str, existing: list[str]) -> list[str]:
+    """Add the columns a table created by an earlier version lacks (``amqpBody``, ``eh_source``),
+    so that aligning the batch with the table's columns drops none of them. Rows written before
+    read them as null. Returns the names added."""
+    missing = [f for f in df.schema.fields if f.name not in existing]
+    if not missing:
+        return []
+    columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in missing)
+    try:
+        df.sparkSession.sql(f"ALTER TABLE {table} ADD COLUMNS ({columns})")
+    except Exception as exc:
+        raise SinkError(
+            f"sink table {table!r} lacks the column(s) {[f.name for f in missing]} this version "
+            f"writes, and adding them failed: {redact(str(exc))[:300]}. Add them yourself "
+            f"(ALTER TABLE {table} ADD COLUMNS ({columns})) or write to a new table"
+        ) from exc
+    logger.info("sink table %r: added the column(s) %s", table, [f.name for f in missing])
+    return [f.name for f in missing]

@@ -872,3 +872,27 @@ def test_a_batch_written_and_verified_in_a_fresh_driver_leaves_pandas_unimported
         "stats": {str(p): [5, 10 * p, 10 * p + 4, str(100 * (10 * p + 4))] for p in range(4)},
         "pandas": False,
     }
+
+
+@pytest.mark.parametrize("kind", SINK_KINDS)
+def test_a_sink_written_before_a_column_existed_gains_it(
+    spark: SparkSession, tmp_path: Path, kind: str
+) -> None:
+    """A sink an earlier version created has no ``amqpBody`` column. The next batch still lands
+    every column it has (none is dropped to fit the old schema); the old rows read it as null."""
+    sink = make_sink(kind, tmp_path)
+    old, new = {"0": (0, 9)}, {"0": (10, 19)}
+    write_batch(events(spark, old).drop("amqpBody"), sink, old)
+    body = bytes([0x53, 0x77, 0xA1, 0x02, 0x68, 0x69])  # an amqp-value section: "hi"
+    fresh = events(spark, new).withColumn(
+        "amqpBody", F.when(F.col("sequenceNumber") >= 0, F.lit(body))
+    )
+    write_batch(fresh, sink, new)
+    landed = read_sink(spark, sink)
+    assert "amqpBody" in landed.columns
+    rows = {
+        r.sequenceNumber: r.amqpBody for r in landed.select("sequenceNumber", "amqpBody").collect()
+    }
+    assert sorted(rows) == list(range(0, 20))
+    assert all(rows[s] is None for s in range(0, 10))
+    assert all(bytes(rows[s]) == body for s in range(10, 20))
