@@ -1,13 +1,18 @@
 """``ehingest spark-archive``: write the local Spark driver's class-data archive now.
 
 A local run's JVM starts from a class-data archive
-(:mod:`dagster_eventhub_ingest.resources.jvm_archive`); the first run on a machine writes it when it
-exits, which makes that run ~15-20 s longer. This command does it ahead of time, e.g. while building
-an image or in a CI set-up step, with the same ``spark:`` settings as the runs (``--config``).
+(:mod:`dagster_eventhub_ingest.resources.jvm_archive`). On a host whose cache outlives its runs, a
+run's process starts this command detached when it exits (``--background``); where every run
+starts on a fresh host (a Kubernetes pod, Dagster+ Hybrid, most CI) nothing writes one unless
+this command does it ahead of time, e.g. while building the image or in a CI set-up step, with the
+same ``spark:`` settings as the runs (``--config``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import sys
 import tempfile
 import time
@@ -27,7 +32,14 @@ __all__ = ["spark_archive"]
     help="The runs' config file: its spark: section starts the session (default: a local one).",
 )
 @click.option("--rebuild", is_flag=True, help="Write it again even if it exists.")
-def spark_archive(config_path: str | None, rebuild: bool) -> None:
+@click.option(
+    "--background",
+    is_flag=True,
+    hidden=True,
+    help="As a run's process starts it at exit: driver settings as JSON on stdin, lowest CPU "
+    "priority.",
+)
+def spark_archive(config_path: str | None, rebuild: bool, background: bool) -> None:
     """Write the local Spark JVM's class-data archive, so runs start without loading jars."""
     from dagster_eventhub_ingest.cli.exit_codes import EXIT_CONFIG, EXIT_FAILED
     from dagster_eventhub_ingest.ops.run.warm_up import warm_up
@@ -36,6 +48,8 @@ def spark_archive(config_path: str | None, rebuild: bool) -> None:
         REBUILD,
         WRITE,
         archive_mode,
+        busy_archive,
+        cache_dir,
         current_plan,
         finish_dumps,
     )
@@ -53,6 +67,16 @@ def spark_archive(config_path: str | None, rebuild: bool) -> None:
                     "a local driver's JVM only (a cluster's JVMs are the cluster's)"
                 )
             factory = spark_config.session_factory()
+        elif background:
+            # The run that started it waits for nothing: yield the CPU to whatever runs next.
+            with contextlib.suppress(OSError):
+                os.nice(19)
+            settings = {str(k): str(v) for k, v in json.loads(sys.stdin.read() or "{}").items()}
+            master = settings.pop("spark.master", "local[*]")
+
+            def factory() -> Any:
+                return local_spark_session("ehingest-spark-archive", master=master, conf=settings)
+
         else:
 
             def factory() -> Any:
@@ -64,6 +88,19 @@ def spark_archive(config_path: str | None, rebuild: bool) -> None:
     with archive_mode(REBUILD if rebuild else WRITE):
         spark = factory()
     plan = current_plan()
+    busy = busy_archive()
+    if plan is None and busy is not None:
+        spark.stop()
+        click.echo(f"another process is writing {busy}; runs map it once it is in place")
+        return
+    if plan is None and not _writable(cache_dir() / "jvm"):
+        spark.stop()
+        click.echo(
+            f"no archive: cannot write {cache_dir() / 'jvm'} (set EHINGEST_CACHE_DIR to a "
+            "writable directory); runs start without one",
+            err=True,
+        )
+        sys.exit(EXIT_FAILED)
     if plan is None:
         click.echo(
             "no archive: the driver's class path or Java options rule it out (a "
@@ -83,3 +120,13 @@ def spark_archive(config_path: str | None, rebuild: bool) -> None:
         sys.exit(EXIT_FAILED)
     size = plan.archive.stat().st_size / 2**20
     click.echo(f"wrote {plan.archive} ({size:.0f} MB) in {time.monotonic() - started:.1f} s")
+
+
+def _writable(directory: Path) -> bool:
+    """Whether ``directory`` exists (or can be made) and takes a new file."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            return True
+    except OSError:
+        return False

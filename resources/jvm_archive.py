@@ -4,32 +4,42 @@ A local session's JVM loads ~15,000 classes from Spark's ~250 jars, verifying an
 most of its start (JVM, SparkContext, SparkSession: 4-7 s on 2 cores) and a good part of the
 first job. JDK 13+ can write every class a JVM loaded into an archive when it exits
 (``-XX:ArchiveClassesAtExit``) and map that archive at the next start
-(``-XX:SharedArchiveFile``): a cold ``ehingest run`` of 100k events took 16.1-16.6 s without
-and 12.2-12.5 s with it (docs/deploy.md, "Local runs").
+(``-XX:SharedArchiveFile``): a cold ``ehingest run`` of 100k events is ~1.3x faster with it
+(docs/benchmarks.md).
 
 How it is used (local masters only; a cluster's or Spark Connect's JVMs are not ours to start):
 
 * :func:`plan_archive` decides, before the JVM starts, from the driver's Java options and the
-  environment: with an archive for this Java, this Spark and these options, the JVM maps it;
-  without one, the second JVM to want it writes it when it exits (the first leaves a note: a
-  cache that is still there at the next run is one worth filling; a container started fresh
-  for every run never pays for writing an archive it would throw away). The archive lives in
-  :func:`cache_dir` (``$EHINGEST_CACHE_DIR``, else ``$XDG_CACHE_HOME/ehingest``, else
-  ``~/.cache/ehingest``), ~150-200 MB, named by a hash of what it depends on.
-  ``EHINGEST_JVM_ARCHIVE`` (:data:`ARCHIVE_ENV`) turns it off, to using an archive without
-  ever writing one, or to writing it now (``ehingest spark-archive``).
+  environment: with an archive for this Java, this Spark and these options, the JVM maps it.
+  Without one, no run writes it on its own time: the first run only leaves a note (a container
+  started fresh for every run never gets further: bake the archive into its image with
+  ``ehingest spark-archive``); a later run, finding the note (the cache outlives runs here),
+  starts as usual and, when its process exits, starts a detached, lowest-priority
+  ``ehingest spark-archive --background`` (:func:`spawn_builder`) that writes it (~30-40 s of
+  CPU) for the runs after. The archive lives in :func:`cache_dir` (``$EHINGEST_CACHE_DIR``,
+  else ``$XDG_CACHE_HOME/ehingest``, else ``~/.cache/ehingest``), ~150-200 MB, named by a hash
+  of what it depends on. ``EHINGEST_JVM_ARCHIVE`` (:data:`ARCHIVE_ENV`) turns it off, to using
+  an archive without ever writing one, or to writing it in the run's own JVM.
 * The JDK refuses to write an archive when the class path holds a non-empty directory, and
   Spark's launcher puts ``SPARK_CONF_DIR`` on it. So the package's quiet log4j2 config is passed
   as ``-Dlog4j2.configurationFile`` and ``SPARK_CONF_DIR`` points at an empty directory; a
   ``SPARK_CONF_DIR`` of the user's, ``HADOOP_CONF_DIR``, ``YARN_CONF_DIR``,
   ``SPARK_DIST_CLASSPATH`` or ``spark.driver.extraClassPath`` (class path entries of theirs)
   turn the archive off instead of changing them.
-* The archive is written to a temporary name; :func:`finish_dumps` (at interpreter exit) closes
-  the JVM's stdin, which ends it, waits for it to write the archive and renames it into place
-  only if the JVM exited cleanly. A JVM that dies mid-write leaves a temporary file that a later
-  plan removes; two first runs at once each write their own and the last rename wins. A JVM
-  that refuses the options (an unusual class path) is restarted without them at once
+* One writer per archive: a JVM that writes holds ``spark-<hash>.lock`` (``flock``; released by
+  the kernel when its process dies) from before it starts until its archive is renamed into
+  place; a process that finds the lock held starts without writing. The archive is written to
+  a temporary name; :func:`finish_dump` closes the JVM's stdin, which ends it, waits for it to
+  write the archive and renames it into place only if the JVM exited cleanly. A JVM that
+  refuses the options (an unusual class path) is restarted without them at once
   (:func:`start_with_archive`), and that key is then never tried again.
+* Bounded (:func:`tidy`, at every plan): temporary dumps no live writer holds are removed, at
+  most :data:`KEEP_ARCHIVES` archives are kept (the most recently used; a run that maps one
+  marks it used), none unused for :data:`UNUSED_SECONDS`, and notes as old go too. Removing an
+  archive another JVM has mapped is safe (the mapping stays); a JVM that finds it gone starts
+  without it.
+* Never a failure: a cache directory that cannot be written, a lock that cannot be taken, a
+  dump that fails or a builder that dies cost the gain, never the run.
 
 The JVM itself checks that an archive matches its build and class path and silently starts
 without it otherwise, so a stale or damaged archive costs the gain, never the run; the run then
@@ -40,16 +50,20 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import hashlib
+import json
 import logging
 import os
 import shlex
 import shutil
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -57,32 +71,47 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "ARCHIVE_ENV",
+    "BUILDER_COMMAND",
     "CACHE_DIR_ENV",
+    "KEEP_ARCHIVES",
     "REBUILD",
+    "UNUSED_SECONDS",
     "USE_ONLY",
     "WRITE",
     "ArchivePlan",
     "archive_mode",
+    "busy_archive",
     "cache_dir",
     "current_plan",
     "finish_dump",
     "finish_dumps",
     "gateway_process",
     "plan_archive",
+    "spawn_builder",
     "start_with_archive",
     "switched_off",
+    "tidy",
 ]
 
-#: Unset (or ``auto``): a JVM maps the archive; without one, the second JVM to want it writes
-#: it. ``off`` (or ``0``, ``false``, ``no``): neither. ``use``: map it, never write one (e.g.
-#: many short-lived JVMs while ``ehingest spark-archive`` writes it). ``write``: write it now if
-#: there is none. ``rebuild``: write it again.
+#: Unset (or ``auto``): a JVM maps the archive; without one, a detached process writes it after
+#: a run exits, once the cache has outlived a run. ``off`` (or ``0``, ``false``, ``no``):
+#: neither. ``use``: map it, never write one (e.g. many short-lived JVMs while ``ehingest
+#: spark-archive`` writes it). ``write``: the run's own JVM writes it at its exit if there is
+#: none (that run pays ~20 s). ``rebuild``: write it again.
 ARCHIVE_ENV = "EHINGEST_JVM_ARCHIVE"
 USE_ONLY = "use"
 WRITE = "write"
 REBUILD = "rebuild"
 #: Where the package keeps what it caches on this machine (default: the XDG cache directory).
 CACHE_DIR_ENV = "EHINGEST_CACHE_DIR"
+#: Archives kept per cache directory (one per Java build, Spark install and JVM flags; the most
+#: recently used stay): a host with a few virtualenvs keeps theirs, not every one it ever had.
+KEEP_ARCHIVES = 3
+#: An archive (or a note) no run has used for this long is removed.
+UNUSED_SECONDS = 14 * 86400.0
+#: The command a run's process starts, detached, to write the archive after it exits: the CLI's
+#: ``spark-archive`` (it warms a session up along a run's path, which this layer cannot import).
+BUILDER_COMMAND = ("-m", "dagster_eventhub_ingest.cli.main", "spark-archive", "--background")
 #: :data:`ARCHIVE_ENV`'s value as :func:`archive_mode` sets it for a block (None: the variable's).
 _MODE: ContextVar[str | None] = ContextVar("ehingest_jvm_archive_mode", default=None)
 
@@ -90,10 +119,17 @@ _MODE: ContextVar[str | None] = ContextVar("ehingest_jvm_archive_mode", default=
 _CLASS_PATH_ENV = ("HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_DIST_CLASSPATH", "SPARK_CLASSPATH")
 #: Java options of a user's that already decide about class data sharing.
 _OWN_SHARING = ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare", "SharedClassListFile")
-#: Seconds the exit waits for the JVM to write its archive before giving up on it.
-_DUMP_WAIT_SECONDS = 180.0
-#: A temporary archive older than this belongs to a JVM that is gone.
+#: Seconds a writer waits for its JVM to write the archive (nobody waits on a writer: it is
+#: ``ehingest spark-archive`` or the detached builder; a loaded host can take minutes).
+_DUMP_WAIT_SECONDS = 1200.0
+#: Where locks cannot be taken (some network file systems), a temporary archive older than this
+#: belongs to a JVM that is gone.
 _STALE_SECONDS = 3600.0
+#: A mapped archive's modification time is its last use, refreshed at most this often.
+_TOUCH_SECONDS = 3600.0
+#: The driver settings (with its Java options) the detached builder needs to write the archive
+#: a run would map.
+_BUILD_SETTINGS = ("spark.master", "spark.driver.memory")
 
 T = TypeVar("T")
 
@@ -101,17 +137,28 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class ArchivePlan:
     """What a local driver's JVM gets: Java options, its ``SPARK_CONF_DIR``, and whether it
-    maps an archive (``dump_to`` None) or writes one at exit to ``dump_to``."""
+    maps an archive (``dump_to`` None) or writes one at exit to ``dump_to``.
+
+    ``build_later``: there is no archive yet and the JVM starts without one; once this process
+    exits, a detached builder writes it with ``settings`` (:func:`spawn_builder`).
+    """
 
     archive: Path
     java_options: str
     conf_dir: Path
     dump_to: Path | None
+    build_later: bool = False
+    settings: tuple[tuple[str, str], ...] = field(default=(), compare=False)
 
     @property
     def marker(self) -> Path:
         """Exists when this key's JVM refused the options once: never tried again."""
         return self.archive.with_suffix(".unusable")
+
+    @property
+    def lock(self) -> Path:
+        """Held (``flock``) by the one process writing this archive."""
+        return self.archive.with_suffix(".lock")
 
 
 def switched_off(value: str | None) -> bool:
@@ -186,12 +233,96 @@ def _jvm_flags(options: str) -> list[str]:
     return [t for t in tokens if not t.startswith("-D")]
 
 
-def _remove_stale(directory: Path) -> None:
-    now = time.time()
-    for tmp in directory.glob("*.jsa.*.tmp"):
+class _Lock:
+    """An exclusive ``flock`` on a file, taken without waiting; released by :meth:`release` or
+    by the kernel when the process ends (a writer that dies frees its archive for the next)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd: int | None = fd
+
+    @classmethod
+    def take(cls, path: Path) -> _Lock | None:
+        """The lock, or None while another process (or another lock of this one) holds it.
+        Raises OSError where the file cannot be opened or locks are not supported."""
+        import fcntl
+
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return None
+            raise
         with contextlib.suppress(OSError):
-            if now - tmp.stat().st_mtime > _STALE_SECONDS:
-                tmp.unlink()
+            os.utime(fd)  # a lock file's age is its key's last write
+        return cls(fd)
+
+    def release(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)  # closing the only descriptor releases the flock
+            self.fd = None
+
+
+def _writer_gone(directory: Path, tmp: Path, now: float) -> bool:
+    """Whether no live process writes the temporary archive ``tmp`` (its key's lock is free)."""
+    key = tmp.name.split(".jsa.", 1)[0]
+    try:
+        lock = _Lock.take(directory / f"{key}.lock")
+    except OSError:  # no locks here: judge by age
+        try:
+            return now - tmp.stat().st_mtime > _STALE_SECONDS
+        except OSError:
+            return False
+    if lock is None:
+        return False
+    lock.release()
+    return True
+
+
+def tidy(directory: Path, *, keep: Path | None = None, now: float | None = None) -> list[Path]:
+    """Keep the archive cache ``directory`` bounded; the files removed.
+
+    Temporary archives no live writer holds (a JVM or process that died mid-write), archives
+    past the :data:`KEEP_ARCHIVES` most recently used or unused for :data:`UNUSED_SECONDS`, and
+    notes (``.wanted``, ``.unusable``, ``.lock``, ``.log``) as old. ``keep`` (the archive about
+    to be used) stays whatever its age. Best effort: what cannot be removed stays.
+    """
+    now = time.time() if now is None else now
+    removed: list[Path] = []
+
+    def remove(path: Path) -> None:
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed.append(path)
+
+    def age(path: Path) -> float:
+        try:
+            return now - path.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    try:
+        names = sorted(directory.iterdir())
+    except OSError:
+        return removed
+    for tmp in (p for p in names if p.name.endswith(".tmp") and ".jsa." in p.name):
+        if _writer_gone(directory, tmp, now):
+            remove(tmp)
+    archives = sorted(
+        (p for p in names if p.suffix == ".jsa" and p != keep), key=age
+    )  # most recently used first
+    budget = KEEP_ARCHIVES - (1 if keep is not None and keep.exists() else 0)
+    for i, archive in enumerate(archives):
+        if i >= budget or age(archive) > UNUSED_SECONDS:
+            remove(archive)
+    kept = keep.stem if keep is not None else None
+    notes = (".wanted", ".unusable", ".lock", ".log")
+    for note in (p for p in names if p.suffix in notes and p.stem != kept):
+        if age(note) > UNUSED_SECONDS and not note.with_suffix(".jsa").exists():
+            remove(note)
+    return removed
 
 
 def plan_archive(
@@ -206,7 +337,8 @@ def plan_archive(
 
     ``java_options`` are the driver's ``spark.driver.extraJavaOptions`` as they will be;
     ``conf`` the session's conf (for ``spark.driver.extraClassPath``); ``default_conf_dir`` the
-    package's ``SPARK_CONF_DIR`` (holding ``log4j_config``), the only one it replaces.
+    package's ``SPARK_CONF_DIR`` (holding ``log4j_config``), the only one it replaces. The cache
+    directory is tidied on the way (:func:`tidy`).
     """
     mode = (_MODE.get() or env.get(ARCHIVE_ENV, "")).strip().lower()
     if switched_off(mode):
@@ -232,27 +364,32 @@ def plan_archive(
         logger.debug("no JVM class-data archive: cannot use %s: %s", directory, exc)
         return None
     archive = directory / f"spark-{key}.jsa"
+    tidy(directory, keep=archive)
     quiet = f"-Dlog4j2.configurationFile={log4j_config.resolve().as_uri()}"
     if archive.with_suffix(".unusable").exists():
         return None
     if archive.is_file() and mode != REBUILD:
         with contextlib.suppress(OSError):
-            if time.time() - archive.stat().st_mtime > 86400:
-                os.utime(archive)  # in use: keeps it from looking abandoned
+            if time.time() - archive.stat().st_mtime > _TOUCH_SECONDS:
+                os.utime(archive)  # its last use: the most recently used archives are kept
         return ArchivePlan(
             archive, f"{quiet} -XX:SharedArchiveFile={archive} -Xlog:cds=off", empty, None
         )
     if mode == USE_ONLY:
         return None
-    wanted = archive.with_suffix(".wanted")
-    if mode not in (WRITE, REBUILD) and not wanted.exists():
-        # The first JVM here only notes that it would have used one: writing it costs that
-        # run ~20 s, worth it only where the cache outlives the run. A container started
-        # fresh for every run never gets further (bake the archive into its image instead).
-        with contextlib.suppress(OSError):
-            wanted.touch()
-        return None
-    _remove_stale(directory)
+    if mode not in (WRITE, REBUILD):
+        wanted = archive.with_suffix(".wanted")
+        if not wanted.exists():
+            # The first JVM here only notes that it would have used one: a container started
+            # fresh for every run never gets further (bake the archive into its image instead).
+            with contextlib.suppress(OSError):
+                wanted.touch()
+            return None
+        settings = (
+            *((k, conf[k]) for k in _BUILD_SETTINGS if k in conf),
+            ("spark.driver.extraJavaOptions", java_options),
+        )
+        return ArchivePlan(archive, "", empty, None, build_later=True, settings=settings)
     dump_to = directory / f"{archive.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
     return ArchivePlan(
         archive,
@@ -269,14 +406,37 @@ def start_with_archive(plan: ArchivePlan | None, start: Callable[[ArchivePlan | 
     without the archive's options marks the key unusable; one that does not start either raises
     its own error).
 
-    On success with ``plan.dump_to``, :func:`finish_dump` runs at interpreter exit.
+    A plan to write (``plan.dump_to``) first takes the archive's lock: while another process
+    writes it, the JVM starts without the options (:func:`busy_archive` names it). On success
+    :func:`finish_dump` runs at interpreter exit. A plan to ``build_later`` starts the JVM as
+    without a plan and starts :func:`spawn_builder` at interpreter exit.
     """
-    global _CURRENT
+    global _CURRENT, _BUSY
     if plan is None:
         return start(None)
+    if plan.build_later:
+        started = start(None)
+        if not _LATER:
+            atexit.register(_spawn_builders)
+        if plan.archive not in {p.archive for p in _LATER}:
+            _LATER.append(plan)
+        return started
+    lock = None
+    if plan.dump_to is not None:
+        try:
+            lock = _Lock.take(plan.lock)
+        except OSError as exc:
+            logger.debug("cannot lock %s (%s); writing without a lock", plan.lock, exc)
+        else:
+            if lock is None:
+                _BUSY = plan.archive
+                logger.info("another process writes %s; this JVM starts without it", plan.archive)
+                return start(None)
     try:
         started = start(plan)
     except Exception as exc:
+        if lock is not None:
+            lock.release()
         started = start(None)  # raises on its own if the JVM cannot start at all
         logger.warning(
             "the local Spark JVM did not start with a class-data archive (%s); it starts "
@@ -288,9 +448,11 @@ def start_with_archive(plan: ArchivePlan | None, start: Callable[[ArchivePlan | 
             plan.marker.touch()
         return started
     if plan.dump_to is None and not _mapped(plan.archive):
+        if not plan.archive.exists():
+            return started  # removed since it was planned (tidied): nothing wrong with it
         # The JVM checked the archive and started without it (it was written by another JVM
         # build or for another class path, or is damaged): a note keeps later runs from
-        # paying for it again; removing both lets the second run from now write a new one.
+        # paying for it again; removing both lets a later run write a new one.
         logger.warning(
             "the local Spark JVM did not use its class-data archive %s; it is removed and "
             "runs start without one (remove %s to have the next runs write a new one)",
@@ -306,6 +468,8 @@ def start_with_archive(plan: ArchivePlan | None, start: Callable[[ArchivePlan | 
         if not _PENDING:
             atexit.register(finish_dumps)
         _PENDING.append(plan)
+        if lock is not None:
+            _LOCKS[plan.dump_to] = lock
     return started
 
 
@@ -321,13 +485,24 @@ def _mapped(archive: Path) -> bool:
 
 #: Plans whose JVM writes an archive at exit, not put in place yet (:func:`finish_dumps`).
 _PENDING: list[ArchivePlan] = []
+#: The locks of those plans, by ``dump_to``.
+_LOCKS: dict[Path, _Lock] = {}
+#: Plans whose archive a detached builder writes once this process exits.
+_LATER: list[ArchivePlan] = []
 #: The plan this process's JVM started with (None: without an archive, or no JVM yet).
 _CURRENT: ArchivePlan | None = None
+#: The archive another process was writing when this one wanted to (None: none).
+_BUSY: Path | None = None
 
 
 def current_plan() -> ArchivePlan | None:
     """The archive plan this process's Spark JVM started with, if it started with one."""
     return _CURRENT
+
+
+def busy_archive() -> Path | None:
+    """The archive this process wanted to write while another process was writing it."""
+    return _BUSY
 
 
 def finish_dumps() -> list[Path]:
@@ -346,11 +521,21 @@ def finish_dump(plan: ArchivePlan, wait: float = _DUMP_WAIT_SECONDS) -> bool:
 
     Runs at interpreter exit (the session is done by then). Closing the JVM's stdin is how
     PySpark's gateway JVM learns its driver is gone; it then exits, writing the archive. Only
-    a JVM that exited with 0 within ``wait`` seconds has its archive renamed into place.
-    Returns whether it was.
+    a JVM that exited with 0 within ``wait`` seconds has its archive renamed into place (an
+    atomic rename: a JVM starting meanwhile maps the old archive or the new one, never half of
+    one). Returns whether it was. The archive's lock is released either way.
     """
     if plan.dump_to is None:
         return False
+    try:
+        return _finish_dump(plan, plan.dump_to, wait)
+    finally:
+        lock = _LOCKS.pop(plan.dump_to, None)
+        if lock is not None:
+            lock.release()
+
+
+def _finish_dump(plan: ArchivePlan, dump_to: Path, wait: float) -> bool:
     proc = gateway_process()
     if proc is not None and proc.poll() is None:
         with contextlib.suppress(OSError, ValueError):
@@ -359,19 +544,73 @@ def finish_dump(plan: ArchivePlan, wait: float = _DUMP_WAIT_SECONDS) -> bool:
         try:
             proc.wait(wait)
         except Exception:
-            logger.debug("the Spark JVM did not exit in %.0f s; no archive written", wait)
+            logger.warning("the Spark JVM did not write its archive in %.0f s; none kept", wait)
             return False
-    if proc is None or proc.returncode != 0 or not plan.dump_to.is_file():
+    if proc is None or proc.returncode != 0 or not dump_to.is_file():
         with contextlib.suppress(OSError):
-            plan.dump_to.unlink()
+            dump_to.unlink()
         return False
     try:
-        os.replace(plan.dump_to, plan.archive)
+        os.replace(dump_to, plan.archive)
     except OSError as exc:
-        logger.debug("could not keep the JVM class-data archive %s: %s", plan.archive, exc)
+        logger.warning("could not keep the JVM class-data archive %s: %s", plan.archive, exc)
+        with contextlib.suppress(OSError):
+            dump_to.unlink()
         return False
     logger.info("wrote the local Spark JVM's class-data archive %s", plan.archive)
     return True
+
+
+def _spawn_builders() -> None:
+    while _LATER:
+        spawn_builder(_LATER.pop())
+
+
+def spawn_builder(
+    plan: ArchivePlan, env: Mapping[str, str] = os.environ
+) -> subprocess.Popen[bytes] | None:
+    """Start a detached ``ehingest spark-archive --background`` writing ``plan``'s archive with
+    its driver settings (read from its stdin, never its command line), or None when there is
+    nothing to do or it cannot start.
+
+    Runs at interpreter exit, after the run's work: its own session, at the lowest CPU
+    priority, in a session of its own (a signal to the run's process group does not reach it),
+    its output in ``spark-<hash>.log`` beside the archive. It ends by itself (at most
+    :data:`_DUMP_WAIT_SECONDS` for the JVM to write); nothing waits for it.
+    """
+    if plan.archive.exists():
+        return None
+    try:
+        lock = _Lock.take(plan.lock)
+    except OSError:
+        lock = None  # cannot tell: the builder's own start decides
+    else:
+        if lock is None:
+            return None  # a writer is at it
+        lock.release()
+    try:
+        with plan.archive.with_suffix(".log").open("wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, *BUILDER_COMMAND],
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                # Its plan's cache directory, whatever the environment says.
+                env={**env, CACHE_DIR_ENV: str(plan.archive.parent.parent)},
+                start_new_session=True,
+                close_fds=True,
+            )
+    except OSError as exc:
+        logger.debug("could not start the archive builder for %s: %s", plan.archive, exc)
+        return None
+    assert proc.stdin is not None
+    with contextlib.suppress(OSError):
+        proc.stdin.write(json.dumps(dict(plan.settings)).encode())
+        proc.stdin.close()
+    logger.info(
+        "writing the local Spark JVM's class-data archive %s in the background", plan.archive
+    )
+    return proc
 
 
 def gateway_process() -> Any:

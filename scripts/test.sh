@@ -74,8 +74,10 @@ trap stop_tiers INT TERM EXIT
 
 # Lint and format fail fast; the type checker (minutes on a cold cache) runs beside the tests
 # like a tier, so it is not on the main run's critical path.
+# An archive that cannot be written only makes the test JVMs slower: never a failure.
 if [ "$EHINGEST_JVM_ARCHIVE" = use ]; then
-  start_tier spark-archive env EHINGEST_JVM_ARCHIVE=auto uv run --frozen ehingest spark-archive
+  start_tier spark-archive bash -c 'uv run --frozen ehingest spark-archive ||
+    echo "warning: no class-data archive (exit $?); test JVMs start without one, only slower"'
 fi
 echo "== ruff"; uv run --frozen ruff check .
 uv run --frozen ruff format --check .
@@ -101,7 +103,7 @@ for name in "${!tier_pid[@]}"; do
   end=$(cat "$TIER_LOGS/$name.end" 2>/dev/null || date +%s)
   secs=$(( end - ${tier_start[$name]} ))
   if [ "$trc" -eq 0 ]; then
-    echo "== $name: passed in ${secs}s ($(grep -E '[0-9]+ (passed|failed)|^Success|^wrote |^up to date' "$TIER_LOGS/$name.log" | tail -n 1))"
+    echo "== $name: passed in ${secs}s ($(grep -E '[0-9]+ (passed|failed)|^Success|^wrote |^up to date|^another process|^warning: no class' "$TIER_LOGS/$name.log" | tail -n 1))"
   else
     echo "== $name: FAILED (exit $trc) in ${secs}s; last lines of $TIER_LOGS/$name.log:"
     tail -n 60 "$TIER_LOGS/$name.log" | sed 's/^/   | /'

@@ -44,22 +44,43 @@ def _plan(env: dict[str, str], options: str = OPTIONS, **conf: str) -> ArchivePl
     return plan_archive(options, conf, log4j_config=LOG4J, default_conf_dir=SPARK_CONF_DIR, env=env)
 
 
-def test_the_first_jvm_without_an_archive_only_notes_it_the_second_writes_it(
+def test_no_run_writes_the_archive_the_first_notes_it_a_later_one_has_it_built_after(
     tmp_path: Path,
 ) -> None:
-    """Writing costs the run that does it ~20 s: only once the cache has outlived a run."""
-    assert _plan(_env(tmp_path)) is None
+    """Writing costs ~20 s: never on a run's time, and only once the cache has outlived a run."""
+    conf = {"spark.driver.memory": "2g", "spark.master": "local[2]"}
+    assert _plan(_env(tmp_path), **conf) is None
     assert list((tmp_path / "cache" / "jvm").glob("spark-*.wanted"))
-    plan = _plan(_env(tmp_path))
-    assert plan is not None and plan.dump_to is not None
+    plan = _plan(_env(tmp_path), **conf)
+    assert plan is not None and plan.build_later and plan.dump_to is None
+    assert "ArchiveClassesAtExit" not in plan.java_options
+    # What the builder needs to write the archive this run would map: the same key.
+    assert dict(plan.settings) == {
+        "spark.master": "local[2]",
+        "spark.driver.memory": "2g",
+        "spark.driver.extraJavaOptions": OPTIONS,
+    }
+    written = _plan(_env(tmp_path, EHINGEST_JVM_ARCHIVE="write"), **{"spark.driver.memory": "2g"})
+    assert written is not None and written.archive == plan.archive
     assert _plan(_env(tmp_path / "fresh", EHINGEST_JVM_ARCHIVE="rebuild")) is not None
 
 
+def test_a_build_later_plan_starts_the_jvm_as_without_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jvm_archive, "_LATER", [])
+    _plan(_env(tmp_path))
+    plan = _plan(_env(tmp_path))
+    assert plan is not None and plan.build_later
+    calls: list[ArchivePlan | None] = []
+    assert start_with_archive(plan, lambda p: calls.append(p) or "session") == "session"
+    assert calls == [None]
+    assert [plan] == jvm_archive._LATER  # a builder is started at interpreter exit
+
+
 def _wanted(tmp_path: Path) -> dict[str, str]:
-    """The environment of a cache that has already seen a run wanting the archive."""
-    env = _env(tmp_path)
-    _plan(env)
-    return env
+    """The environment of a writer (``ehingest spark-archive``, its builder, ``write``)."""
+    return _env(tmp_path, EHINGEST_JVM_ARCHIVE="write")
 
 
 def test_without_an_archive_the_jvm_writes_one_to_a_temporary_name(tmp_path: Path) -> None:
@@ -138,19 +159,6 @@ def test_the_key_follows_jvm_flags_and_heap_not_system_properties(tmp_path: Path
     assert name(**{"spark.driver.memory": "48g"}) != base
     other = _plan(_env(tmp_path, EHINGEST_JVM_ARCHIVE="rebuild", SPARK_SUBMIT_OPTS="-Xmx40g"))
     assert other is not None and other.archive.name != base
-
-
-def test_stale_temporary_archives_are_removed_fresh_ones_kept(tmp_path: Path) -> None:
-    plan = _plan(_wanted(tmp_path))
-    assert plan is not None
-    stale = plan.archive.parent / f"{plan.archive.name}.1-dead.tmp"
-    fresh = plan.archive.parent / f"{plan.archive.name}.2-live.tmp"
-    stale.write_bytes(b"half")
-    fresh.write_bytes(b"half")
-    old = time.time() - 2 * 3600
-    os.utime(stale, (old, old))
-    _plan(_env(tmp_path))
-    assert not stale.exists() and fresh.exists()
 
 
 def test_a_jvm_that_refuses_the_options_is_started_again_without_them(tmp_path: Path) -> None:
@@ -318,3 +326,223 @@ def test_an_archive_the_jvm_did_not_map_is_removed_and_not_written_again(
     assert plan.archive.exists() is mapped
     assert plan.marker.exists() is not mapped
     assert (jvm_archive.current_plan() == plan) is mapped
+
+
+# -- a bounded cache, safe with many processes -------------------------------------------------
+
+
+def _aged(path: Path, seconds: float, content: bytes = b"") -> Path:
+    path.write_bytes(content)
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+    return path
+
+
+def test_the_cache_keeps_the_most_recently_used_archives_and_drops_old_notes(
+    tmp_path: Path,
+) -> None:
+    env = _env(tmp_path, EHINGEST_JVM_ARCHIVE="write")
+    plan = _plan(env)
+    assert plan is not None
+    directory = plan.archive.parent
+    _aged(plan.archive, 30 * 86400, b"mine")  # old, but the one this run maps
+    others = [_aged(directory / f"spark-{i:020d}.jsa", 3600 * (i + 1)) for i in range(4)]
+    gone = _aged(directory / "spark-old.jsa", 20 * 86400)
+    notes = [_aged(directory / f"spark-old.{s}", 20 * 86400) for s in ("wanted", "unusable")]
+    fresh_note = _aged(directory / "spark-new.wanted", 60)
+    used = _plan(_env(tmp_path))
+    assert used is not None and used.archive == plan.archive and used.dump_to is None
+    left = sorted(p.name for p in directory.glob("*.jsa"))
+    assert left == sorted([plan.archive.name, others[0].name, others[1].name])
+    assert len(left) == jvm_archive.KEEP_ARCHIVES
+    assert not gone.exists() and not any(n.exists() for n in notes) and fresh_note.exists()
+    assert time.time() - plan.archive.stat().st_mtime < 60  # mapping it marks it used
+
+
+_HOLD = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+print("locked", flush=True)
+sys.stdin.read()
+"""
+
+
+def _holding(lock: Path) -> subprocess.Popen[str]:
+    """Another process holding ``lock`` until its stdin closes (a writer at work)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(lock)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_orphaned_dumps_are_removed_a_live_writers_kept(tmp_path: Path) -> None:
+    plan = _plan(_wanted(tmp_path))
+    assert plan is not None
+    directory = plan.archive.parent
+    live = directory / f"{plan.archive.name}.1-live.tmp"
+    orphan = directory / "spark-00000000000000000000.jsa.2-dead.tmp"
+    live.write_bytes(b"half")
+    orphan.write_bytes(b"half")  # fresh, but nobody holds its key's lock: its writer died
+    writer = _holding(plan.lock)
+    try:
+        _plan(_env(tmp_path))
+        assert live.exists() and not orphan.exists()
+    finally:
+        assert writer.stdin is not None
+        writer.stdin.close()
+        writer.wait(30)
+    _plan(_env(tmp_path))  # the writer died without renaming: its dump is an orphan now
+    assert not live.exists()
+
+
+_WRITER = """
+import subprocess, sys
+from pathlib import Path
+from dagster_eventhub_ingest.resources import jvm_archive
+from dagster_eventhub_ingest.resources.spark_session import SPARK_CONF_DIR
+
+plan = jvm_archive.plan_archive(
+    sys.argv[1], {}, log4j_config=SPARK_CONF_DIR / "log4j2.properties",
+    default_conf_dir=SPARK_CONF_DIR,
+)
+jvm = None
+
+def start(with_plan):
+    global jvm
+    if with_plan is None:
+        return "PLAIN"
+    # Stands in for the JVM: ends when its stdin closes, writing the archive as it exits.
+    code = "import sys; sys.stdin.read(); open(sys.argv[1], 'wb').write(b'archive' * 1000)"
+    jvm = subprocess.Popen([sys.executable, "-c", code, str(with_plan.dump_to)],
+                           stdin=subprocess.PIPE)
+    return "DUMP"
+
+print(jvm_archive.start_with_archive(plan, start), flush=True)
+jvm_archive.gateway_process = lambda: jvm
+sys.stdin.read()  # the run's work
+print(jvm_archive.finish_dumps(), flush=True)
+"""
+
+
+def test_many_writers_at_once_one_writes_the_others_start_without(tmp_path: Path) -> None:
+    env = {**os.environ, **_wanted(tmp_path)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, OPTIONS],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        for _ in range(4)
+    ]
+    try:
+        started = [p.stdout.readline().strip() for p in procs if p.stdout is not None]
+        assert sorted(started) == ["DUMP", "PLAIN", "PLAIN", "PLAIN"]
+    finally:
+        outs = [p.communicate("", timeout=60)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert sum(".jsa" in out for out in outs) == 1  # the one writer put it in place
+    plan = _plan(_env(tmp_path))
+    assert plan is not None and plan.dump_to is None and plan.archive.stat().st_size == 7000
+    assert not list(plan.archive.parent.glob("*.tmp"))
+
+
+def test_no_builder_starts_while_a_writer_is_at_it(tmp_path: Path) -> None:
+    _plan(_env(tmp_path))
+    later = _plan(_env(tmp_path))
+    assert later is not None and later.build_later
+    writer = _holding(later.lock)
+    try:
+        assert jvm_archive.spawn_builder(later, _env(tmp_path)) is None
+    finally:
+        assert writer.stdin is not None
+        writer.stdin.close()
+        writer.wait(30)
+    later.archive.write_bytes(b"archive")
+    assert jvm_archive.spawn_builder(later, _env(tmp_path)) is None  # nothing left to do
+
+
+@pytest.mark.parametrize("mode", ["auto", "write", "rebuild", "use"])
+def test_a_cache_that_cannot_be_written_starts_the_jvm_as_before(tmp_path: Path, mode: str) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the cache directory would be")
+    env = _env(tmp_path, EHINGEST_CACHE_DIR=str(blocker / "cache"), EHINGEST_JVM_ARCHIVE=mode)
+    for _ in range(2):
+        assert _plan(env) is None
+    assert start_with_archive(None, lambda p: p) is None
+    assert jvm_archive.tidy(blocker / "cache" / "jvm") == []
+
+
+def _kill_builders(cache: Path) -> None:
+    """Ends any archive builder a failed test left running for ``cache`` (only those)."""
+    import psutil
+
+    for proc in psutil.process_iter(["cmdline", "environ"]):
+        try:
+            env = proc.info["environ"] or {}
+            if "--background" in (proc.info["cmdline"] or []) and env.get(
+                "EHINGEST_CACHE_DIR"
+            ) == str(cache):
+                for p in [*proc.children(recursive=True), proc]:
+                    p.kill()
+        except psutil.Error:
+            continue
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_run_has_the_archive_built_after_it_exits_and_the_next_run_maps_it(
+    tmp_path: Path,
+) -> None:
+    """The second run on a host starts without an archive and does not wait for one: a
+    detached builder writes it once that run's process is gone, for the runs after."""
+    cache = tmp_path / "cache"
+    env = {"EHINGEST_CACHE_DIR": str(cache), "EHINGEST_JVM_ARCHIVE": "auto"}
+    try:
+        for _ in range(2):
+            run = _run([sys.executable, "-c", _SESSION], env)
+            assert run.returncode == 0, run.stderr[-3000:]
+            assert "NOT-MAPPED" in run.stdout.split()
+        # The second run's process has exited; its builder is still at work (a JVM start, a
+        # warm-up and the dump take tens of seconds), holding the archive's lock.
+        archives = cache / "jvm"
+        log = next(archives.glob("spark-*.log"))
+        assert not log.with_suffix(".jsa").exists()  # the run did not wait for it
+        lock = log.with_suffix(".lock")
+        deadline = time.monotonic() + 600
+        while not log.with_suffix(".jsa").exists() and time.monotonic() < deadline:
+            time.sleep(1)
+        assert log.with_suffix(".jsa").exists(), log.read_text()[-3000:]
+        while time.monotonic() < deadline:  # the builder ends by itself
+            held = jvm_archive._Lock.take(lock)
+            if held is not None:
+                held.release()
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the builder did not end")
+        assert "wrote " in log.read_text()
+        used = _run([sys.executable, "-c", _SESSION], env)
+        assert used.returncode == 0, used.stderr[-3000:]
+        assert "MAPPED" in used.stdout.split()
+        assert not list(archives.glob("*.tmp"))
+    finally:
+        _kill_builders(cache)
+
+
+@pytest.mark.spark
+def test_spark_archive_says_when_the_cache_cannot_be_written(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    cli = [sys.executable, "-m", "dagster_eventhub_ingest.cli.main", "spark-archive"]
+    done = _run(cli, {"EHINGEST_CACHE_DIR": str(blocker / "cache")})
+    assert done.returncode != 0
+    assert f"cannot write {blocker / 'cache' / 'jvm'}" in done.stderr
+    assert "Traceback" not in done.stderr
