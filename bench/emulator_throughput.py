@@ -35,6 +35,9 @@ sys.path.insert(0, str(ROOT))
 
 from dagster_eventhub_ingest.emulator.testing import emulator_subprocess  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from _report import add_json_flag, report  # noqa: E402
+
 TARGET_RATIO = 1 / 3
 
 
@@ -139,7 +142,7 @@ def receive(conn: str, hub: str, partitions: int, events: int) -> tuple[Meter, f
 _EMULATOR: psutil.Process
 
 
-def _row(label: str, events: int, meter: Meter, rate: float) -> tuple[str, float]:
+def _row(label: str, events: int, meter: Meter, rate: float) -> tuple[str, float, dict]:
     client_us = meter.client_cpu / events * 1e6
     emu_us = meter.emulator_cpu / events * 1e6
     ratio = emu_us / client_us if client_us else float("inf")
@@ -147,7 +150,14 @@ def _row(label: str, events: int, meter: Meter, rate: float) -> tuple[str, float
         f"{label:<22} {rate:>10,.0f} {meter.wall:>8.2f} {meter.client_cpu:>9.2f} "
         f"{meter.emulator_cpu:>9.2f} {client_us:>10.1f} {emu_us:>10.1f} {ratio:>7.2f}"
     )
-    return label, ratio
+    figures = {
+        "events_per_second": round(rate),
+        "wall_s": round(meter.wall, 2),
+        "client_cpu_us_per_event": round(client_us, 2),
+        "emulator_cpu_us_per_event": round(emu_us, 2),
+        "emulator / client CPU": round(ratio, 3),
+    }
+    return label, ratio, figures
 
 
 def main() -> None:
@@ -156,7 +166,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--size", type=int, default=1024)
+    add_json_flag(parser)
     args = parser.parse_args()
+    with report("emulator_throughput.py", args.json) as rep:
+        _main(args, rep)
+
+
+def _main(args: argparse.Namespace, rep: Any) -> None:
+    global _EMULATOR
     hubs = {"bench-p1": 1, "bench-p4": 4}
     print(
         f"emulator throughput with the real azure-eventhub SDK: {args.events:,} events of "
@@ -178,7 +195,10 @@ def main() -> None:
             )
             meter, steady = receive(conn, hub, parts, args.events)
             ratios.append(_row(f"receive {parts} partition(s)", args.events, meter, steady))
-    worst = max(r for _, r in ratios)
+    for label, _, figures in ratios:
+        rep.add(label, figures)
+    worst = rep.add("worst emulator / client CPU", round(max(r for _, r, _ in ratios), 3))
+    rep.add("target: worst emulator / client CPU <=", TARGET_RATIO)
     print(
         "\nreceive events/s is the steady rate from first to last event (client start-up excluded);"
         "\nCPU columns cover the whole phase. Target: emulator CPU per event <= 1/3 of the "

@@ -127,6 +127,9 @@ def run_child(python: Path, conn: str, args: argparse.Namespace, env: dict[str, 
 
 
 def main() -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from _report import add_json_flag, report
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=1024, help="body bytes")
@@ -135,13 +138,17 @@ def main() -> None:
     parser.add_argument("--wheel", type=Path, help="a built platform wheel (default: build it)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--conn", help=argparse.SUPPRESS)
+    add_json_flag(parser)
     args = parser.parse_args()
     if args.child:
         child(args)
         return
-
     sys.path.insert(0, str(ROOT))
-    sys.path.insert(0, str(ROOT / "bench"))
+    with report("native_wheel.py", args.json) as rep:
+        _main(args, rep)
+
+
+def _main(args: argparse.Namespace, rep: Any) -> None:
     from source_throughput import emulator_process, send
 
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
@@ -206,6 +213,10 @@ def main() -> None:
         f"wheel / checkout (native speed = 1.0): {med['wheel'] / med['checkout']:.2f}; "
         f"pure Python / wheel: {med['wheel-pure'] / med['wheel']:.1f}x"
     )
+    for name, value in med.items():
+        rep.add(f"{name} CPU us per event, median", round(value, 2))
+    rep.add("wheel / checkout CPU", round(med["wheel"] / med["checkout"], 2))
+    rep.add("pure Python / wheel CPU", round(med["wheel-pure"] / med["wheel"], 2))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from _report import add_json_flag, report  # noqa: E402
 from source_throughput import emulator_process, send  # noqa: E402
 
 MODES = {"python": False, "all": False, "native": True}
@@ -80,7 +81,13 @@ def main() -> None:
         help="application properties per event (and a message id and content type), as "
         "IoT Hub routes events; 0: plain events",
     )
+    add_json_flag(parser)
     args = parser.parse_args()
+    with report("read_range_cpu.py", args.json) as rep:
+        _main(args, rep)
+
+
+def _main(args: argparse.Namespace, rep: Any) -> None:
 
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
     from dagster_eventhub_ingest.resources.spark_source import PartitionRange, read_range
@@ -118,6 +125,17 @@ def main() -> None:
     for mode, values in figures.items():
         shown = " ".join(f"{v:5.1f}" for v in values)
         print(f"  {mode:<9} median {statistics.median(values):5.1f}  ({shown})")
+        rep.add(
+            f"{mode} CPU us per event",
+            {
+                "median": round(statistics.median(values), 2),
+                "rounds": [round(v, 2) for v in values],
+            },
+        )
+    if "python" in figures and "native" in figures:
+        ratio = statistics.median(figures["python"]) / statistics.median(figures["native"])
+        print(f"  python / native: {ratio:.2f}")
+        rep.add("python / native CPU", round(ratio, 2))
 
 
 if __name__ == "__main__":

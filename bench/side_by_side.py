@@ -22,12 +22,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import sys
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from azure.core.pipeline.policies import SansIOHTTPPolicy
@@ -40,6 +42,9 @@ from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 from dagster_eventhub_ingest.resources.store.records import HubRef
 from dagster_eventhub_ingest.resources.store.settings import StoreSettings
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import Report, add_json_flag, report
 
 
 class CountingPolicy(SansIOHTTPPolicy):
@@ -191,7 +196,13 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=32)
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--timeout", type=float, default=120.0)
+    add_json_flag(parser)
     args = parser.parse_args()
+    with report("side_by_side.py", args.json) as rep:
+        _main(args, rep)
+
+
+def _main(args: argparse.Namespace, rep: Report) -> None:
     # The SDK logs every partition it loses while balancing ("link stolen"): expected here.
     logging.getLogger("azure").setLevel(logging.CRITICAL)
     with azurite() as conn, running_emulator() as emu:
@@ -213,12 +224,17 @@ def main() -> None:
     print(f"{'contender':<14}{'balanced_s':>12}{'storage_calls':>15}")
     for label, seconds, calls in rows:
         print(f"{label:<14}{'never' if seconds is None else f'{seconds:.2f}':>12}{calls:>15}")
+    for label, seconds, calls in rows:
+        rep.add(label, {"balanced_s": seconds, "storage_calls": calls})
     ours = rows[-1]
     for label, seconds, calls in rows[:-1]:
         if seconds and ours[1]:
             ratio_t, ratio_c = seconds / ours[1], calls / max(ours[2], 1)
             print(f"ratio {label} / ours: time x{ratio_t:.1f}, storage calls x{ratio_c:.1f}")
+            rep.add(f"{label} / ours, time", round(ratio_t, 2))
+            rep.add(f"{label} / ours, storage calls", round(ratio_c, 2))
     goal = ours[1] is not None and ours[1] < 2.0
+    rep.add("goal: ours balanced < 2 s", goal)
     verdict = "met" if goal else "NOT met"
     print(f"goal (ours K={args.owners} P={args.partitions} balanced < 2 s): {verdict}")
 

@@ -32,6 +32,9 @@ from dagster_eventhub_ingest.ops.sinks.source import check_sink_source  # noqa: 
 from dagster_eventhub_ingest.resources.sink import SinkSettings  # noqa: E402
 from dagster_eventhub_ingest.resources.store.records import HubRef  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from _report import add_json_flag, report  # noqa: E402
+
 HUB = HubRef("myns.servicebus.windows.net", "telemetry", "$Default")
 
 
@@ -100,17 +103,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[2000, 8000])
     parser.add_argument("--samples", type=int, default=20)
+    add_json_flag(parser)
     args = parser.parse_args()
-    print(f"{'sink':<10} {'batches':>8} {'look':<28} {'median ms':>10} {'best ms':>8}")
-    for batches in args.batches:
-        for kind, build in (("parquet", _parquet_sink), ("deltalake", _delta_sink)):
-            with tempfile.TemporaryDirectory(prefix="ehingest-bench-") as tmp:
-                sink = build(Path(tmp) / "out", batches)
-                check_sink_source(sink, HUB, _no_session)  # records it (adopts the sink)
-                looks = _looks(sink)
-                for name, look in looks.items():
-                    median, best = _time(args.samples, look)
-                    print(f"{kind:<10} {batches:>8} {name:<28} {median:>10.2f} {best:>8.2f}")
+    with report("sink_lookups.py", args.json) as rep:
+        print(f"{'sink':<10} {'batches':>8} {'look':<28} {'median ms':>10} {'best ms':>8}")
+        for batches in args.batches:
+            for kind, build in (("parquet", _parquet_sink), ("deltalake", _delta_sink)):
+                with tempfile.TemporaryDirectory(prefix="ehingest-bench-") as tmp:
+                    sink = build(Path(tmp) / "out", batches)
+                    check_sink_source(sink, HUB, _no_session)  # records it (adopts the sink)
+                    looks = _looks(sink)
+                    for name, look in looks.items():
+                        median, best = _time(args.samples, look)
+                        print(f"{kind:<10} {batches:>8} {name:<28} {median:>10.2f} {best:>8.2f}")
+                        rep.add(
+                            f"{kind} {batches} batches: {name}",
+                            {"median_ms": round(median, 2), "best_ms": round(best, 2)},
+                        )
 
 
 if __name__ == "__main__":

@@ -25,11 +25,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from dagster_eventhub_ingest.emulator.testing import emulator_subprocess  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+from _report import add_json_flag, report  # noqa: E402
 
 
 @contextmanager
@@ -103,8 +107,13 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=1024, help="body bytes")
     parser.add_argument("--prefetch", type=int, default=300)
+    add_json_flag(parser)
     args = parser.parse_args()
+    with report("source_throughput.py", args.json) as rep:
+        _main(args, rep)
 
+
+def _main(args: argparse.Namespace, rep: Any) -> None:
     from dagster_eventhub_ingest.ops.sinks.write import write_batch
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
     from dagster_eventhub_ingest.resources.sink import SinkSettings
@@ -209,6 +218,10 @@ def main() -> None:
     print("\n== summary (events/s; higher is better)")
     for label, secs, rate in rows:
         print(f"{label:<60} {rate:10,.0f}  ({secs:.2f} s)")
+        rep.add(label, {"seconds": round(secs, 2), "events_per_second": round(rate)})
+    raw, ours = rows[0][2], rows[1][2]
+    print(f"read_range / raw SDK loop, events/s: {ours / raw:.2f}")
+    rep.add("read_range / raw SDK loop, events/s", round(ours / raw, 2))
 
 
 if __name__ == "__main__":

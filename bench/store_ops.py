@@ -33,6 +33,9 @@ from dagster_eventhub_ingest.resources.store.partition_store import PartitionSto
 from dagster_eventhub_ingest.resources.store.records import HubRef  # noqa: E402
 from dagster_eventhub_ingest.resources.store.settings import StoreSettings  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from _report import Report, add_json_flag, report  # noqa: E402
+
 
 def _measure(
     backend: AzureBlobBackend, samples: int, op: Callable[[int], Any]
@@ -64,7 +67,7 @@ def _sdk_store(conn: str, container: str) -> tuple[BlobCheckpointStore, list[int
     return store, calls
 
 
-def run(samples: int, partitions: int) -> None:
+def run(samples: int, partitions: int, rep: Report) -> None:
     hub = HubRef("bench.servicebus.windows.net", "telemetry", "$Default")
     with services.azurite() as conn:
         store, backend = _store(conn, hub)
@@ -101,6 +104,7 @@ def run(samples: int, partitions: int) -> None:
         print(f"{'operation':<24}{'median ms':>10}{'p95 ms':>10}{'calls/op':>10}")
         for name, median, p95, calls in rows:
             print(f"{name:<24}{median:>10.2f}{p95:>10.2f}{calls:>10.1f}")
+            rep.add(name, {"median_ms": round(median, 2), "p95_ms": round(p95, 2), "calls": calls})
 
         # One owner claims every partition of a fresh hub: list, then one CAS per partition.
         fresh, fresh_backend = _store(conn, hub)
@@ -139,6 +143,14 @@ def run(samples: int, partitions: int) -> None:
             f"({sdk_ms:.0f} ms): {sdk_calls[0] / ours:.2f}x the calls (it tries "
             "set_blob_metadata first, gets 404, then uploads)"
         )
+        rep.add(
+            f"claim {partitions} partitions, fresh hub, storage calls",
+            {
+                "ours": ours,
+                "official": sdk_calls[0],
+                "official / ours": round(sdk_calls[0] / ours, 2),
+            },
+        )
 
         # Takeover of the same partitions once expired: both do list + one CAS per partition.
         sdk_calls[0] = 0
@@ -151,6 +163,10 @@ def run(samples: int, partitions: int) -> None:
             f"take over {partitions} expired partitions: {fresh_backend.operations - before} "
             f"storage calls vs official {sdk_calls[0]}"
         )
+        rep.add(
+            f"take over {partitions} expired partitions, storage calls",
+            {"ours": fresh_backend.operations - before, "official": sdk_calls[0]},
+        )
         sdk.close()
         backend.close()
         fresh_backend.close()
@@ -160,8 +176,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--partitions", type=int, default=32)
+    add_json_flag(parser)
     args = parser.parse_args()
-    run(args.samples, args.partitions)
+    with report("store_ops.py", args.json) as rep:
+        run(args.samples, args.partitions, rep)
 
 
 if __name__ == "__main__":

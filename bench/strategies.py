@@ -11,17 +11,23 @@ partition (must be 0). ``--sweep`` runs ``scale_out`` for P in {1, 4, 32, 256, 1
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
 from dagster_eventhub_ingest.ops.balancing import STRATEGIES
 from dagster_eventhub_ingest.ops.balancing.simulation import SCENARIOS, SimConfig, simulate
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _report import add_json_flag, report
 
 
 def _fmt(value: float | None) -> str:
     return "never" if value is None else f"{value:.1f}"
 
 
-def table(partitions: int, owners: int, seed: int) -> None:
+def table(partitions: int, owners: int, seed: int) -> dict[str, dict[str, Any]]:
     """Print strategy x scenario metrics for one size."""
     print(f"# P={partitions} K={owners} seed={seed} (interval 10 s, expiry 30 s, reads 2 s)")
     header = (
@@ -30,28 +36,45 @@ def table(partitions: int, owners: int, seed: int) -> None:
     )
     print(header)
     print("-" * len(header))
+    out: dict[str, dict[str, Any]] = {}
     for strategy in STRATEGIES:
         for scenario in SCENARIOS:
             r = simulate(SimConfig(strategy, partitions, owners, scenario, seed=seed))
+            out[f"{strategy} {scenario}"] = {
+                "balanced_s": r.time_to_balanced,
+                "stable_s": r.time_to_stable,
+                "moves": r.moves,
+                "cas_conflicts": r.cas_conflicts,
+                "storage_ops": r.storage_ops,
+                "unowned_partition_seconds": round(r.unowned_partition_seconds, 1),
+                "two_owner_moments": r.double_owner_moments,
+                "fenced_writes": r.fenced_writes,
+            }
             print(
                 f"{strategy:<11}{scenario:<21}{_fmt(r.time_to_balanced):>11}"
                 f"{_fmt(r.time_to_stable):>10}{r.moves:>7}{r.cas_conflicts:>9}{r.storage_ops:>7}"
                 f"{r.unowned_partition_seconds:>11.0f}{r.double_owner_moments:>11}"
                 f"{r.fenced_writes:>8}"
             )
+    return out
 
 
-def sweep(seed: int, max_cells: int) -> None:
+def sweep(seed: int, max_cells: int) -> dict[str, list[Any]]:
     """Print scale_out time to balanced / storage calls over the size grid."""
     sizes = [(p, k) for p in (1, 4, 32, 256, 1024) for k in (1, 2, 4, 16, 64)][:max_cells]
     print(f"\n# scale_out sweep: time_to_balanced_s/storage_ops (seed={seed})")
     print(f"{'strategy':<11}" + "".join(f"{f'P{p}/K{k}':>16}" for p, k in sizes))
+    out: dict[str, list[Any]] = {}
     for strategy in STRATEGIES:
         cells = []
         for p, k in sizes:
             r = simulate(SimConfig(strategy, p, k, "scale_out", seed=seed))
             cells.append(f"{_fmt(r.time_to_balanced)}/{r.storage_ops}")
+            out.setdefault(strategy, []).append(
+                {"P": p, "K": k, "balanced_s": r.time_to_balanced, "storage_ops": r.storage_ops}
+            )
         print(f"{strategy:<11}" + "".join(f"{c:>16}" for c in cells), flush=True)
+    return out
 
 
 def main() -> None:
@@ -62,12 +85,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sweep", action="store_true", help="also run the P x K size grid")
     parser.add_argument("--max-cells", type=int, default=25)
+    add_json_flag(parser)
     args = parser.parse_args()
-    start = time.perf_counter()
-    table(args.partitions, args.owners, args.seed)
-    if args.sweep:
-        sweep(args.seed, args.max_cells)
-    print(f"\n(bench wall time {time.perf_counter() - start:.1f} s)")
+    with report("strategies.py", args.json) as rep:
+        start = time.perf_counter()
+        rep.add("scenarios", table(args.partitions, args.owners, args.seed))
+        if args.sweep:
+            rep.add("scale_out sweep", sweep(args.seed, args.max_cells))
+        print(f"\n(bench wall time {time.perf_counter() - start:.1f} s)")
 
 
 if __name__ == "__main__":

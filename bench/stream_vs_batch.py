@@ -24,11 +24,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from _report import add_json_flag, report  # noqa: E402
 from source_throughput import emulator_process, send  # noqa: E402
 
 
@@ -37,7 +39,13 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=200, help="body bytes")
     parser.add_argument("--partitions", type=int, default=4)
+    add_json_flag(parser)
     args = parser.parse_args()
+    with report("stream_vs_batch.py", args.json) as rep:
+        _main(args, rep)
+
+
+def _main(args: argparse.Namespace, rep: Any) -> None:
 
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
     from dagster_eventhub_ingest.resources.spark.session import local_spark_session
@@ -105,6 +113,14 @@ def main() -> None:
     ]
     for label, seconds in rows:
         print(f"{label:<50} {seconds:>8.1f} {events / seconds:>10,.0f} {batch_s / seconds:>8.2f}x")
+        rep.add(
+            label,
+            {
+                "seconds": round(seconds, 2),
+                "events_per_second": round(events / seconds),
+                "batch_s / this_s": round(batch_s / seconds, 2),
+            },
+        )
 
 
 if __name__ == "__main__":

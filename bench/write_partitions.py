@@ -32,9 +32,13 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _report import add_json_flag, report  # noqa: E402
 
 
 def main() -> None:
@@ -50,7 +54,13 @@ def main() -> None:
         choices=["observe", "split", "readback"],
         help="write_batch's stats_method(s) to measure",
     )
+    add_json_flag(parser)
     args = parser.parse_args()
+    with report("write_partitions.py", args.json) as rep:
+        _main(args, rep)
+
+
+def _main(args: argparse.Namespace, rep: Any) -> None:
 
     import psutil
     from pyspark.sql import functions as F
@@ -120,6 +130,14 @@ def main() -> None:
                         best[name] = min(best.get(name, used), used)
             rows.unpersist()
             floor = best["parquet"]
+            rep.add(
+                f"P={p}",
+                {
+                    "parquet_us_per_event": round(floor, 2),
+                    **{f"{m}_us_per_event": round(best[m], 2) for m in args.stats},
+                    **{f"{m} / parquet": round(best[m] / floor, 2) for m in args.stats},
+                },
+            )
             print(
                 f"{p:>4} {floor:>14.1f}"
                 + "".join(f" {best[m]:>14.1f} {best[m] / floor:>6.2f}" for m in args.stats),
