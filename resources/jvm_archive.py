@@ -11,15 +11,15 @@ How it is used (local masters only; a cluster's or Spark Connect's JVMs are not 
 
 * :func:`plan_archive` decides, before the JVM starts, from the driver's Java options and the
   environment: with an archive for this Java, this Spark and these options, the JVM maps it.
-  Without one, no run writes it on its own time: the first run only leaves a note (a container
-  started fresh for every run never gets further: bake the archive into its image with
-  ``ehingest spark-archive``); a later run, finding the note (the cache outlives runs here),
-  starts as usual and, when its process exits, starts a detached, lowest-priority
-  ``ehingest spark-archive --background`` (:func:`spawn_builder`) that writes it (~30-40 s of
-  CPU) for the runs after. The archive lives in :func:`cache_dir` (``$EHINGEST_CACHE_DIR``,
-  else ``$XDG_CACHE_HOME/ehingest``, else ``~/.cache/ehingest``), ~150-200 MB, named by a hash
-  of what it depends on. ``EHINGEST_JVM_ARCHIVE`` (:data:`ARCHIVE_ENV`) turns it off, to using
-  an archive without ever writing one, or to writing it in the run's own JVM.
+  Without one, no run writes it on its own time: the run starts as without one and, when its
+  process exits, starts a detached, lowest-priority ``ehingest spark-archive --background``
+  (:func:`spawn_builder`) that writes it (~30-40 s of CPU) for the runs after. A container
+  thrown away with its run takes that writer with it: bake the archive into its image with
+  ``ehingest spark-archive`` instead. The archive lives in :func:`cache_dir`
+  (``$EHINGEST_CACHE_DIR``, else ``$XDG_CACHE_HOME/ehingest``, else ``~/.cache/ehingest``),
+  ~150-200 MB, named by a hash of what it depends on. ``EHINGEST_JVM_ARCHIVE``
+  (:data:`ARCHIVE_ENV`) turns it off, to using an archive without ever writing one, or to
+  writing it in the run's own JVM.
 * The JDK refuses to write an archive when the class path holds a non-empty directory, and
   Spark's launcher puts ``SPARK_CONF_DIR`` on it. So the package's quiet log4j2 config is passed
   as ``-Dlog4j2.configurationFile`` and ``SPARK_CONF_DIR`` points at an empty directory; a
@@ -94,7 +94,7 @@ __all__ = [
 ]
 
 #: Unset (or ``auto``): a JVM maps the archive; without one, a detached process writes it after
-#: a run exits, once the cache has outlived a run. ``off`` (or ``0``, ``false``, ``no``):
+#: the run's process exits. ``off`` (or ``0``, ``false``, ``no``):
 #: neither. ``use``: map it, never write one (e.g. many short-lived JVMs while ``ehingest
 #: spark-archive`` writes it). ``write``: the run's own JVM writes it at its exit if there is
 #: none (that run pays ~20 s). ``rebuild``: write it again.
@@ -286,8 +286,9 @@ def tidy(directory: Path, *, keep: Path | None = None, now: float | None = None)
 
     Temporary archives no live writer holds (a JVM or process that died mid-write), archives
     past the :data:`KEEP_ARCHIVES` most recently used or unused for :data:`UNUSED_SECONDS`, and
-    notes (``.wanted``, ``.unusable``, ``.lock``, ``.log``) as old. ``keep`` (the archive about
-    to be used) stays whatever its age. Best effort: what cannot be removed stays.
+    notes (``.unusable``, ``.lock``, ``.log``; ``.wanted`` of earlier versions) as old. ``keep``
+    (the archive about to be used) stays whatever its age. Best effort: what cannot be removed
+    stays.
     """
     now = time.time() if now is None else now
     removed: list[Path] = []
@@ -378,13 +379,8 @@ def plan_archive(
     if mode == USE_ONLY:
         return None
     if mode not in (WRITE, REBUILD):
-        wanted = archive.with_suffix(".wanted")
-        if not wanted.exists():
-            # The first JVM here only notes that it would have used one: a container started
-            # fresh for every run never gets further (bake the archive into its image instead).
-            with contextlib.suppress(OSError):
-                wanted.touch()
-            return None
+        # Written after this run, off its critical path. In a container thrown away with the
+        # run the writer goes with it, having cost the run nothing (bake it into the image).
         settings = (
             *((k, conf[k]) for k in _BUILD_SETTINGS if k in conf),
             ("spark.driver.extraJavaOptions", java_options),

@@ -44,13 +44,9 @@ def _plan(env: dict[str, str], options: str = OPTIONS, **conf: str) -> ArchivePl
     return plan_archive(options, conf, log4j_config=LOG4J, default_conf_dir=SPARK_CONF_DIR, env=env)
 
 
-def test_no_run_writes_the_archive_the_first_notes_it_a_later_one_has_it_built_after(
-    tmp_path: Path,
-) -> None:
-    """Writing costs ~20 s: never on a run's time, and only once the cache has outlived a run."""
+def test_no_run_writes_the_archive_it_has_it_built_after_it_exits(tmp_path: Path) -> None:
+    """Writing costs ~20 s: never on a run's time."""
     conf = {"spark.driver.memory": "2g", "spark.master": "local[2]"}
-    assert _plan(_env(tmp_path), **conf) is None
-    assert list((tmp_path / "cache" / "jvm").glob("spark-*.wanted"))
     plan = _plan(_env(tmp_path), **conf)
     assert plan is not None and plan.build_later and plan.dump_to is None
     assert "ArchiveClassesAtExit" not in plan.java_options
@@ -69,7 +65,6 @@ def test_a_build_later_plan_starts_the_jvm_as_without_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(jvm_archive, "_LATER", [])
-    _plan(_env(tmp_path))
     plan = _plan(_env(tmp_path))
     assert plan is not None and plan.build_later
     calls: list[ArchivePlan | None] = []
@@ -78,13 +73,13 @@ def test_a_build_later_plan_starts_the_jvm_as_without_one(
     assert [plan] == jvm_archive._LATER  # a builder is started at interpreter exit
 
 
-def _wanted(tmp_path: Path) -> dict[str, str]:
+def _writer_env(tmp_path: Path) -> dict[str, str]:
     """The environment of a writer (``ehingest spark-archive``, its builder, ``write``)."""
     return _env(tmp_path, EHINGEST_JVM_ARCHIVE="write")
 
 
 def test_without_an_archive_the_jvm_writes_one_to_a_temporary_name(tmp_path: Path) -> None:
-    plan = _plan(_wanted(tmp_path))
+    plan = _plan(_writer_env(tmp_path))
     assert plan is not None and plan.dump_to is not None
     directory = tmp_path / "cache" / "jvm"
     assert plan.archive.parent == directory and plan.dump_to.parent == directory
@@ -95,7 +90,7 @@ def test_without_an_archive_the_jvm_writes_one_to_a_temporary_name(tmp_path: Pat
 
 
 def test_with_an_archive_the_jvm_maps_it_unless_asked_to_rebuild(tmp_path: Path) -> None:
-    first = _plan(_wanted(tmp_path))
+    first = _plan(_writer_env(tmp_path))
     assert first is not None
     first.archive.write_bytes(b"archive")
     plan = _plan(_env(tmp_path))
@@ -140,7 +135,7 @@ def test_what_rules_the_archive_out(
 
 
 def test_a_non_empty_conf_dir_of_ours_rules_it_out(tmp_path: Path) -> None:
-    plan = _plan(_wanted(tmp_path))
+    plan = _plan(_writer_env(tmp_path))
     assert plan is not None
     (plan.conf_dir / "spark-defaults.conf").write_text("spark.x 1\n")
     assert _plan(_env(tmp_path)) is None
@@ -162,7 +157,7 @@ def test_the_key_follows_jvm_flags_and_heap_not_system_properties(tmp_path: Path
 
 
 def test_a_jvm_that_refuses_the_options_is_started_again_without_them(tmp_path: Path) -> None:
-    env = _wanted(tmp_path)
+    env = _writer_env(tmp_path)
     plan = _plan(env)
     assert plan is not None
     calls: list[ArchivePlan | None] = []
@@ -188,7 +183,7 @@ def test_a_jvm_that_refuses_the_options_is_started_again_without_them(tmp_path: 
 
 
 def test_a_jvm_that_cannot_start_at_all_raises_its_own_error(tmp_path: Path) -> None:
-    env = _wanted(tmp_path)
+    env = _writer_env(tmp_path)
     plan = _plan(env)
 
     def start(with_plan: ArchivePlan | None) -> str:
@@ -213,7 +208,7 @@ def _jvm_like(tmp_path: Path, dump_to: Path, code: int) -> subprocess.Popen[byte
 def test_the_archive_is_put_in_place_only_after_a_clean_exit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
 ) -> None:
-    plan = _plan(_wanted(tmp_path))
+    plan = _plan(_writer_env(tmp_path))
     assert plan is not None and plan.dump_to is not None
     proc = _jvm_like(tmp_path, plan.dump_to, code)
     monkeypatch.setattr(jvm_archive, "gateway_process", lambda: proc)
@@ -314,7 +309,7 @@ def test_another_install_of_the_same_spark_gets_its_own_archive(
 def test_an_archive_the_jvm_did_not_map_is_removed_and_not_written_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mapped: bool
 ) -> None:
-    env = _wanted(tmp_path)
+    env = _writer_env(tmp_path)
     written = _plan(env)
     assert written is not None
     written.archive.write_bytes(b"archive")
@@ -349,7 +344,7 @@ def test_the_cache_keeps_the_most_recently_used_archives_and_drops_old_notes(
     others = [_aged(directory / f"spark-{i:020d}.jsa", 3600 * (i + 1)) for i in range(4)]
     gone = _aged(directory / "spark-old.jsa", 20 * 86400)
     notes = [_aged(directory / f"spark-old.{s}", 20 * 86400) for s in ("wanted", "unusable")]
-    fresh_note = _aged(directory / "spark-new.wanted", 60)
+    fresh_note = _aged(directory / "spark-new.unusable", 60)
     used = _plan(_env(tmp_path))
     assert used is not None and used.archive == plan.archive and used.dump_to is None
     left = sorted(p.name for p in directory.glob("*.jsa"))
@@ -381,7 +376,7 @@ def _holding(lock: Path) -> subprocess.Popen[str]:
 
 
 def test_orphaned_dumps_are_removed_a_live_writers_kept(tmp_path: Path) -> None:
-    plan = _plan(_wanted(tmp_path))
+    plan = _plan(_writer_env(tmp_path))
     assert plan is not None
     directory = plan.archive.parent
     live = directory / f"{plan.archive.name}.1-live.tmp"
@@ -430,7 +425,7 @@ print(jvm_archive.finish_dumps(), flush=True)
 
 
 def test_many_writers_at_once_one_writes_the_others_start_without(tmp_path: Path) -> None:
-    env = {**os.environ, **_wanted(tmp_path)}
+    env = {**os.environ, **_writer_env(tmp_path)}
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _WRITER, OPTIONS],
@@ -455,7 +450,6 @@ def test_many_writers_at_once_one_writes_the_others_start_without(tmp_path: Path
 
 
 def test_no_builder_starts_while_a_writer_is_at_it(tmp_path: Path) -> None:
-    _plan(_env(tmp_path))
     later = _plan(_env(tmp_path))
     assert later is not None and later.build_later
     writer = _holding(later.lock)
@@ -501,17 +495,16 @@ def _kill_builders(cache: Path) -> None:
 def test_a_run_has_the_archive_built_after_it_exits_and_the_next_run_maps_it(
     tmp_path: Path,
 ) -> None:
-    """The second run on a host starts without an archive and does not wait for one: a
+    """The first run on a host starts without an archive and does not wait for one: a
     detached builder writes it once that run's process is gone, for the runs after."""
     cache = tmp_path / "cache"
     env = {"EHINGEST_CACHE_DIR": str(cache), "EHINGEST_JVM_ARCHIVE": "auto"}
     try:
-        for _ in range(2):
-            run = _run([sys.executable, "-c", _SESSION], env)
-            assert run.returncode == 0, run.stderr[-3000:]
-            assert "NOT-MAPPED" in run.stdout.split()
-        # The second run's process has exited; its builder is still at work (a JVM start, a
-        # warm-up and the dump take tens of seconds), holding the archive's lock.
+        run = _run([sys.executable, "-c", _SESSION], env)
+        assert run.returncode == 0, run.stderr[-3000:]
+        assert "NOT-MAPPED" in run.stdout.split()
+        # The run's process has exited; its builder is still at work (a JVM start, a warm-up
+        # and the dump take tens of seconds), holding the archive's lock.
         archives = cache / "jvm"
         log = next(archives.glob("spark-*.log"))
         assert not log.with_suffix(".jsa").exists()  # the run did not wait for it
