@@ -68,9 +68,7 @@ def spark_archive(config_path: str | None, rebuild: bool, background: bool) -> N
                 )
             factory = spark_config.session_factory()
         elif background:
-            # The run that started it waits for nothing: yield the CPU to whatever runs next.
-            with contextlib.suppress(OSError):
-                os.nice(19)
+            _lowest_priority()
             settings = {str(k): str(v) for k, v in json.loads(sys.stdin.read() or "{}").items()}
             master = settings.pop("spark.master", "local[*]")
 
@@ -130,3 +128,26 @@ def _writable(directory: Path) -> bool:
             return True
     except OSError:
         return False
+
+
+def _lowest_priority() -> None:
+    """This process (and the JVM it starts) yields the CPU and the disk to whatever runs next.
+
+    Best effort, Linux: the lowest nice value and the idle scheduling class; the idle I/O class;
+    and, when it leads a session of its own (as :func:`spawn_builder` starts it; never a shell's
+    session), the nice value of that session's autogroup: with ``kernel.sched_autogroup_enabled``
+    (most desktop and many server kernels) the CPU is shared between sessions first. Measured on
+    2 cores with the process's nice value alone: the two runs started while it wrote took 22-24 s
+    against 16 s for the one before them (none of the three had an archive).
+    """
+    with contextlib.suppress(OSError):
+        os.nice(19)
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    if os.getsid(0) == os.getpid():  # a session of its own (spawn_builder's): its autogroup
+        with contextlib.suppress(OSError):
+            Path("/proc/self/autogroup").write_text("19")
+    with contextlib.suppress(Exception):
+        import psutil
+
+        psutil.Process().ionice(psutil.IOPRIO_CLASS_IDLE)
