@@ -34,10 +34,11 @@ loaded machine wall times are inflated, CPU seconds and the side-by-side ratios 
 (e), (w), (c) and (b) that CPU is also split by process (the driver, the JVM, Spark's Python
 processes) and the JVM's by thread role (Spark's task threads, the JIT compilers, the garbage
 collector, the rest; from ``/proc``, Linux), with the peak RSS of the largest executor Python
-worker (what each executor core adds to the memory of a cluster's node). The
-run's own phase timings (``RunReport.phases``) are printed for (e), (n), (w), (c). The targets
-(docs/benchmarks.md) are checked at the end; ``--json`` prints every figure, ratio and target as one JSON
-document on stdout (the commentary goes to stderr). No timed tests: the targets live here.
+worker (what each executor core adds to the memory of a cluster's node). The run's own phase
+timings (``RunReport.phases``) are printed for (e), (n), (w), (c). The targets
+(docs/benchmarks.md) are checked at the end; ``--json`` prints every figure, ratio and target as
+one JSON document on stdout (the commentary goes to stderr). No timed tests: the targets live
+here.
 
     source scripts/_bootstrap.sh
     uv run --frozen python bench/ingest_throughput.py --json              # 100k, 1M, hot 500k
