@@ -664,10 +664,10 @@ def run_cli(
 
 
 def prepare_jvm_archive(mode: str) -> dict[str, Any]:
-    """The class-data archive every variant's local JVM starts from (as every run on a machine
-    after the second, or in an image that has it baked in), per ``--jvm-archive``: with
+    """The class-data archive every variant's local JVM starts from (as every run on a host
+    once it is written, or in an image that has it baked in), per ``--jvm-archive``: with
     ``write``, ``ehingest spark-archive --rebuild`` first, its time printed (what writing it
-    costs once: an image build step, or the second run on a machine)."""
+    costs once: an image build step, or the background writer after a host's first run)."""
     from dagster_eventhub_ingest.resources.jvm_archive import ARCHIVE_ENV
 
     if mode == "off":
