@@ -61,13 +61,19 @@ TIERS: dict[str, tuple[float | None, float | None, float | None, float | None]] 
 MAX_UNITS = {"basic": 40, "standard": 40, "premium": 16, "dedicated": 20}
 MAX_PARTITIONS = {"basic": 32, "standard": 32, "premium": 100, "dedicated": 1024}
 
-#: Spark's read and write alone, events per executor-core second, 1 KB events, measured here
-#: (docs/benchmarks.md, "Capacity": the command, the machine and its load). By engine, then by
-#: executor cores. ``--calibration`` replaces them.
+#: Spark's read and write alone, events per executor-core second, 1 KB events, by engine, then by
+#: executor cores; and a cold run's cost besides them (process start, snapshot, claims, the
+#: session's start, executors included on a cluster, verification, checkpoints), seconds.
+#: Measured here with bench/cluster_throughput.py --cores 1 and 2 --engines LS, 200k events,
+#: 2026-11-28, load 4.4-5.4 on 2 cores (docs/benchmarks.md, "Capacity"). The standalone worker
+#: shares those 2 cores with the driver's JVM and starts its executor cold for every run; a
+#: cluster's executors on hosts of their own are nearer the local figures. ``--calibration``
+#: replaces them.
 CALIBRATION: dict[str, dict[int, float]] = {
-    "local": {1: 17_000.0, 2: 15_000.0},
-    "standalone": {1: 15_000.0, 2: 13_000.0},
+    "local": {1: 20_553.0, 2: 14_263.0},
+    "standalone": {1: 8_570.0, 2: 7_547.0},
 }
+RUN_FIXED_SECONDS: dict[str, float] = {"local": 7.0, "standalone": 19.0}
 #: The event size the calibration was measured at, and the share of a 1 KB event's CPU that
 #: does not grow with its bytes (the reader's per-event work, Spark's per-row work; the rest,
 #: copying and Parquet's encoding of the body, grows with them). From bench/read_range_cpu.py
@@ -80,9 +86,6 @@ LIMITS = {
     "hub": "the hub: the namespace's egress",
 }
 FIXED_SHARE = 0.5
-#: A cold run's cost besides the read and write (process start, snapshot, claims, the session's
-#: start from a class-data archive, verification, checkpoints), seconds.
-RUN_FIXED_SECONDS = 4.0
 
 
 @dataclass(frozen=True)
@@ -170,11 +173,12 @@ def throughput(cores: int, hub: Hub, spark: Spark, cores_per_executor: int) -> t
 
 
 def cores_to_keep_up(
-    rate: float, interval: float, hub: Hub, spark: Spark, cores_per_executor: int
+    rate: float, interval: float, fixed: float, hub: Hub, spark: Spark, cores_per_executor: int
 ) -> int:
     """The fewest executor cores whose runs, one every ``interval`` seconds, each read
-    ``interval`` x ``rate`` events in time (the run's fixed cost included); 0 if none can."""
-    usable = interval - RUN_FIXED_SECONDS
+    ``interval`` x ``rate`` events in time (``fixed`` seconds of each run's cost besides);
+    0 if none can."""
+    usable = interval - fixed
     if usable <= 0:
         return 0
     for cores in range(1, spark.partitions * spark.readers + 1):
@@ -200,9 +204,10 @@ def model(args: argparse.Namespace, per_core: dict[int, float]) -> dict[str, Any
         f"({hub.ingress() * args.event_bytes / MB:.1f} MB/s); one consumer reads at most "
         f"{egress:,.0f} events/s ({egress * args.event_bytes / MB:.1f} MB/s)"
     )
+    fixed = RUN_FIXED_SECONDS[args.engine]
     print(
-        f"spark: {spark.per_core_rate(per_exec):,.0f} events/s per executor core "
-        f"(read and write alone), {RUN_FIXED_SECONDS:.0f} s of fixed cost per run"
+        f"spark: {spark.per_core_rate(per_exec):,.0f} events/s per executor core (read and "
+        f"write alone, {args.engine} calibration), {fixed:.0f} s of fixed cost per run"
     )
     rows = []
     print(f"{'cores':>6} {'executors':>9} {'events/s':>12}  limit")
@@ -212,7 +217,7 @@ def model(args: argparse.Namespace, per_core: dict[int, float]) -> dict[str, Any
         print(f"{cores:>6} {math.ceil(cores / per_exec):>9} {got:>12,.0f}  {LIMITS[limit]}")
         rows.append({"cores": cores, "events_per_second": round(got), "limit": limit})
         cores *= 2
-    keep = cores_to_keep_up(rate, args.interval, hub, spark, per_exec)
+    keep = cores_to_keep_up(rate, args.interval, fixed, hub, spark, per_exec)
     crossover = next(
         (
             c
@@ -247,6 +252,7 @@ def model(args: argparse.Namespace, per_core: dict[int, float]) -> dict[str, Any
                 "cores_per_executor",
                 "readers",
                 "interval",
+                "engine",
             )
         },
         "hub_ingress_events_per_second": round(hub.ingress()),
@@ -262,17 +268,16 @@ def model(args: argparse.Namespace, per_core: dict[int, float]) -> dict[str, Any
     }
 
 
-def calibration(files: list[str]) -> dict[int, float]:
+def calibration(files: list[str], engine: str) -> dict[int, float]:
     """Events per core-second by executor cores, from bench/cluster_throughput.py --json
-    documents (the standalone engine where there, else local), or the recorded figures."""
+    documents (their ``engine`` runs: ``L`` local, ``S`` standalone), or the recorded figures."""
     if not files:
-        return dict(CALIBRATION["standalone"])
+        return dict(CALIBRATION[engine])
     out: dict[int, float] = {}
     for name in files:
         doc = json.loads(Path(name).read_text())
-        big = doc["big"]
-        engine = "S" if "S" in big else "L"
-        out[int(doc["executor_cores"])] = float(big[engine]["read_write_events_per_core_second"])
+        run = doc["big"]["S" if engine == "standalone" else "L"]
+        out[int(doc["executor_cores"])] = float(run["read_write_events_per_core_second"])
     return out
 
 
@@ -302,6 +307,12 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=300.0, help="seconds between runs")
     parser.add_argument("--cores-per-executor", type=int, default=4)
     parser.add_argument("--readers", type=int, default=1, help="max_readers_per_partition")
+    parser.add_argument(
+        "--engine",
+        choices=sorted(CALIBRATION),
+        default="standalone",
+        help="whose calibration: a local master's or a standalone worker's (default)",
+    )
     parser.add_argument("--calibration", nargs="*", default=[], help="cluster_throughput JSON")
     parser.add_argument("--examples", action="store_true", help="the scenarios of the docs")
     add_json_flag(parser)
@@ -313,7 +324,7 @@ def main() -> None:
             f"--tier {args.tier} allows at most {MAX_UNITS[args.tier]} units and "
             f"{MAX_PARTITIONS[args.tier]} partitions per event hub"
         )
-    per_core = calibration(args.calibration)
+    per_core = calibration(args.calibration, args.engine)
     with report("capacity.py", args.json) as rep:
         rep.add("calibration: events per core-second by executor cores", per_core)
         scenarios = EXAMPLES if args.examples else [{}]

@@ -58,7 +58,7 @@ def _ehingest(args: list[str], env: dict[str, str]) -> tuple[float, str]:
     return time.perf_counter() - t0, done.stdout.strip()
 
 
-def _writer_done(cache: Path, timeout: float) -> float | None:
+def writer_done(cache: Path, timeout: float) -> float | None:
     """Seconds until no archive writer holds a lock in ``cache`` and an archive is there."""
     import fcntl
 
@@ -139,7 +139,7 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
         run("warm", warm_env)
         for i in (1, 2, 3):
             run(f"fresh {i}", fresh_env)
-        waited = _writer_done(tmp / "fresh-cache", 900)
+        waited = writer_done(tmp / "fresh-cache", 900)
         print(f"  (the background writer was done {waited and round(waited, 1)} s after fresh 3)")
         rep.add("writer done after fresh 3, s", waited and round(waited, 1))
         run("fresh 4", fresh_env)

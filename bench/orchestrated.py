@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _report import add_json_flag, report  # noqa: E402
-from fresh_host import _writer_done  # noqa: E402
+from fresh_host import writer_done  # noqa: E402
 from ingest_throughput import HUB, emulator_process, run_cli, send  # noqa: E402
 
 ASSET = "eventhub_events"
@@ -163,7 +163,7 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
 
                 _show("dagster (untimed)", dag(f"w-d-{n}"))
                 _show("ehingest (untimed)", cli(f"w-e-{n}"))
-                _writer_done(cache_dir(), 600)  # a JVM archive either of them had written
+                writer_done(cache_dir(), 600)  # a JVM archive either of them had written
                 runs: dict[str, list[dict[str, Any]]] = {"ehingest": [], "dagster": []}
                 for i in range(args.repeat):
                     order = ("ehingest", "dagster") if i % 2 == 0 else ("dagster", "ehingest")
