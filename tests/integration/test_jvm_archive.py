@@ -425,7 +425,7 @@ print(jvm_archive.finish_dumps(), flush=True)
 
 
 def test_many_writers_at_once_one_writes_the_others_start_without(tmp_path: Path) -> None:
-    env = {**os.environ, **_writer_env(tmp_path)}
+    env = _writer_env(tmp_path)  # the environment the key is computed from, and only it
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _WRITER, OPTIONS],
