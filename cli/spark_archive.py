@@ -39,7 +39,10 @@ __all__ = ["spark_archive"]
     help="As a run's process starts it at exit: driver settings as JSON on stdin, lowest CPU "
     "priority.",
 )
-def spark_archive(config_path: str | None, rebuild: bool, background: bool) -> None:
+@click.option("--lock-fd", type=int, hidden=True, help="The archive's lock, held for this process.")
+def spark_archive(
+    config_path: str | None, rebuild: bool, background: bool, lock_fd: int | None
+) -> None:
     """Write the local Spark JVM's class-data archive, so runs start without loading jars."""
     from dagster_eventhub_ingest.cli.exit_codes import EXIT_CONFIG, EXIT_FAILED
     from dagster_eventhub_ingest.ops.run.warm_up import warm_up
@@ -47,6 +50,7 @@ def spark_archive(config_path: str | None, rebuild: bool, background: bool) -> N
     from dagster_eventhub_ingest.resources.jvm_archive import (
         REBUILD,
         WRITE,
+        adopt_lock,
         archive_mode,
         busy_archive,
         cache_dir,
@@ -69,6 +73,8 @@ def spark_archive(config_path: str | None, rebuild: bool, background: bool) -> N
             factory = spark_config.session_factory()
         elif background:
             _lowest_priority()
+            if lock_fd is not None:
+                adopt_lock(lock_fd)
             settings = {str(k): str(v) for k, v in json.loads(sys.stdin.read() or "{}").items()}
             master = settings.pop("spark.master", "local[*]")
 

@@ -79,6 +79,7 @@ __all__ = [
     "USE_ONLY",
     "WRITE",
     "ArchivePlan",
+    "adopt_lock",
     "archive_mode",
     "busy_archive",
     "cache_dir",
@@ -420,7 +421,7 @@ def start_with_archive(plan: ArchivePlan | None, start: Callable[[ArchivePlan | 
     lock = None
     if plan.dump_to is not None:
         try:
-            lock = _Lock.take(plan.lock)
+            lock = _adopted_for(plan.lock) or _Lock.take(plan.lock)
         except OSError as exc:
             logger.debug("cannot lock %s (%s); writing without a lock", plan.lock, exc)
         else:
@@ -489,6 +490,8 @@ _LATER: list[ArchivePlan] = []
 _CURRENT: ArchivePlan | None = None
 #: The archive another process was writing when this one wanted to (None: none).
 _BUSY: Path | None = None
+#: A lock :func:`spawn_builder` passed this process (:func:`adopt_lock`), not used yet.
+_ADOPTED: _Lock | None = None
 
 
 def current_plan() -> ArchivePlan | None:
@@ -579,15 +582,19 @@ def spawn_builder(
     try:
         lock = _Lock.take(plan.lock)
     except OSError:
-        lock = None  # cannot tell: the builder's own start decides
+        lock = None  # no locks here: the builder's own start decides
     else:
         if lock is None:
             return None  # a writer is at it
-        lock.release()
+    # The lock goes to the builder (the same open file, so the same flock): from this moment
+    # on a process that exits and wants the archive finds it held and starts no second one.
+    command = [sys.executable, *BUILDER_COMMAND]
+    if lock is not None and lock.fd is not None:
+        command += ["--lock-fd", str(lock.fd)]
     try:
         with plan.archive.with_suffix(".log").open("wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, *BUILDER_COMMAND],
+                command,
                 stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -595,10 +602,14 @@ def spawn_builder(
                 env={**env, CACHE_DIR_ENV: str(plan.archive.parent.parent)},
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=() if lock is None or lock.fd is None else (lock.fd,),
             )
     except OSError as exc:
         logger.debug("could not start the archive builder for %s: %s", plan.archive, exc)
         return None
+    finally:
+        if lock is not None:
+            lock.release()  # this process's copy; the builder holds its own
     assert proc.stdin is not None
     with contextlib.suppress(OSError):
         proc.stdin.write(json.dumps(dict(plan.settings)).encode())
@@ -607,6 +618,31 @@ def spawn_builder(
         "writing the local Spark JVM's class-data archive %s in the background", plan.archive
     )
     return proc
+
+
+def adopt_lock(fd: int) -> None:
+    """This process holds an archive's lock on ``fd``, passed by :func:`spawn_builder`: the
+    next plan to write that archive uses it instead of taking the lock again (which a second
+    open file would be refused)."""
+    global _ADOPTED
+    _ADOPTED = _Lock(fd)
+
+
+def _adopted_for(path: Path) -> _Lock | None:
+    """The adopted lock if it is ``path``'s (then no longer adopted), else None."""
+    global _ADOPTED
+    lock, _ADOPTED = _ADOPTED, None
+    if lock is None or lock.fd is None:
+        return None
+    try:
+        mine, there = os.fstat(lock.fd), os.stat(path)
+    except OSError:
+        lock.release()
+        return None
+    if (mine.st_dev, mine.st_ino) != (there.st_dev, there.st_ino):
+        lock.release()
+        return None
+    return lock
 
 
 def gateway_process() -> Any:
