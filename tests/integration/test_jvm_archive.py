@@ -405,7 +405,7 @@ _WRITER = """
 import subprocess, sys
 from pathlib import Path
 from dagster_eventhub_ingest.resources import jvm_archive
-from dagster_eventhub_ingest.resources.spark_session import SPARK_CONF_DIR
+from dagster_eventhub_ingest.resources.spark.session import SPARK_CONF_DIR
 
 plan = jvm_archive.plan_archive(
     sys.argv[1], {}, log4j_config=SPARK_CONF_DIR / "log4j2.properties",
@@ -543,7 +543,7 @@ def test_a_run_has_the_archive_built_after_it_exits_and_the_next_run_maps_it(
     a saturated machine (CI) it may not get a core for many minutes. So once the run has shown
     it started one, the test ends it and runs the same builder command in the test's session,
     with the settings the run passes it."""
-    from dagster_eventhub_ingest.resources.spark_session import LOCAL_DRIVER_JAVA_OPTIONS
+    from dagster_eventhub_ingest.resources.spark.session import LOCAL_DRIVER_JAVA_OPTIONS
 
     cache = tmp_path / "cache"
     env = {"EHINGEST_CACHE_DIR": str(cache), "EHINGEST_JVM_ARCHIVE": "auto"}
