@@ -11,15 +11,14 @@ How it is used (local masters only; a cluster's or Spark Connect's JVMs are not 
 
 * :func:`plan_archive` decides, before the JVM starts, from the driver's Java options and the
   environment: with an archive for this Java, this Spark and these options, the JVM maps it.
-  Without one, no run writes it on its own time: the run starts as without one and, when its
-  process exits, starts a detached, lowest-priority ``ehingest spark-archive --background``
-  (:func:`spawn_builder`) that writes it (~30-40 s of CPU) for the runs after. A container
-  thrown away with its run takes that writer with it: bake the archive into its image with
-  ``ehingest spark-archive`` instead. The archive lives in :func:`cache_dir`
+  Without one, no run writes it on its own time, and by default nothing a run starts outlives
+  it: the archive is written by ``ehingest spark-archive`` (an image build, an install step,
+  the test command). With ``EHINGEST_JVM_ARCHIVE=auto`` a run's process starts, when it exits,
+  a detached, lowest-priority ``ehingest spark-archive --background`` (:func:`spawn_builder`)
+  that writes it (~30-40 s of CPU) for the runs after. The archive lives in :func:`cache_dir`
   (``$EHINGEST_CACHE_DIR``, else ``$XDG_CACHE_HOME/ehingest``, else ``~/.cache/ehingest``),
   ~150-200 MB, named by a hash of what it depends on. ``EHINGEST_JVM_ARCHIVE``
-  (:data:`ARCHIVE_ENV`) turns it off, to using an archive without ever writing one, or to
-  writing it in the run's own JVM.
+  (:data:`ARCHIVE_ENV`) turns it off, or has it written after a run or in the run's own JVM.
 * The JDK refuses to write an archive when the class path holds a non-empty directory, and
   Spark's launcher puts ``SPARK_CONF_DIR`` on it. So the package's quiet log4j2 config is passed
   as ``-Dlog4j2.configurationFile`` and ``SPARK_CONF_DIR`` points at an empty directory; a
@@ -71,6 +70,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "ARCHIVE_ENV",
+    "AUTO",
     "BUILDER_COMMAND",
     "CACHE_DIR_ENV",
     "KEEP_ARCHIVES",
@@ -94,13 +94,15 @@ __all__ = [
     "tidy",
 ]
 
-#: Unset (or ``auto``): a JVM maps the archive; without one, a detached process writes it after
-#: the run's process exits. ``off`` (or ``0``, ``false``, ``no``):
-#: neither. ``use``: map it, never write one (e.g. many short-lived JVMs while ``ehingest
-#: spark-archive`` writes it). ``write``: the run's own JVM writes it at its exit if there is
-#: none (that run pays ~20 s). ``rebuild``: write it again.
+#: Unset (or ``use``): a JVM maps the archive if there is one and never writes one, so nothing
+#: a run starts outlives it (the archive comes from ``ehingest spark-archive``: an image build,
+#: an install step). ``auto``: without one, a detached lowest-priority process writes it after
+#: the run's process exits (a long-lived host that wants it without an install step).
+#: ``off`` (or ``0``, ``false``, ``no``): neither map nor write. ``write``: the run's own JVM
+#: writes it at its exit if there is none (that run pays ~20 s). ``rebuild``: write it again.
 ARCHIVE_ENV = "EHINGEST_JVM_ARCHIVE"
 USE_ONLY = "use"
+AUTO = "auto"
 WRITE = "write"
 REBUILD = "rebuild"
 #: Where the package keeps what it caches on this machine (default: the XDG cache directory).
@@ -377,9 +379,9 @@ def plan_archive(
         return ArchivePlan(
             archive, f"{quiet} -XX:SharedArchiveFile={archive} -Xlog:cds=off", empty, None
         )
-    if mode == USE_ONLY:
-        return None
-    if mode not in (WRITE, REBUILD):
+    if mode not in (AUTO, WRITE, REBUILD):
+        return None  # the default (and ``use``): nothing is written, nothing outlives the run
+    if mode == AUTO:
         # Written after this run, off its critical path. In a container thrown away with the
         # run the writer goes with it, having cost the run nothing (bake it into the image).
         settings = (
