@@ -45,10 +45,20 @@ def _plan(env: dict[str, str], options: str = OPTIONS, **conf: str) -> ArchivePl
     return plan_archive(options, conf, log4j_config=LOG4J, default_conf_dir=SPARK_CONF_DIR, env=env)
 
 
-def test_no_run_writes_the_archive_it_has_it_built_after_it_exits(tmp_path: Path) -> None:
+def test_by_default_a_run_without_an_archive_writes_none_and_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    """Nothing a run starts outlives it unless the host asks for the writer (``auto``)."""
+    conf = {"spark.driver.memory": "2g", "spark.master": "local[2]"}
+    assert _plan(_env(tmp_path), **conf) is None
+    assert _plan(_env(tmp_path, EHINGEST_JVM_ARCHIVE="use"), **conf) is None
+    assert not list((tmp_path / "cache" / "jvm").glob("spark-*"))
+
+
+def test_no_run_writes_the_archive_with_auto_it_is_built_after_it_exits(tmp_path: Path) -> None:
     """Writing costs ~20 s: never on a run's time."""
     conf = {"spark.driver.memory": "2g", "spark.master": "local[2]"}
-    plan = _plan(_env(tmp_path), **conf)
+    plan = _plan(_env(tmp_path, EHINGEST_JVM_ARCHIVE="auto"), **conf)
     assert plan is not None and plan.build_later and plan.dump_to is None
     assert "ArchiveClassesAtExit" not in plan.java_options
     # What the builder needs to write the archive this run would map: the same key.
@@ -66,7 +76,7 @@ def test_a_build_later_plan_starts_the_jvm_as_without_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(jvm_archive, "_LATER", [])
-    plan = _plan(_env(tmp_path))
+    plan = _plan(_env(tmp_path, EHINGEST_JVM_ARCHIVE="auto"))
     assert plan is not None and plan.build_later
     calls: list[ArchivePlan | None] = []
 
@@ -456,7 +466,7 @@ def test_many_writers_at_once_one_writes_the_others_start_without(tmp_path: Path
 
 
 def test_no_builder_starts_while_a_writer_is_at_it(tmp_path: Path) -> None:
-    later = _plan(_env(tmp_path))
+    later = _plan(_env(tmp_path, EHINGEST_JVM_ARCHIVE="auto"))
     assert later is not None and later.build_later
     writer = _holding(later.lock)
     try:
@@ -474,7 +484,7 @@ def test_the_builder_holds_the_lock_from_the_moment_it_is_started(tmp_path: Path
     once it has imported enough to take it."""
     import signal
 
-    env = _env(tmp_path)
+    env = _env(tmp_path, EHINGEST_JVM_ARCHIVE="auto")
     later = _plan(env)
     assert later is not None and later.build_later
     proc = jvm_archive.spawn_builder(later, {**os.environ, **env})
