@@ -21,13 +21,17 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import dagster as dg
 from pydantic import Field
 
-from dagster_eventhub_ingest.dagster_project.checks import LastBatch, lag_check_spec, measure
+from dagster_eventhub_ingest.dagster_project.checks import (
+    LAST_UPDATED_KEY,
+    LastBatch,
+    lag_evaluation,
+    measure,
+)
 from dagster_eventhub_ingest.dagster_project.metadata import (
     definition_metadata,
     materialization_plan,
@@ -371,27 +375,17 @@ def build_eventhub_ingest_asset(
         backfill_policy=policy,
         required_resource_keys=keys.all(),
         output_required=False,
-        check_specs=(
-            [lag_check_spec(asset_key, opts.lag_thresholds)] if opts.lag_thresholds else None
-        ),
         group_name=group_name,
         kinds={"azure", "spark"},
         retry_policy=retry_policy if retry_policy is not None else default_retry_policy(),
         pool=opts.pool,
-        freshness_policy=(
-            dg.FreshnessPolicy.time_window(
-                fail_window=timedelta(minutes=opts.freshness_fail_minutes)
-            )
-            if opts.freshness_fail_minutes is not None
-            else None
-        ),
         metadata=metadata or definition_metadata(None, None),
         description=description
         or "Events from an Azure Event Hub, landed exactly once; one partition per hub partition.",
     )
     def _ingest(
         context: dg.AssetExecutionContext, config: IngestRunConfig
-    ) -> Iterator[dg.AssetMaterialization | dg.AssetCheckResult]:
+    ) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
         targets = list(context.partition_keys)
         resources = context.resources
         # Dagster's Terminate raises DagsterExecutionInterruptedError in this thread; the run
@@ -466,18 +460,6 @@ def build_eventhub_ingest_asset(
             explicit_request=explicit,
             never_materialized={p for p in targets if p not in materialized},
         )
-        for pid in done:
-            yield dg.AssetMaterialization(
-                asset_key=asset_key,
-                partition=pid,
-                metadata=partition_metadata(
-                    report.partitions[pid],
-                    output_location=report.output_location,
-                    replay=replay is not None,
-                    sink_table=sink_settings.table,
-                    sink_sources=sink_settings.sources,
-                ),
-            )
         # Every partition, measured now: keys outside this run's subset are judged too, and
         # the summary (an observation without a partition) tells the Overview about all of them.
         landed = {
@@ -500,10 +482,29 @@ def build_eventhub_ingest_asset(
             measured_by=f"run {context.run.run_id}",
             batches=landed,
         )
+        # Each materialization says how current the whole sink is, as the summary does: the
+        # freshness check reads whichever of the two is latest.
+        as_of = summary.metadata.get(LAST_UPDATED_KEY) if summary is not None else None
+        for pid in done:
+            yield dg.AssetMaterialization(
+                asset_key=asset_key,
+                partition=pid,
+                metadata={
+                    **partition_metadata(
+                        report.partitions[pid],
+                        output_location=report.output_location,
+                        replay=replay is not None,
+                        sink_table=sink_settings.table,
+                        sink_sources=sink_settings.sources,
+                    ),
+                    **({LAST_UPDATED_KEY: as_of} if as_of is not None else {}),
+                },
+            )
         if summary is not None:
             context.log_event(summary)
         if check is not None:
-            yield check
+            # Reported, not declared: its record is as new as this measurement (checks.py).
+            yield lag_evaluation(check, context.instance)
         quiet = [p for p in targets if p not in done and p in report.partitions]
         if quiet and report.complete:
             context.log.info(

@@ -3,27 +3,38 @@
 The check asks the hub for each partition's last enqueued event (one properties call per
 partition, concurrently) and the store for the checkpoints (one list call), the same cheap read
 as ``ehingest status`` (:func:`dagster_eventhub_ingest.ops.status.partition_status`); a lagging
-partition costs one single-event receive for its age. It is declared on the ingestion asset
-(``check_specs``), and:
+partition costs one single-event receive for its age. It is its own ``@asset_check`` on the
+ingestion asset (:func:`build_lag_check`, runnable alone from the UI), and:
 
-* every ingestion run evaluates it when it finishes;
+* every ingestion run reports its evaluation when it finishes, measured then;
 * a sensor (:func:`build_lag_sensor`) evaluates it on its own interval without launching a run,
   so lag stays reported when no ingestion runs (a stopped schedule, a stuck deployment);
 * it covers every partition, not only a run's keys: a subset backfill cannot leave the others
   looking green.
 
+Why the ingestion step does not declare it (``check_specs``): Dagster shows the check execution
+with the highest record id, and a declared check gets its record when the run *starts*. A sensor
+tick or a concurrent run finishing during a long run would then out-rank that run's newer
+measurement, and an evaluation older than the latest materialization reads "Not evaluated".
+Reported as an ``AssetCheckEvaluation`` when measured, each evaluation's record is as new as
+its measurement. The ingestion job excludes the check's own step for the same reason.
+
 Its metadata is the asset-level summary the Overview shows: total lag, how many partitions are
 behind and which (labelled as ids), the worst age in whole seconds, and one row per partition
 (checkpoint, lag, last batch). The same numbers also go out as an ``AssetObservation`` without a
 partition (:func:`summary_observation`) at the end of every run and at every lag-sensor tick,
-so the asset's own event history says where all partitions stand, not only the last one.
+so the asset's own event history says where all partitions stand, not only the last one. That
+observation carries ``dagster/last_updated_timestamp``: the sink holds every event enqueued
+before it (:func:`caught_up_as_of`), which Dagster's freshness check reads
+(:func:`build_freshness_checks`).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, Protocol
 
 import dagster as dg
@@ -35,20 +46,26 @@ from dagster_eventhub_ingest.resources.store.partition_store import PartitionSto
 
 __all__ = [
     "LAG_CHECK_NAME",
+    "LAST_UPDATED_KEY",
     "LagThresholds",
     "LastBatch",
+    "build_freshness_checks",
+    "build_lag_check",
     "build_lag_sensor",
+    "caught_up_as_of",
     "lag_check_description",
     "lag_check_result",
-    "lag_check_spec",
+    "lag_evaluation",
     "lag_summary",
     "last_batches",
     "measure",
-    "measure_lag",
     "summary_observation",
 ]
 
 LAG_CHECK_NAME = "lag_within_threshold"
+
+#: Dagster's key for "the data is current as of" (its freshness checks read it).
+LAST_UPDATED_KEY = "dagster/last_updated_timestamp"
 
 
 class LagThresholds(Protocol):
@@ -212,13 +229,19 @@ def summary_observation(
     checkpoints: Mapping[str, int | None] | None,
     batches: Mapping[str, LastBatch] | None,
     measured_by: str,
+    measured_at: float,
 ) -> dg.AssetObservation:
     """The asset-level summary of every partition, as an observation without a partition.
 
     The Overview of a partitioned asset otherwise shows only whichever partition landed last;
     this event (from each run's end and each lag-sensor tick) says where all of them stand.
+    With every partition's age known it carries ``dagster/last_updated_timestamp``
+    (:func:`caught_up_as_of`), which Dagster's freshness check reads.
     """
     md = lag_summary(reports, checkpoints=checkpoints, last_batches=batches)
+    as_of = caught_up_as_of(reports, measured_at)
+    if as_of is not None:
+        md[LAST_UPDATED_KEY] = dg.MetadataValue.timestamp(as_of)
     behind = md["partitions_behind"].value
     total = md["total_lag_events"].value
     text = (
@@ -229,6 +252,54 @@ def summary_observation(
         asset_key=asset_key,
         description=text,
         metadata={"summary": dg.MetadataValue.text(text), **md},
+    )
+
+
+def caught_up_as_of(reports: Mapping[str, _Lag | None], measured_at: float) -> float | None:
+    """When the sink was last caught up with the hub: every event enqueued before it has landed.
+
+    A partition with nothing to read is current at ``measured_at``; one behind is current up to
+    its oldest unread event (``lag_seconds`` is that event's age). The asset is as current as
+    its most behind partition; None when a partition's age is unknown.
+    """
+    ages = [r.lag_seconds if r is not None else None for r in reports.values()]
+    if not ages or any(a is None for a in ages):
+        return None
+    return measured_at - max(a for a in ages if a is not None)
+
+
+def lag_evaluation(
+    result: dg.AssetCheckResult, instance: dg.DagsterInstance
+) -> dg.AssetCheckEvaluation:
+    """The lag check's result as an evaluation a run or a sensor reports when it measured it.
+
+    It names the asset's latest materialization as the one it judged. Without that, Dagster
+    compares the latest materialization's time with the evaluation's record time, which SQLite
+    keeps in whole seconds: an evaluation within a second of another run's batch would read
+    "Not evaluated".
+    """
+    from dagster._core.definitions.asset_checks.asset_check_evaluation import (
+        AssetCheckEvaluationTargetMaterializationData,
+    )
+
+    assert result.asset_key is not None and result.check_name is not None
+    latest = instance.fetch_materializations(result.asset_key, limit=1).records
+    return dg.AssetCheckEvaluation(
+        asset_key=result.asset_key,
+        check_name=result.check_name,
+        passed=result.passed,
+        metadata=result.metadata,
+        severity=result.severity,
+        description=result.description,
+        target_materialization_data=(
+            AssetCheckEvaluationTargetMaterializationData(
+                storage_id=latest[0].storage_id,
+                run_id=latest[0].run_id,
+                timestamp=latest[0].timestamp,
+            )
+            if latest
+            else None
+        ),
     )
 
 
@@ -243,28 +314,6 @@ def lag_check_description(max_lag_events: int | None, max_lag_seconds: float | N
         "Lag of every hub partition, measured from the hub and the checkpoints, is "
         + " and ".join(parts)
     )
-
-
-def measure_lag(
-    asset_key: dg.AssetKey,
-    options: LagThresholds,
-    eventhub: EventHubSettings,
-    store: PartitionStore,
-    *,
-    partition_ids: Sequence[str] | None,
-    lease_expiry_seconds: float,
-) -> dg.AssetCheckResult:
-    """The lag check's result, measured now from the hub and the checkpoints (no ingestion)."""
-    check, _ = measure(
-        asset_key,
-        options,
-        eventhub,
-        store,
-        partition_ids=partition_ids,
-        lease_expiry_seconds=lease_expiry_seconds,
-    )
-    assert check is not None
-    return check
 
 
 def measure(
@@ -288,6 +337,7 @@ def measure(
     from dagster_eventhub_ingest.ops.status import partition_status
     from dagster_eventhub_ingest.resources.hub_client import EventHubClient
 
+    measured_at = time.time()
     try:
         rows = partition_status(
             store,
@@ -309,7 +359,7 @@ def measure(
             ),
             None,
         )
-    reports = {r.partition_id: r for r in rows}
+    reports: dict[str, _Lag | None] = {r.partition_id: r for r in rows}
     checkpoints = {r.partition_id: r.checkpoint for r in rows}
     last = last_batches(instance, asset_key, list(reports)) if instance is not None else {}
     last.update(batches or {})
@@ -320,7 +370,12 @@ def measure(
     )
     summary = (
         summary_observation(
-            asset_key, reports, checkpoints=checkpoints, batches=last, measured_by=measured_by
+            asset_key,
+            reports,
+            checkpoints=checkpoints,
+            batches=last,
+            measured_by=measured_by,
+            measured_at=measured_at,
         )
         if measured_by
         else None
@@ -328,13 +383,62 @@ def measure(
     return check, summary
 
 
-def lag_check_spec(asset_key: dg.AssetKey, options: LagThresholds) -> dg.AssetCheckSpec:
-    """The check as declared on the asset (evaluated by every ingestion run)."""
-    return dg.AssetCheckSpec(
-        LAG_CHECK_NAME,
+def build_lag_check(
+    asset_key: dg.AssetKey,
+    options: LagThresholds,
+    *,
+    eventhub_key: str,
+    partition_store_key: str,
+    partition_ids: Sequence[str] | None,
+    lease_expiry_seconds: float,
+) -> dg.AssetChecksDefinition:
+    """The lag check as its own definition: "Execute" in the UI measures it now, without a run
+    of the asset. Ingestion runs and the lag sensor report the same check when they measure."""
+
+    @dg.asset_check(
         asset=asset_key,
+        name=LAG_CHECK_NAME,
         description=lag_check_description(options.max_lag_events, options.max_lag_seconds),
+        required_resource_keys={eventhub_key, partition_store_key},
     )
+    # Unannotated: Dagster compares the annotation to its classes, and this module's are strings.
+    def _lag(context) -> dg.AssetCheckResult:
+        eventhub = getattr(context.resources, eventhub_key).settings()
+        store = getattr(context.resources, partition_store_key).store(eventhub.hub_ref())
+        result, _ = measure(
+            asset_key,
+            options,
+            eventhub,
+            store,
+            partition_ids=partition_ids,
+            lease_expiry_seconds=lease_expiry_seconds,
+        )
+        assert result is not None
+        return result
+
+    return _lag
+
+
+def build_freshness_checks(
+    asset_key: dg.AssetKey, fail_minutes: float, *, sensor_name: str
+) -> tuple[Sequence[dg.AssetChecksDefinition], dg.SensorDefinition]:
+    """Dagster's last-update freshness check on the asset and the sensor that evaluates it.
+
+    It reads ``dagster/last_updated_timestamp`` from the latest observation or materialization:
+    the time up to which the sink holds every event of the hub (:func:`caught_up_as_of`). A
+    quiet hub measured caught up stays fresh without new batches; a growing backlog goes
+    overdue whether or not runs happen; no measurement for ``fail_minutes`` is overdue too.
+    """
+    checks = dg.build_last_update_freshness_checks(
+        assets=[asset_key], lower_bound_delta=timedelta(minutes=fail_minutes)
+    )
+    sensor = dg.build_sensor_for_freshness_checks(
+        freshness_checks=checks,
+        name=sensor_name,
+        minimum_interval_seconds=max(30, round(fail_minutes * 60 / 4)),
+        default_status=dg.DefaultSensorStatus.RUNNING,
+    )
+    return checks, sensor
 
 
 def build_lag_sensor(
@@ -384,14 +488,7 @@ def build_lag_sensor(
         return dg.SensorResult(
             asset_events=[
                 *([summary] if summary is not None else []),
-                dg.AssetCheckEvaluation(
-                    asset_key=asset_key,
-                    check_name=LAG_CHECK_NAME,
-                    passed=result.passed,
-                    metadata=result.metadata,
-                    severity=result.severity,
-                    description=result.description,
-                ),
+                lag_evaluation(result, context.instance),
             ],
             # No run is needed; the tick's reason (shown in the UI) is the measurement.
             skip_reason=dg.SkipReason(f"{LAG_CHECK_NAME} reported: {result.description}"),

@@ -49,7 +49,11 @@ from dagster_eventhub_ingest.dagster_project.assets import (
     ResourceKeys,
     build_eventhub_ingest_asset,
 )
-from dagster_eventhub_ingest.dagster_project.checks import build_lag_sensor
+from dagster_eventhub_ingest.dagster_project.checks import (
+    build_freshness_checks,
+    build_lag_check,
+    build_lag_sensor,
+)
 from dagster_eventhub_ingest.dagster_project.metadata import definition_metadata
 from dagster_eventhub_ingest.dagster_project.resources import (
     EventHubResource,
@@ -423,7 +427,7 @@ def build_eventhub_ingest_defs(
     keys = ResourceKeys.prefixed(asset_key.to_python_identifier())
     opts = options or IngestOptions()
     if schedule is not None and opts.freshness_fail_minutes is None:
-        # Fresh means a batch landed within three schedule periods.
+        # Fresh means caught up with the hub as of three schedule periods ago.
         opts = opts.replace(freshness_fail_minutes=3.0 * schedule.every_minutes)
     asset = build_eventhub_ingest_asset(
         key=asset_key,
@@ -440,8 +444,19 @@ def build_eventhub_ingest_defs(
     job = build_ingest_job(asset)
     schedules = []
     sensors = []
+    checks: list[dg.AssetChecksDefinition] = []
     lag = opts.lag_thresholds
     if lag is not None:
+        checks.append(
+            build_lag_check(
+                asset_key,
+                lag,
+                eventhub_key=keys.eventhub,
+                partition_store_key=keys.partition_store,
+                partition_ids=partition_ids,
+                lease_expiry_seconds=opts.lease_expiry_seconds,
+            )
+        )
         sensors.append(
             build_lag_sensor(
                 asset_key,
@@ -465,6 +480,14 @@ def build_eventhub_ingest_defs(
                 running=schedule.running,
             )
         )
+    if opts.freshness_fail_minutes is not None:
+        freshness, freshness_sensor = build_freshness_checks(
+            asset_key,
+            opts.freshness_fail_minutes,
+            sensor_name=f"{asset_key.to_python_identifier()}_freshness",
+        )
+        checks.extend(freshness)
+        sensors.append(freshness_sensor)
     if isinstance(asset.partitions_def, dg.DynamicPartitionsDefinition):
         sensors.append(
             build_partition_sync_sensor(
@@ -475,6 +498,7 @@ def build_eventhub_ingest_defs(
         )
     return dg.Definitions(
         assets=[asset],
+        asset_checks=checks,
         jobs=[job],
         schedules=schedules,
         sensors=sensors,

@@ -12,7 +12,7 @@ LagSeverity = Literal["WARN", "ERROR"]
 
 
 class AssetPolicies(StrictModel):
-    """How Dagster runs and judges the asset: its concurrency pool and freshness policy."""
+    """How Dagster runs and judges the asset: its concurrency pool and freshness check."""
 
     pool: str | None = Field(
         default="eventhub_ingest",
@@ -21,8 +21,9 @@ class AssetPolicies(StrictModel):
     )
     freshness_fail_minutes: float | None = Field(
         default=None,
-        description="Freshness policy: fail when no batch landed for this long (default: three "
-        "schedule periods when a schedule is set).",
+        description="Freshness check window in minutes: overdue when the sink is not caught up "
+        "with the hub as of this long ago (an unread event older than this, or no measurement "
+        "for this long). Default: three schedule periods when a schedule is set. Example: 15.",
     )
 
     @field_validator("freshness_fail_minutes")

@@ -87,21 +87,31 @@ def test_component_from_yaml_coerces_partition_ids_and_builds_everything() -> No
     assert asset.partitions_def is not None
     assert asset.partitions_def.get_partition_keys() == ["0", "1", "2", "10"]
     assert asset.backfill_policy == dg.BackfillPolicy.single_run()
-    assert dg.AssetCheckKey(asset.key, LAG_CHECK_NAME) in asset.check_keys
+    lag_key = dg.AssetCheckKey(asset.key, LAG_CHECK_NAME)
+    # Its own definition (runnable alone), not a step the ingestion run plans at its start.
+    assert lag_key not in asset.check_keys and defs.resolve_asset_graph().has(lag_key)
+    job = defs.resolve_job_def("raw__telemetry_job")
+    assert lag_key not in (job.asset_layer.asset_graph.asset_check_keys)
     # Besides every ingestion run, a sensor evaluates the lag check without a run.
     lag_sensor = defs.resolve_sensor_def("raw__telemetry_lag")
     assert lag_sensor.default_status == dg.DefaultSensorStatus.RUNNING
     assert lag_sensor.minimum_interval_seconds == 300
     schedule = defs.resolve_schedule_def("raw__telemetry_job_schedule")
     assert schedule.cron_schedule == "*/10 * * * *"
-    # Retries with backoff, a concurrency pool, a freshness policy of 3 periods, standard
-    # definition metadata.
+    # Retries with backoff, a concurrency pool, a freshness check of 3 periods (read from how
+    # current the sink is, not from the last materialization), standard definition metadata.
     assert asset.op.retry_policy is not None and asset.op.retry_policy.max_retries == 3
     assert asset.op.retry_policy.backoff == dg.Backoff.EXPONENTIAL
     assert asset.op.pool == "eventhub_ingest"
     spec = next(iter(asset.specs))
-    assert spec.freshness_policy is not None
-    assert spec.freshness_policy.fail_window.to_timedelta().total_seconds() == 30 * 60
+    assert spec.freshness_policy is None
+    freshness = defs.resolve_sensor_def("raw__telemetry_freshness")
+    assert freshness.default_status == dg.DefaultSensorStatus.RUNNING
+    (fresh_key,) = [
+        k for k in defs.resolve_asset_graph().asset_check_keys if k.name != LAG_CHECK_NAME
+    ]
+    fresh_check = defs.resolve_asset_graph().get(fresh_key)
+    assert fresh_check is not None
     assert spec.metadata["dagster/uri"] == "/tmp/out"
     # Not on the definition: Dagster's UI would merge it with the materializations' and show
     # the names lower-cased (sequencenumber); each materialization carries it as declared.
@@ -726,7 +736,7 @@ def test_the_documented_defs_yaml_loads_and_builds(doc: str) -> None:
         asset = defs.resolve_assets_def(key)
         assert asset.partitions_def is not None
         assert asset.partitions_def.get_partition_keys() == ["0", "1", "2", "3"]
-        assert dg.AssetCheckKey(key, LAG_CHECK_NAME) in asset.check_keys
+        assert defs.resolve_asset_graph().has(dg.AssetCheckKey(key, LAG_CHECK_NAME))
         assert defs.resolve_schedule_def(f"{key.to_python_identifier()}_job_schedule")
 
 

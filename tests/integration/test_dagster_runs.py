@@ -82,7 +82,7 @@ def env(
 def _run(
     defs: dg.Definitions, instance: dg.DagsterInstance, **kwargs: Any
 ) -> dg.ExecuteInProcessResult:
-    job = defs.resolve_implicit_global_asset_job_def()
+    job = defs.resolve_job_def("events_job")
     return job.execute_in_process(instance=instance, raise_on_error=False, **kwargs)
 
 

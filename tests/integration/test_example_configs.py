@@ -122,7 +122,8 @@ def test_documented_defs_yaml_runs_end_to_end(
             monkeypatch.setenv(env_name, value)
         component = EventHubIngestComponent.resolve_from_yaml(yaml.safe_dump(attributes))
         defs = component_defs(component=component)
-        job = defs.resolve_implicit_global_asset_job_def()
+        key = dg.AssetKey(component.asset_key.split("/"))
+        job = defs.resolve_job_def(f"{key.to_python_identifier()}_job")
         result = job.execute_in_process(
             instance=dagster_instance,
             tags={
@@ -131,7 +132,6 @@ def test_documented_defs_yaml_runs_end_to_end(
             },
         )
         assert result.success
-        key = dg.AssetKey(component.asset_key.split("/"))
         assert dagster_instance.get_materialized_partitions(key) == {"0", "1", "2", "3"}
         landed = spark.read.parquet(str(out))
         assert landed.count() == sum(sent.values()) == 20
