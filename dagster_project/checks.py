@@ -39,7 +39,7 @@ from typing import Any, Literal, Protocol
 
 import dagster as dg
 
-from dagster_eventhub_ingest.dagster_project.metadata import label_ids, round_seconds
+from dagster_eventhub_ingest.dagster_project.metadata import key, label_ids, round_seconds
 from dagster_eventhub_ingest.resources.errors import EventHubIngestError
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
@@ -122,9 +122,9 @@ def lag_check_result(
     lags = [r.lag_events for r in reports.values() if r and r.lag_events is not None]
     metadata: dict[str, Any] = {
         **summary,
-        "partition_ids_over_threshold": dg.MetadataValue.text(label_ids(over)),
-        "threshold_events": options.max_lag_events,
-        "threshold_seconds": options.max_lag_seconds,
+        key("partition_ids_over_threshold"): dg.MetadataValue.text(label_ids(over)),
+        key("threshold_events"): options.max_lag_events,
+        key("threshold_seconds"): options.max_lag_seconds,
     }
     return dg.AssetCheckResult(
         asset_key=asset_key,
@@ -187,12 +187,12 @@ def lag_summary(
     lags = [r.lag_events for r in reports.values() if r and r.lag_events is not None]
     secs = [r.lag_seconds for r in reports.values() if r and r.lag_seconds is not None]
     metadata: dict[str, Any] = {
-        "total_lag_events": dg.MetadataValue.int(sum(lags)),
-        "partitions_behind": dg.MetadataValue.int(len(behind)),
-        "partition_ids_behind": dg.MetadataValue.text(label_ids(behind)),
-        "max_lag_events": dg.MetadataValue.int(max(lags)) if lags else None,
-        "max_lag_seconds": dg.MetadataValue.int(round(max(secs))) if secs else None,
-        "partitions": dg.MetadataValue.md("\n".join(rows)),
+        key("total_lag_events"): dg.MetadataValue.int(sum(lags)),
+        key("partitions_behind"): dg.MetadataValue.int(len(behind)),
+        key("partition_ids_behind"): dg.MetadataValue.text(label_ids(behind)),
+        key("max_lag_events"): dg.MetadataValue.int(max(lags)) if lags else None,
+        key("max_lag_seconds"): dg.MetadataValue.int(round(max(secs))) if secs else None,
+        key("partitions"): dg.MetadataValue.md("\n".join(rows)),
     }
     return {k: v for k, v in metadata.items() if v is not None}
 
@@ -215,7 +215,7 @@ def last_batches(
             continue
         for rec in result.records:
             mat = rec.asset_materialization
-            value = mat.metadata.get("sequence_range") if mat is not None else None
+            value = mat.metadata.get(key("sequence_range")) if mat is not None else None
             if value is not None:
                 out[pid] = LastBatch(str(value.value), rec.timestamp, rec.run_id)
                 break
@@ -242,8 +242,8 @@ def summary_observation(
     as_of = caught_up_as_of(reports, measured_at)
     if as_of is not None:
         md[LAST_UPDATED_KEY] = dg.MetadataValue.timestamp(as_of)
-    behind = md["partitions_behind"].value
-    total = md["total_lag_events"].value
+    behind = md[key("partitions_behind")].value
+    total = md[key("total_lag_events")].value
     text = (
         f"all {len(reports)} partitions: {behind} behind, {total} events to read in total "
         f"(measured by {measured_by})"
@@ -251,7 +251,7 @@ def summary_observation(
     return dg.AssetObservation(
         asset_key=asset_key,
         description=text,
-        metadata={"summary": dg.MetadataValue.text(text), **md},
+        metadata={key("summary"): dg.MetadataValue.text(text), **md},
     )
 
 

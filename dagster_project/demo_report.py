@@ -19,6 +19,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from dagster_eventhub_ingest.dagster_project.metadata import key as metadata_key
 from dagster_eventhub_ingest.ops.text import format_table
 from dagster_eventhub_ingest.resources.hub_client import sort_partition_ids
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
@@ -89,13 +90,13 @@ def main(argv: list[str] | None = None) -> None:
                 [
                     pid,
                     str(per.get(pid, 0)),
-                    str(md.get("sequence_range", "-")),
-                    str(md.get("lag_events", "-")),
+                    str(md.get(metadata_key("sequence_range"), "-")),
+                    str(md.get("dagster/partition_row_count", "-")),
                     run,
                 ]
             )
         print("Rows per partition (sink) and Dagster's materialization record:")
-        print(_table(rows, ["partition", "rows", "sequence range", "lag after run", "run"]))
+        print(_table(rows, ["partition", "rows", "sequence range", "partition row count", "run"]))
 
     ownership = store.list_ownership()
     checkpoints = store.list_checkpoints(ownership)

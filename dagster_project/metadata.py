@@ -1,12 +1,17 @@
 """What a materialization of the ingestion asset says: Dagster's standard keys beside ours.
 
 Standard keys (Dagster's ``TableMetadataSet`` / ``UriMetadataSet``) let the UI and other tools
-read a batch without knowing this project: ``dagster/partition_row_count`` (the rows the sink
-holds for the partition: every event landed so far, counted at each checkpoint; absent when
-unknown), ``dagster/uri`` (the sink's path or URI),
-``dagster/table_name`` (table sinks) and ``dagster/column_schema`` (the fixed ``eventhubs``
-schema plus the batch-key column). Our own keys stay numeric where Dagster plots them:
-``events``, ``bytes``, ``lag_events`` and ``lag_seconds`` (whole seconds).
+read a batch without knowing this project: ``dagster/row_count`` (the batch's rows),
+``dagster/partition_row_count`` (the rows the sink holds for the partition: every event landed
+so far, counted at each checkpoint; absent when unknown), ``dagster/uri`` (the sink's path or
+URI), ``dagster/table_name`` (table sinks) and ``dagster/column_schema`` (the fixed
+``eventhubs`` schema plus the batch-key column). The project's own keys sit under
+``eventhub/`` (:func:`key`) and never repeat a standard one.
+
+Numbers are ints only where a plot across every partition's batches means something (rows and
+bytes per batch); sequence numbers and checkpoints, which only compare within a partition, are
+text. Lag is not here: measured when the batch was written it would stay frozen; the lag check
+and the summary observation carry it as measured.
 
 Which partitions get a materialization, and with what, is :func:`materialization_plan`'s rule
 (docs/dagster.md, "What a materialization means").
@@ -27,8 +32,10 @@ from dagster_eventhub_ingest.resources.sink import SinkSources
 
 __all__ = [
     "BACKFILL_TAG",
+    "NAMESPACE",
     "column_schema",
     "definition_metadata",
+    "key",
     "label_ids",
     "materialization_plan",
     "partition_metadata",
@@ -37,6 +44,15 @@ __all__ = [
 
 #: Tag Dagster puts on every run of a backfill.
 BACKFILL_TAG = "dagster/backfill"
+
+#: Prefix of the project's own metadata keys (Dagster's standard keys are ``dagster/``).
+NAMESPACE = "eventhub/"
+
+
+def key(name: str) -> str:
+    """The project's metadata key ``name``: ``eventhub/<name>``."""
+    return NAMESPACE + name
+
 
 _SPARK_TO_TYPE = {
     "BinaryType": "binary",
@@ -106,57 +122,56 @@ def partition_metadata(
     sink_table: str | None = None,
     sink_sources: SinkSources = "one",
 ) -> dict[str, dg.MetadataValue]:
-    """Metadata of one partition's materialization; numbers stay numeric so Dagster plots them.
+    """Metadata of one partition's materialization (the keys are in the module docstring).
 
-    A partition this run landed no batch in (a peer read it, or nothing was new) gets no
-    ``events``/``bytes``/lag numbers: its plots show one point per batch, not one per run.
+    A partition this run landed no batch in (a peer read it, or nothing was new) gets no row or
+    byte counts: its plots show one point per batch, not one per run.
     """
     md: dict[str, dg.MetadataValue] = {}
     wrote = report.events > 0 or report.bytes > 0
+    if wrote:
+        md["dagster/row_count"] = dg.MetadataValue.int(report.events)
     if report.landed_total is not None:
         # Dagster's meaning: the rows of the partition (the sink's), not of this batch.
         md["dagster/partition_row_count"] = dg.MetadataValue.int(report.landed_total)
     if wrote:
-        md["events"] = dg.MetadataValue.int(report.events)
-        md["bytes"] = dg.MetadataValue.int(report.bytes)
+        md[key("bytes")] = dg.MetadataValue.int(report.bytes)
     if output_location:
         if sink_table:
             md["dagster/table_name"] = dg.MetadataValue.text(sink_table)
         else:
             md["dagster/uri"] = dg.MetadataValue.text(redact(output_location))
-        md["output_location"] = dg.MetadataValue.path(redact(output_location))
     md["dagster/column_schema"] = dg.MetadataValue.table_schema(column_schema(sink_sources))
     if report.first_sequence_number is not None and report.last_sequence_number is not None:
-        md["first_sequence_number"] = dg.MetadataValue.int(report.first_sequence_number)
-        md["last_sequence_number"] = dg.MetadataValue.int(report.last_sequence_number)
-        md["sequence_range"] = dg.MetadataValue.text(
+        md[key("sequence_range")] = dg.MetadataValue.text(
             f"{report.first_sequence_number}..{report.last_sequence_number}"
         )
     if report.first_enqueued_time is not None:
-        md["first_enqueued_time"] = dg.MetadataValue.timestamp(_aware(report.first_enqueued_time))
+        md[key("first_enqueued_time")] = dg.MetadataValue.timestamp(
+            _aware(report.first_enqueued_time)
+        )
     if report.last_enqueued_time is not None:
-        md["last_enqueued_time"] = dg.MetadataValue.timestamp(_aware(report.last_enqueued_time))
+        md[key("last_enqueued_time")] = dg.MetadataValue.timestamp(
+            _aware(report.last_enqueued_time)
+        )
     if report.checkpoint_sequence_number is not None:
-        md["checkpoint_sequence_number"] = dg.MetadataValue.int(report.checkpoint_sequence_number)
-    if wrote and report.lag_events is not None:
-        md["lag_events"] = dg.MetadataValue.int(report.lag_events)
-    lag_s = round_seconds(report.lag_seconds)
-    if wrote and lag_s is not None:
-        md["lag_seconds"] = dg.MetadataValue.int(lag_s)
+        md[key("checkpoint")] = dg.MetadataValue.text(
+            f"sequence number {report.checkpoint_sequence_number}"
+        )
     if not wrote:
-        md["batch"] = dg.MetadataValue.text(
+        md[key("batch")] = dg.MetadataValue.text(
             "none: up to date when this run finished"
             + (f" (read by {', '.join(report.read_by)})" if report.read_by else "")
         )
-    md["read_by"] = dg.MetadataValue.text(", ".join(report.read_by) or "(nothing new to read)")
+    md[key("read_by")] = dg.MetadataValue.text(", ".join(report.read_by) or "(nothing new to read)")
     if report.skipped_ranges:
-        md["skipped_ranges"] = dg.MetadataValue.text(
+        md[key("skipped_ranges")] = dg.MetadataValue.text(
             ", ".join(f"{a}..{b}" for a, b in report.skipped_ranges)
         )
     if replay:
-        md["replay"] = dg.MetadataValue.text("run config replay (checkpoint not moved)")
+        md[key("replay")] = dg.MetadataValue.text("run config replay (checkpoint not moved)")
     elif report.replayed_intents:
-        md["replay"] = dg.MetadataValue.text(
+        md[key("replay")] = dg.MetadataValue.text(
             "; ".join(
                 f"pending range {start}..{end} left by {owner or 'unknown'}"
                 for start, end, owner in report.replayed_intents

@@ -202,7 +202,9 @@ def _scenario(
         )
         page.get_by_text("dagster/partition_row_count").first.wait_for(timeout=60_000)
         body = page.inner_text("body")
-        assert "dagster/uri" in body and "lag_events" in body
+        assert "dagster/uri" in body and "output_location" not in body
+        assert re.search(rf"dagster/row_count\s*{SENT[pid]}\b", body), pid  # the batch
+        assert "eventhub/sequence_range" in body and "lag_events" not in body
         assert re.search(rf"dagster/partition_row_count\s*{SENT[pid]}\b", body), pid
     shot("partition-metadata")
 
@@ -264,10 +266,10 @@ def _scenario(
     assert observation is not None and observation.partition is None
     md = observation.metadata
     # 2 and 3 were left out of the second backfill while events arrived: behind, as ids.
-    behind = md["partition_ids_behind"].value
+    behind = md["eventhub/partition_ids_behind"].value
     assert behind.startswith("partition ids ") and "2" in behind and "3" in behind, behind
-    assert md["summary"].value.startswith("all 4 partitions:")
-    table = md["partitions"].value
+    assert md["eventhub/summary"].value.startswith("all 4 partitions:")
+    table = md["eventhub/partitions"].value
     assert all(f"| {pid} |" in table for pid in SENT), table
     page.goto(f"{url}/assets/{ASSET}?view=checks", wait_until="domcontentloaded")
     page.wait_for_timeout(4000)

@@ -598,18 +598,18 @@ def test_lag_check_passes_within_and_fails_over_threshold() -> None:
     opts = LagCheckOptions(max_lag_events=10, max_lag_seconds=60.0)
     ok = lag_check_result(key, opts, {"0": _report("0", 0, 0.0), "1": _report("1", 10, 59.0)})
     assert ok.passed
-    assert ok.metadata["partition_ids_over_threshold"].value == "none"
+    assert ok.metadata["eventhub/partition_ids_over_threshold"].value == "none"
     # The asset-level summary: totals, a count, and ids labelled as ids.
-    assert ok.metadata["total_lag_events"].value == 10
-    assert ok.metadata["partitions_behind"].value == 1
-    assert ok.metadata["partition_ids_behind"].value == "partition ids 1"
+    assert ok.metadata["eventhub/total_lag_events"].value == 10
+    assert ok.metadata["eventhub/partitions_behind"].value == 1
+    assert ok.metadata["eventhub/partition_ids_behind"].value == "partition ids 1"
     over_events = lag_check_result(key, opts, {"0": _report("0", 11, 1.0)})
     assert not over_events.passed
-    assert over_events.metadata["partition_ids_over_threshold"].value == "partition ids 0"
-    assert over_events.metadata["max_lag_events"].value == 11
+    assert over_events.metadata["eventhub/partition_ids_over_threshold"].value == "partition ids 0"
+    assert over_events.metadata["eventhub/max_lag_events"].value == 11
     over_seconds = lag_check_result(key, opts, {"0": _report("0", 1, 248.257711)})
     assert not over_seconds.passed
-    assert over_seconds.metadata["max_lag_seconds"].value == 248  # whole seconds
+    assert over_seconds.metadata["eventhub/max_lag_seconds"].value == 248  # whole seconds
     # Each partition's row names its last batch, when and by which run.
     batch = LastBatch("100..199", 1_700_000_000.0, "0123456789abcdef")
     table = (
@@ -620,13 +620,13 @@ def test_lag_check_passes_within_and_fails_over_threshold() -> None:
             checkpoints={"0": 199},
             last_batches={"0": batch},
         )
-        .metadata["partitions"]
+        .metadata["eventhub/partitions"]
         .value
     )
     assert "| 0 | 199 | 3 | 3 | 100..199 | 2023-11-14 22:13:20 UTC | 01234567 |" in table
     missing = lag_check_result(key, opts, {"0": _report("0", 0, 0.0), "1": None})
     assert not missing.passed
-    assert missing.metadata["partition_ids_over_threshold"].value == "partition ids 1"
+    assert missing.metadata["eventhub/partition_ids_over_threshold"].value == "partition ids 1"
 
 
 def _written(pid: str, events: int, **kw: object) -> PartitionReport:
@@ -659,10 +659,12 @@ def test_materialization_plan_one_point_per_batch_but_requested_partitions_done(
 
 def test_partition_metadata_has_standard_keys_and_no_zero_noise() -> None:
     md = partition_metadata(
-        _written("0", 5, landed_total=25), output_location="/data/ev", replay=False
+        _written("0", 5, landed_total=25, checkpoint_sequence_number=4),
+        output_location="/data/ev",
+        replay=False,
     )
     # Dagster's meaning: the rows the partition holds (all batches), beside this batch's.
-    assert md["dagster/partition_row_count"].value == 25 and md["events"].value == 5
+    assert md["dagster/partition_row_count"].value == 25 and md["dagster/row_count"].value == 5
     assert md["dagster/uri"].value == "/data/ev"
     assert isinstance(md["dagster/column_schema"].value, dg.TableSchema)
     names = [c.name for c in md["dagster/column_schema"].value.columns]
@@ -673,7 +675,11 @@ def test_partition_metadata_has_standard_keys_and_no_zero_noise() -> None:
     )
     names = [c.name for c in shared["dagster/column_schema"].value.columns]
     assert names[-2:] == ["eh_source", "eh_batch"]
-    assert md["lag_seconds"].value == 0 and isinstance(md["lag_seconds"], dg.IntMetadataValue)
+    # No frozen lag, no second copy of dagster/uri, the rest under the project's namespace.
+    assert not {k for k in md if "lag" in k} and "output_location" not in md
+    assert all(k.startswith(("dagster/", "eventhub/")) for k in md), sorted(md)
+    assert isinstance(md["eventhub/bytes"], dg.IntMetadataValue)
+    assert md["eventhub/checkpoint"].value == "sequence number 4"
     table = partition_metadata(
         _written("0", 5), output_location="db.ev", replay=False, sink_table="db.ev"
     )
@@ -681,17 +687,18 @@ def test_partition_metadata_has_standard_keys_and_no_zero_noise() -> None:
     quiet = partition_metadata(
         _written("1", 0, read_by=["run-b"], landed_total=12), output_location="/d", replay=False
     )
-    assert not {"events", "bytes", "lag_events", "lag_seconds"} & set(quiet)
+    assert not {"dagster/row_count", "eventhub/bytes"} & set(quiet)
     assert quiet["dagster/partition_row_count"].value == 12  # the size, not a zero
-    assert "read by run-b" in quiet["batch"].value
+    assert "read by run-b" in quiet["eventhub/batch"].value
     unknown = partition_metadata(_written("1", 4), output_location="/d", replay=False)
-    assert "dagster/partition_row_count" not in unknown and unknown["events"].value == 4
+    assert "dagster/partition_row_count" not in unknown
+    assert unknown["dagster/row_count"].value == 4
     took_over = partition_metadata(
         _written("2", 3, replayed_intents=[(10, 12, "run-dead")]),
         output_location="/d",
         replay=False,
     )
-    assert took_over["replay"].value == "pending range 10..12 left by run-dead"
+    assert took_over["eventhub/replay"].value == "pending range 10..12 left by run-dead"
 
 
 def test_is_owner_dead_follows_the_instance_run_status(

@@ -93,13 +93,17 @@ def test_one_partition(env: dict[str, Any], dagster_instance: dg.DagsterInstance
     mats = _materializations(result)
     assert set(mats) == {"2"}
     md = mats["2"].metadata
-    assert md["events"].value == sent["2"]
+    # The batch's rows beside the partition's, under Dagster's own keys.
+    assert md["dagster/row_count"].value == sent["2"]
     assert md["dagster/partition_row_count"].value == sent["2"]
     assert md["dagster/uri"].value == str(env["sink"])
     assert "dagster/column_schema" in md
-    assert md["sequence_range"].value == f"0..{sent['2'] - 1}"
-    assert md["lag_events"].value == 0
-    assert result.run_id in md["read_by"].value
+    assert md["eventhub/sequence_range"].value == f"0..{sent['2'] - 1}"
+    assert result.run_id in md["eventhub/read_by"].value
+    # Lag lives where it is current (the check, the summary), never frozen in a batch; every
+    # other key of the project sits under its namespace.
+    assert not {k for k in md if "lag" in k}
+    assert all(k.startswith(("dagster/", "eventhub/")) for k in md), sorted(md)
     per, total, distinct = _sink_counts(env["spark"], env["sink"])
     assert per == {"2": sent["2"]} and total == distinct == sent["2"]
     cps = env["store"].list_checkpoints()
@@ -116,13 +120,12 @@ def test_range_materializes_every_requested_partition(
     assert set(mats) == {"0", "1", "2", "3"}
     for pid, mat in mats.items():
         md = mat.metadata
-        assert md["events"].value == sent[pid]
-        assert md["bytes"].value > 0
-        assert md["first_sequence_number"].value == 0
-        assert md["last_sequence_number"].value == sent[pid] - 1
-        assert md["lag_events"].value == 0
-        assert isinstance(md["lag_events"], dg.IntMetadataValue)  # numeric: Dagster plots it
-        assert "last_enqueued_time" in md and "output_location" in md
+        assert md["dagster/row_count"].value == sent[pid]
+        assert md["eventhub/bytes"].value > 0
+        # Sequence numbers compare only within a partition: text, not a plotted number.
+        assert md["eventhub/sequence_range"].value == f"0..{sent[pid] - 1}"
+        assert not isinstance(md["eventhub/checkpoint"], dg.IntMetadataValue)
+        assert "eventhub/last_enqueued_time" in md and "output_location" not in md
     # Dagster itself counts all four partitions materialized by this one run.
     key = dg.AssetKey("events")
     assert dagster_instance.get_materialized_partitions(key) == {"0", "1", "2", "3"}
@@ -136,9 +139,9 @@ def test_range_materializes_every_requested_partition(
         if e.event_type_value == "ASSET_OBSERVATION"
     ]
     assert summary.partition is None
-    assert summary.metadata["total_lag_events"].value == 0
-    assert summary.metadata["partition_ids_behind"].value == "none"
-    table = summary.metadata["partitions"].value
+    assert summary.metadata["eventhub/total_lag_events"].value == 0
+    assert summary.metadata["eventhub/partition_ids_behind"].value == "none"
+    table = summary.metadata["eventhub/partitions"].value
     for pid in sent:
         assert f"| {pid} | {sent[pid] - 1} | 0 | 0 | 0..{sent[pid] - 1} |" in table, table
     per, total, distinct = _sink_counts(env["spark"], env["sink"])
@@ -150,10 +153,8 @@ def test_range_materializes_every_requested_partition(
     assert again.success
     quiet = _materializations(again)
     assert set(quiet) == {"0", "1", "2", "3"}
-    assert all(
-        "events" not in m.metadata and "lag_events" not in m.metadata for m in quiet.values()
-    )
-    assert all(m.metadata["batch"].value.startswith("none") for m in quiet.values())
+    assert all("dagster/row_count" not in m.metadata for m in quiet.values())
+    assert all(m.metadata["eventhub/batch"].value.startswith("none") for m in quiet.values())
     # The partition's size, as Dagster means it, is still there (not a zero).
     assert {p: m.metadata["dagster/partition_row_count"].value for p, m in quiet.items()} == sent
     assert _sink_counts(env["spark"], env["sink"])[1] == sum(sent.values())
@@ -164,7 +165,7 @@ def test_range_materializes_every_requested_partition(
     assert scheduled.success and _materializations(scheduled) == {}
     # The lag check ran after the asset step and measured every partition of the hub.
     (check,) = scheduled.get_asset_check_evaluations()
-    assert check.passed and check.metadata["total_lag_events"].value == 0
+    assert check.passed and check.metadata["eventhub/total_lag_events"].value == 0
 
 
 def test_lag_check_passes_and_fails_when_it_should(
@@ -176,8 +177,7 @@ def test_lag_check_passes_and_fails_when_it_should(
     assert first.success  # the check warns, the run still landed what it read
     (check,) = first.get_asset_check_evaluations()
     assert not check.passed  # 20 sent, 5 read: lag 15 > 10
-    assert check.metadata["max_lag_events"].value == 15
-    assert {m.metadata["lag_events"].value for m in _materializations(first).values()} == {15}
+    assert check.metadata["eventhub/max_lag_events"].value == 15
     assert {
         m.metadata["dagster/partition_row_count"].value for m in _materializations(first).values()
     } == {5}
@@ -188,7 +188,7 @@ def test_lag_check_passes_and_fails_when_it_should(
     assert {
         m.metadata["dagster/partition_row_count"].value for m in _materializations(second).values()
     } == {10}
-    assert check.metadata["partition_ids_over_threshold"].value == "none"
+    assert check.metadata["eventhub/partition_ids_over_threshold"].value == "none"
 
 
 def test_replay_from_run_config_rewrites_a_range_and_keeps_the_checkpoint(
@@ -202,7 +202,8 @@ def test_replay_from_run_config_rewrites_a_range_and_keeps_the_checkpoint(
     replay = _run(defs, dagster_instance, partition_key="1", run_config=config)
     assert replay.success
     md = _materializations(replay)["1"].metadata
-    assert md["replay"].value.startswith("run config replay") and md["events"].value == 4
+    assert md["eventhub/replay"].value.startswith("run config replay")
+    assert md["dagster/row_count"].value == 4
     assert env["store"].list_checkpoints() == before
     df = env["spark"].read.parquet(str(env["sink"]))
     replayed = df.where("eh_batch = '1-2-5'").select("sequenceNumber").collect()
@@ -316,8 +317,8 @@ def test_a_takeover_from_an_expired_owner_is_in_the_event_log_and_its_replay_in_
     )
     assert took[0].endswith(f"its pending range [0, 4] (left by {crashed}) is replayed")
     md = _materializations(result)["1"].metadata
-    assert md["replay"].value == f"pending range 0..4 left by {crashed}"
-    assert md["events"].value == sent["1"]  # the replayed range and the rest, once
+    assert md["eventhub/replay"].value == f"pending range 0..4 left by {crashed}"
+    assert md["dagster/row_count"].value == sent["1"]  # the replayed range and the rest, once
     per, total, distinct = _sink_counts(env["spark"], env["sink"])
     assert per == {"1": sent["1"]} and total == distinct == sent["1"]
 
@@ -469,9 +470,9 @@ def test_two_concurrent_cli_runs_over_the_same_keys_land_each_event_once(
     runs = {r.event_log_entry.run_id for r in records}
     assert len(runs) == 2 and len(records) == 8  # both runs materialized all four keys
     written = sum(
-        r.event_log_entry.asset_materialization.metadata["events"].value  # type: ignore[union-attr]
+        r.event_log_entry.asset_materialization.metadata["dagster/row_count"].value  # type: ignore[union-attr]
         for r in records
-        if "events" in r.event_log_entry.asset_materialization.metadata  # type: ignore[union-attr]
+        if "dagster/row_count" in r.event_log_entry.asset_materialization.metadata  # type: ignore[union-attr]
     )
     assert written == sum(sent.values())  # the runs split the reading; nothing was read twice
     per, total, distinct = _sink_counts(spark, sink)
@@ -574,13 +575,13 @@ def test_lag_sensor_reports_the_check_without_a_run(
     assert isinstance(evaluation, dg.AssetCheckEvaluation)
     # The asset-level summary goes out without a run too: an observation of no partition.
     assert isinstance(summary, dg.AssetObservation) and summary.partition is None
-    assert summary.metadata["partition_ids_behind"].value == "partition ids 0, 1, 2, 3"
-    assert "measured by sensor events_lag" in summary.metadata["summary"].value
+    assert summary.metadata["eventhub/partition_ids_behind"].value == "partition ids 0, 1, 2, 3"
+    assert "measured by sensor events_lag" in summary.metadata["eventhub/summary"].value
     assert evaluation.check_name == LAG_CHECK_NAME and not evaluation.passed
     md = evaluation.metadata
-    assert md["total_lag_events"].value == sum(sent.values())
-    assert md["partitions_behind"].value == 4
-    assert md["partition_ids_over_threshold"].value == "partition ids 0, 1, 2, 3"
+    assert md["eventhub/total_lag_events"].value == sum(sent.values())
+    assert md["eventhub/partitions_behind"].value == 4
+    assert md["eventhub/partition_ids_over_threshold"].value == "partition ids 0, 1, 2, 3"
 
 
 #: The slow test's budget for its two processes, from the late run's start to both ends.
@@ -650,7 +651,7 @@ def test_a_run_leaves_a_starting_run_its_share_of_a_small_backlog(
     read_by: dict[str, set[str]] = {}
     for r in records:
         md = r.event_log_entry.asset_materialization.metadata  # type: ignore[union-attr]
-        if md.get("events") is not None and md["events"].value:
+        if md.get("dagster/row_count") is not None and md["dagster/row_count"].value:
             read_by.setdefault(r.event_log_entry.run_id, set()).add(
                 str(r.event_log_entry.asset_materialization.partition)  # type: ignore[union-attr]
             )
