@@ -95,11 +95,10 @@ class _EnvVarsCheckedWhenSet(BaseModel):
 class EventHubConnectionString(dg.Config, EventHubConnectionStringCredential):
     """Authenticate to Event Hubs with a connection string (SAS key or the local emulator).
 
-    The fields of
-    :class:`dagster_eventhub_ingest.resources.config.EventHubConnectionStringCredential` (the YAML
-    shape: ``connection_string_env`` names the variable, read when the resource is used), plus
-    ``connection_string``, the value itself: pass ``dg.EnvVar("EVENTHUB_CONNECTION_STRING")`` so the
-    UI shows the variable's name, never the secret.
+    Give either connection_string, the value itself, passed as
+    dg.EnvVar("EVENTHUB_CONNECTION_STRING") so the UI shows the variable's name and never the
+    secret, or connection_string_env, the name of the variable read when the resource is used
+    (default EVENTHUB_CONNECTION_STRING). The same fields as the credential block of defs.yaml.
     """
 
     connection_string: str | None = Field(
@@ -113,17 +112,18 @@ class EventHubConnectionString(dg.Config, EventHubConnectionStringCredential):
 class EventHubIdentity(dg.Config, EventHubIdentityCredential):
     """Authenticate to Event Hubs with azure-identity's DefaultAzureCredential (Entra ID).
 
-    Fields (namespace, managed identity client id, tenant, ``exclude_*``) are those of
-    :class:`dagster_eventhub_ingest.resources.config.EventHubIdentityCredential`, the same as in
-    YAML.
+    Fields: fully_qualified_namespace (e.g. myns.servicebus.windows.net), an optional managed
+    identity client id and tenant, and exclude_* switches for the credential chain; the same as
+    in defs.yaml.
     """
 
 
 class StoreConnectionString(dg.Config, StoreConnectionStringCredential):
     """Authenticate to Blob Storage with a connection string (account key, SAS or Azurite).
 
-    The fields of :class:`dagster_eventhub_ingest.resources.config.StoreConnectionStringCredential`,
-    plus ``connection_string``, the value: pass ``dg.EnvVar("AZURE_STORAGE_CONNECTION_STRING")``.
+    Give either connection_string, passed as dg.EnvVar("AZURE_STORAGE_CONNECTION_STRING") so the
+    UI shows the variable's name, or connection_string_env, the name of the variable read when
+    the resource is used (default AZURE_STORAGE_CONNECTION_STRING).
     """
 
     connection_string: str | None = Field(
@@ -137,8 +137,8 @@ class StoreConnectionString(dg.Config, StoreConnectionStringCredential):
 class StoreIdentity(dg.Config, StoreIdentityCredential):
     """Authenticate to Blob Storage with azure-identity's DefaultAzureCredential (Entra ID).
 
-    Fields are those of :class:`dagster_eventhub_ingest.resources.config.StoreIdentityCredential`,
-    as in YAML.
+    Fields: account_url (e.g. https://myaccount.blob.core.windows.net), an optional managed
+    identity client id and tenant, and exclude_* switches; the same as in defs.yaml.
     """
 
 
@@ -147,17 +147,11 @@ class EventHubResource(
 ):
     """The Event Hub to read, and the consumer group whose checkpoints this pipeline owns.
 
-    The fields and their checks are
-    :class:`dagster_eventhub_ingest.resources.config.EventHubConfig`'s (the ``eventhub:`` block of
-    defs.yaml and of the ``ehingest`` file); the connection-string credential may also carry the
-    value itself, as ``dg.EnvVar``. Example::
-
-        EventHubResource(
-            eventhub_name="telemetry",
-            credential=EventHubConnectionString(
-                connection_string=dg.EnvVar("EVENTHUB_CONNECTION_STRING")
-            ),
-        )
+    The same fields and checks as the eventhub block of defs.yaml and of the ehingest config
+    file: eventhub_name, consumer_group (default $Default) and credential (a connection string,
+    which may be given as dg.EnvVar, or DefaultAzureCredential). For example:
+    EventHubResource(eventhub_name="telemetry",
+    credential=EventHubConnectionString(connection_string=dg.EnvVar("EVENTHUB_CONNECTION_STRING"))).
     """
 
     credential: EventHubConnectionString | EventHubIdentity = Field(
@@ -208,8 +202,10 @@ class PartitionStoreResource(
 ):
     """The Blob container holding leases and checkpoints (the Azure SDK's layout).
 
-    The fields and their checks are :class:`dagster_eventhub_ingest.resources.config.StoreConfig`'s
-    (``store:``).
+    The same fields and checks as the store block of defs.yaml: container, create_container
+    (default true) and credential (a connection string or DefaultAzureCredential). For example:
+    PartitionStoreResource(container="eventhub-state",
+    credential=StoreConnectionString(connection_string=dg.EnvVar("AZURE_STORAGE_CONNECTION_STRING"))).
     """
 
     credential: StoreConnectionString | StoreIdentity = Field(
@@ -255,14 +251,12 @@ class PartitionStoreResource(
 
 
 class SinkResource(dg.ConfigurableResource, _EnvVarsCheckedWhenSet, OneLineErrors, SinkConfig):
-    """Where events land: a path or a table, in a Spark format (or ``deltalake``).
+    """Where events land: a path or a table, in a Spark format (or deltalake).
 
-    The fields, their checks and :meth:`settings` are
-    :class:`dagster_eventhub_ingest.resources.config.SinkConfig`'s (the ``sink:`` block of defs.yaml
-    and of the ``ehingest`` config file), so a bad format or ``partition_by`` column fails here, at
-    construction. Example::
-
-        SinkResource(path="/data/telemetry", partition_by=["partition"])
+    The same fields and checks as the sink block of defs.yaml and of the ehingest config file
+    (format, default parquet; path or table; partition_by; ...), so a bad format or partition_by
+    column fails when the resource is built. For example:
+    SinkResource(path="/data/telemetry", partition_by=["partition"]).
     """
 
     @classmethod
@@ -283,28 +277,22 @@ REMOTE_SPARK_CONFIG: dict[str, str] = session_defaults(None, remote="sc://")
 
 
 class LocalPySparkResource(PySparkResource):
-    """dagster-pyspark's ``PySparkResource`` whose session starts at first use, its driver JVM
-    launched with a local environment of its own.
+    """dagster-pyspark's PySparkResource whose Spark session starts at first use.
 
-    The session starts when ``spark_session`` is first read, not when the run's resources are
-    set up: the asset reads it only when there is something to read, so a run with nothing to
-    read (a schedule tick on a quiet hub, a retry of a partition already up to date) starts no
-    JVM. A classic session's JVM is launched with
-    :func:`dagster_eventhub_ingest.resources.spark.session.driver_environment` (this process's
-    environment is left alone): for a local master, unless set, ``SPARK_LOCAL_IP`` (loopback)
-    and ``PYSPARK_PYTHON`` (executors need this interpreter, which has pyarrow and the Azure
-    SDK); always ``SPARK_CONF_DIR`` = the package's quiet log4j2 config. Its log level is
-    lowered to WARN. On a cluster (``spark.master`` not local) or Spark Connect
-    (``spark.remote``) the driver host and executor Python stay the user's; the project's code
-    is shipped to the executors when the ``eventhubs`` source is registered. The environment
-    only matters for the first session of a process (when the JVM starts).
-
-    When the run's step ends (success, failure or Terminate), the session it started is stopped,
-    with the local driver's JVM and its Python workers when the step's process had no JVM before
-    (:class:`~dagster_eventhub_ingest.resources.spark.owned.OwnedSession`): no JVM outlives
-    its step. A session that was already running in the process is left as it was.
+    The session starts only when a run has something to read, so a schedule tick on a quiet hub
+    starts no JVM. spark_config holds Spark settings (spark.master, default local[*] with
+    loopback pins; or spark.remote for Spark Connect, e.g. sc://host:15002); log_level (default
+    WARN) is set on a classic session. A local driver's JVM gets its own environment
+    (SPARK_LOCAL_IP, PYSPARK_PYTHON, a quiet log4j2 config); the process's environment is left
+    alone. When the run's step ends, the session it started is stopped with its JVM. Build it
+    with local_pyspark_resource({"spark.master": "local[2]"}).
     """
 
+    spark_config: dict[str, Any] = Field(
+        description="Spark settings of the session, e.g. {'spark.master': 'local[2]'} or "
+        "{'spark.remote': 'sc://host:15002'}; local_pyspark_resource() fills quiet defaults "
+        "(local[*] with loopback pins) under the ones given.",
+    )
     log_level: str = Field(
         default="WARN",
         description="Spark log level set on a classic session (e.g. WARN, INFO); Spark Connect "

@@ -765,3 +765,27 @@ def test_the_documented_sink_block_loads_in_the_cli_file() -> None:
     }
     sink = parse_config(doc, env).ingest.sink
     assert (sink.format, sink.storage_options["account_key"]) == ("deltalake", SECRET)
+
+
+def test_resources_read_like_documentation_in_the_ui() -> None:
+    """The UI shows a resource's docstring and its fields' descriptions: plain text, all there."""
+    import re
+
+    from dagster_eventhub_ingest.dagster_project import resources
+
+    markup = re.compile(r":(class|func|meth|mod):|::|``")
+    for name in [
+        "EventHubResource",
+        "PartitionStoreResource",
+        "SinkResource",
+        "LocalPySparkResource",
+        "EventHubConnectionString",
+        "EventHubIdentity",
+        "StoreConnectionString",
+        "StoreIdentity",
+    ]:
+        cls = getattr(resources, name)
+        assert cls.__doc__ and not markup.search(cls.__doc__), name
+        for field, info in cls.model_fields.items():
+            assert info.description, f"{name}.{field} has no description"
+            assert not markup.search(info.description), f"{name}.{field}: {info.description}"
