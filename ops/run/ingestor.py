@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -95,6 +96,15 @@ class Ingestor(ABC):
         """Have what the read needs running; the run calls it after claiming and before
         recording intents."""
 
+    @property
+    def session_up(self) -> bool:
+        """Whether :meth:`prepare` returns at once: nothing to start, or it has started."""
+        return True
+
+    def spark_start_seconds(self) -> float | None:
+        """How long starting the session took, or has taken so far; None: none started."""
+        return None
+
     def interrupt(self) -> None:  # noqa: B027 (optional hook)
         """Interrupt the read and write in flight (from any thread; a stop request calls it)."""
 
@@ -159,6 +169,9 @@ class SparkIngestor(Ingestor):
         self._started: SparkSession | None = spark
         self._ready = threading.Event()
         self._start_error: BaseException | None = None
+        # When this ingestor began starting a session, and how long the start took.
+        self._start_began: float | None = None
+        self._start_took: float | None = None
         self.read_counter = read_counter
         self._factory = spark_factory
         self._location: str | None = None
@@ -203,11 +216,27 @@ class SparkIngestor(Ingestor):
         from dagster_eventhub_ingest.ops.run.fault import pause_point
 
         pause_point("spark_start")
-        if self._factory is not None:
-            return self._factory()
-        from dagster_eventhub_ingest.resources.spark.session import local_spark_session
+        self._start_began = time.monotonic()
+        try:
+            if self._factory is not None:
+                return self._factory()
+            from dagster_eventhub_ingest.resources.spark.session import local_spark_session
 
-        return local_spark_session("ehingest")
+            return local_spark_session("ehingest")
+        finally:
+            self._start_took = time.monotonic() - self._start_began
+
+    @property
+    def session_up(self) -> bool:
+        """The session was given or has started: using it now does not wait for a start."""
+        return self._spark is not None or self._start_took is not None
+
+    def spark_start_seconds(self) -> float | None:
+        """How long this ingestor's session start took, or has taken so far; None when it
+        started none (a session was given, or nothing was read)."""
+        if self._start_took is not None:
+            return self._start_took
+        return None if self._start_began is None else time.monotonic() - self._start_began
 
     def start_early(self) -> None:
         """Start the session (unless one was given) and its executors' Python workers on a

@@ -274,7 +274,10 @@ class Processor:
                             if p in self._ahead.pending or not satisfied(bounds[p], cps.get(p))
                         ]
                         for p in targets:
-                            self.progress.partitions[p].done = p not in pending
+                            part = self.progress.partitions[p]
+                            part.done = p not in pending
+                            if part.done and part.mine and part.reading is None:
+                                part.target_events = part.landed_events  # nothing more for us
                         claimed = self._claim_all(pending) if pending else {}
                     if not pending:
                         break
@@ -411,13 +414,20 @@ class Processor:
         infos: dict[str, PartitionInfo],
         reports: dict[str, PartitionReport],
     ) -> None:
+        for pid in claimed:
+            part = self.progress.partitions.get(pid)
+            if part is not None:
+                # Part of this run's share: what is left to its bound, plus what it landed.
+                cp = self._last_cp.get(pid)
+                left = progress_targets({pid: bounds[pid].target}, {pid: cp})[pid].target_events
+                part.mine = True
+                part.target_events = part.landed_events + left
         # The session (started early, or now) is up before the intents: while it starts
         # (seconds), a run that joined meanwhile can still take its share of leases not
         # yet started (dagster_eventhub_ingest.ops.balancing: unstarted surplus is stealable),
         # so runs a few seconds apart split even a small backlog. What is left of the start is
         # timed as spark_start.
-        with self.clock.active():
-            self.ingestor.prepare()
+        self._await_session()
         self.cancel.check("before recording intents")
         with self.clock.phase("planning"):
             steps, replayed, gens = self._plan_cycle(keeper, claimed, bounds, infos, reports)
@@ -737,6 +747,31 @@ class Processor:
                     "skip passes over expired ones)."
                 )
         return results
+
+    def _await_session(self) -> None:
+        """Have the Spark session up, saying so while it starts (a cold JVM on a loaded host
+        takes minutes) and how long it took: a line at once, one every ``progress_interval``
+        seconds, and one when it is up."""
+        if self.ingestor.session_up:
+            with self.clock.active():
+                self.ingestor.prepare()
+            return
+        began = time.monotonic()
+
+        def seconds() -> float:
+            # The ingestor's own clock counts from when it began the start (early, on a thread).
+            so_far = self.ingestor.spark_start_seconds()
+            return so_far if so_far is not None else time.monotonic() - began
+
+        def starting() -> None:
+            self.progress.spark_start_seconds = seconds()
+            self._emit("spark starting", log=True)
+
+        starting()
+        with ReadTicker(self.progress_interval, starting), self.clock.active():
+            self.ingestor.prepare()
+        self.progress.spark_start_seconds = seconds()
+        self._emit("spark started", log=True)
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _emit(self, phase: str, *, log: bool = False) -> None:

@@ -154,6 +154,8 @@ class PartitionProgress:
     done: bool = False
     #: Events of ``reading`` the readers reported so far (live read progress; 0 unknown).
     read_events: int = 0
+    #: This run claimed it at least once: it is part of the run's share.
+    mine: bool = False
 
     @property
     def reading_events(self) -> int:
@@ -170,6 +172,15 @@ class RunProgress:
     elapsed_seconds: float
     partitions: dict[str, PartitionProgress] = field(default_factory=dict)
     spark_tasks: tuple[int, int] | None = None
+    #: Seconds the Spark session has been starting (phase ``spark starting``) or took to
+    #: start (reported once it is up); None when this run started no session.
+    spark_start_seconds: float | None = None
+
+    @property
+    def share(self) -> list[PartitionProgress]:
+        """The partitions this run claimed; before its first claim, every target partition."""
+        mine = [p for p in self.partitions.values() if p.mine]
+        return mine or list(self.partitions.values())
 
     @property
     def landed_events(self) -> int:
@@ -178,28 +189,47 @@ class RunProgress:
 
     @property
     def target_events(self) -> int:
-        """Events this run set out to land (grows if a peer's range falls to it)."""
-        return sum(max(p.target_events, p.landed_events) for p in self.partitions.values())
+        """Events of this run's share: what is left to land in the partitions it claimed, plus
+        what it landed (peers' partitions do not count, so a run that splits the work with
+        others still reaches its total)."""
+        return sum(max(p.target_events, p.landed_events) for p in self.share)
 
     def line(self) -> str:
-        """One line per update, e.g. for the event log or a non-terminal CLI."""
-        done = sum(1 for p in self.partitions.values() if p.done)
-        reading = [
-            f"{p.partition_id} [{p.reading[0]}, {p.reading[1]}] "
-            + (
-                f"({min(p.read_events, p.reading_events)}/{p.reading_events} events read)"
-                if p.read_events
-                else f"({p.reading_events} events)"
+        """One line per update, e.g. for the event log or a non-terminal CLI.
+
+        ``reading: 30000/40000 events landed of this run's share (partitions 0, 1); partition 0
+        read 12000/20000, landed 10000/20000; ...; 2/4 partitions up to date (2, 3 by peers)``.
+        """
+        if self.phase == "spark starting":
+            return (
+                f"starting the Spark session: {self.spark_start_seconds or 0:.0f} s so far; "
+                f"{self.elapsed_seconds:.0f} s"
             )
-            for p in self.partitions.values()
-            if p.reading is not None
-        ]
+        share = self.share
+        mine = [p for p in share if p.mine]
         parts = [
-            f"{self.phase}: {self.landed_events}/{self.target_events} events landed",
-            f"{done}/{len(self.partitions)} partitions up to date",
+            f"{self.phase}: {self.landed_events}/{self.target_events} events landed"
+            + (
+                f" of this run's share (partitions {', '.join(p.partition_id for p in mine)})"
+                if mine
+                else ""
+            )
         ]
-        if reading:
-            parts.append("reading " + ", ".join(reading))
+        for p in mine:
+            landed = f"landed {p.landed_events}/{max(p.target_events, p.landed_events)}"
+            if p.reading is not None:
+                read = f"read {min(p.read_events, p.reading_events)}/{p.reading_events}"
+                parts.append(f"partition {p.partition_id} {read}, {landed}")
+            else:
+                parts.append(f"partition {p.partition_id} {landed}")
+        done = [p for p in self.partitions.values() if p.done]
+        by_peers = [p.partition_id for p in done if not p.mine]
+        parts.append(
+            f"{len(done)}/{len(self.partitions)} partitions up to date"
+            + (f" ({', '.join(by_peers)} by peers)" if by_peers and mine else "")
+        )
+        if self.spark_start_seconds is not None and self.phase != "finished":
+            parts.append(f"Spark started in {self.spark_start_seconds:.1f} s")
         if self.spark_tasks is not None:
             parts.append(f"Spark tasks {self.spark_tasks[0]}/{self.spark_tasks[1]}")
         parts.append(f"{self.elapsed_seconds:.0f} s")
@@ -302,8 +332,9 @@ class ReadCounter:
         """The target of the next read (a fresh folder, so no stale count is ever summed)."""
         import uuid
 
+        # Readers write twice per interval, so every update of the driver sees a fresh count.
         self.target = ProgressTarget.for_read(
-            self.store, self.hub, self.owner_id, uuid.uuid4().hex[:12], self.interval
+            self.store, self.hub, self.owner_id, uuid.uuid4().hex[:12], self.interval / 2
         )
         self._started = time.monotonic()
         return self.target

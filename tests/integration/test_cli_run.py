@@ -68,7 +68,10 @@ def test_run_and_status_from_the_command_line(
     assert data["partitions"]["0"]["checkpoint_sequence_number"] == 11
     assert data["partitions"]["1"]["first_sequence_number"] == 10
     assert "progress 0%: snapshot: 0/4 events landed" in rest.stderr
-    assert "progress 100%: finished: 4/4 events landed; 2/2 partitions up to date" in rest.stderr
+    assert (
+        "progress 100%: finished: 4/4 events landed of this run's share (partitions 0, 1); "
+        "partition 0 landed 2/2; partition 1 landed 2/2; 2/2 partitions up to date"
+    ) in rest.stderr
 
     unknown = ehingest("run", "--config", str(path), "--partition", "7", env=env)
     assert unknown.returncode == 2 and "valid partition ids: 0, 1" in unknown.stderr

@@ -25,7 +25,7 @@ from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 from tests.support.cli import CLI
 
 ROOT = Path(__file__).resolve().parents[2]
-READ = re.compile(r"(\d+) \[(\d+), (\d+)\] \((\d+)/(\d+) events read\)")
+READ = re.compile(r"partition (\d+) read (\d+)/(\d+), landed (\d+)/(\d+)")
 KEY = "c2VjcmV0LWtleS12YWx1ZQ=="
 
 
@@ -123,7 +123,7 @@ def test_cli_shows_events_read_of_the_range_before_the_checkpoint_moves(
             deadline = time.monotonic() + 600
             while proc.poll() is None and time.monotonic() < deadline:
                 found = [
-                    (m.group(1), int(m.group(4)), int(m.group(5)))
+                    (m.group(1), int(m.group(2)), int(m.group(3)))
                     for m in READ.finditer(log.read_text())
                 ]
                 mid = [f for f in found if 0 < f[1] < f[2]]
@@ -140,6 +140,9 @@ def test_cli_shows_events_read_of_the_range_before_the_checkpoint_moves(
     assert proc.returncode == 0, text[-3000:]
     assert partial, f"no progress line with 0 < read < range:\n{text[-3000:]}"
     assert all(total == 120 for _, _, total in partial), partial
+    # The session start is said while it happens and when it is done, with its duration.
+    assert "starting the Spark session:" in text, text[-3000:]
+    assert re.search(r"Spark started in \d+\.\d s", text), text[-3000:]
     assert azurite_connection_string not in text and hub.connection_string not in text
     assert_exactly_once(landed_events(out), sent_events(sent))
     # The readers' progress blobs are gone with the read.

@@ -25,6 +25,7 @@ from dagster_eventhub_ingest.resources.errors import (
     SinkError,
     StoreUnavailableError,
 )
+from dagster_eventhub_ingest.resources.ranges import SeqRange
 
 
 def _progress(phase: str, landed: int) -> RunProgress:
@@ -171,3 +172,24 @@ def test_the_startup_phase_is_the_process_age_to_the_centisecond() -> None:
     elapsed = time.monotonic() - t0
     age = float(out.stdout)
     assert 0.3 <= age <= elapsed + 0.02, (age, elapsed)
+
+
+def test_totals_are_this_runs_share_and_each_partition_is_shown() -> None:
+    """Two runs split four partitions: each run's total is its own two, and it reaches it."""
+    parts = {
+        "0": PartitionProgress("0", target_events=100, landed_events=40, mine=True),
+        "1": PartitionProgress("1", target_events=100, mine=True),
+        "2": PartitionProgress("2", target_events=100, done=True),
+        "3": PartitionProgress("3", target_events=100, done=True),
+    }
+    parts["1"].reading = SeqRange(0, 99)
+    parts["1"].read_events = 30
+    progress = RunProgress("run-a", "reading", 31.0, parts, spark_start_seconds=12.34)
+    assert (progress.landed_events, progress.target_events) == (40, 200)
+    assert progress.line() == (
+        "reading: 40/200 events landed of this run's share (partitions 0, 1); "
+        "partition 0 landed 40/100; partition 1 read 30/100, landed 0/100; "
+        "2/4 partitions up to date (2, 3 by peers); Spark started in 12.3 s; 31 s"
+    )
+    starting = RunProgress("run-a", "spark starting", 50.0, parts, spark_start_seconds=45.2)
+    assert starting.line() == "starting the Spark session: 45 s so far; 50 s"

@@ -726,7 +726,11 @@ def test_progress_at_snapshot_during_the_read_and_after_each_checkpoint() -> Non
     assert "checkpointed" in phases and phases[-1] == "finished"
     assert seen[-1][1:3] == (60, 60)
     ticks = [m for m in logged if m.startswith("progress ")]
-    assert ticks and "reading 0 [0, 29] (30 events), 1 [0, 29] (30 events)" in ticks[0]
+    # Each partition of the run's share, read and landed, every tick.
+    assert ticks and (
+        "partition 0 read 0/30, landed 0/30; partition 1 read 0/30, landed 0/30" in ticks[0]
+    )
+    assert "0/60 events landed of this run's share (partitions 0, 1)" in ticks[0]
 
 
 def test_a_run_with_nothing_to_read_claims_nothing_and_never_looks_at_the_sink() -> None:
