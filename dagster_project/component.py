@@ -29,20 +29,12 @@ the network is checked when the definitions load (``dg check defs``).
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal
+from collections.abc import Sequence
+from typing import Annotated, Any
 
 import dagster as dg
-from pydantic import (
-    BaseModel,
-    Field,
-    PrivateAttr,
-    ValidationError,
-    create_model,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ValidationError, field_validator
+from typing_extensions import Self
 
 from dagster_eventhub_ingest.dagster_project.assets import (
     IngestOptions,
@@ -71,7 +63,6 @@ from dagster_eventhub_ingest.dagster_project.schedules import (
 from dagster_eventhub_ingest.dagster_project.sensors import build_partition_sync_sensor
 from dagster_eventhub_ingest.resources.config import (
     AssetOptions,
-    ConfigDeprecationWarning,
     EventHubConfig,
     LagCheckOptions,
     RunOptions,
@@ -80,19 +71,19 @@ from dagster_eventhub_ingest.resources.config import (
     SparkConfig,
     StoreConfig,
     format_validation_error,
+    setting,
     spark_conf_strings,
-    unknown_key_message,
 )
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
 
 __all__ = [
+    "EventHub",
     "EventHubIngestComponent",
-    "EventHubModel",
-    "LagCheckModel",
-    "ScheduleModel",
-    "SinkModel",
-    "SparkModel",
-    "StoreModel",
+    "LagCheck",
+    "Schedule",
+    "Sink",
+    "Spark",
+    "Store",
     "build_eventhub_ingest_defs",
     "coerce_partition_ids",
 ]
@@ -115,35 +106,18 @@ def coerce_partition_ids(value: Any) -> Any:
     return value
 
 
-_KEY_CHECKED: dict[type, type[BaseModel]] = {}
-
-
-class _KeyChecked:
-    """defs.yaml's errors as the CLI words them: one line naming the key, value and what is valid.
-
-    Dagster validates the YAML against a model derived from the class before anything of ours
-    runs. Our key check sits in front of that derived model: it sets unknown keys aside (so
-    Dagster's schema check does not dump pydantic's errors for them, one per branch of a
-    template-or-block union) and :meth:`resolve_from_model` reports them as one line with a
-    did-you-mean, at the key's file and line. Values are checked when Dagster builds the class
-    from the resolved YAML: a failure there becomes one line per error with the key's full path
-    (``sink.format: ...``) instead of pydantic's dump.
-    """
+class _Block(dg.Resolvable):
+    """A defs.yaml block whose bad values read as the CLI words them: one line per error with
+    the key's full path (``sink.format: 'parqet' is not a known format; did you mean ...``),
+    instead of pydantic's dump, at the key's file and line."""
 
     @classmethod
-    def resolve_from_model(cls, context: dg.ResolutionContext, model: BaseModel) -> Any:
-        unknown = getattr(model, "_unknown_keys", None)
-        if unknown:
-            valid = _shown_keys(cls)  # type: ignore[arg-type]
-            message = "; ".join(unknown_key_message(key, valid) for key in sorted(unknown))
+    def resolve_from_model(cls, context: dg.ResolutionContext, model: BaseModel) -> Self:
+        try:
+            return super().resolve_from_model(context, model)
+        except ValidationError as exc:
             where = ".".join(str(part) for part in context.path)
-            message = f"{where}.{message}" if where else message
-        else:
-            try:
-                return super().resolve_from_model(context, model)  # type: ignore[misc]
-            except ValidationError as exc:
-                where = ".".join(str(part) for part in context.path)
-                message = format_validation_error(exc, where)
+            message = format_validation_error(exc, where)
         if context.path:
             # A nested block (sink:, schedule:, ...): Dagster adds the file, line and snippet.
             raise context.build_resolve_fn_exc(
@@ -151,121 +125,49 @@ class _KeyChecked:
             )
         raise ConfigurationError(message)
 
-    @classmethod
-    def model(cls) -> type[BaseModel]:
-        if cls not in _KEY_CHECKED:
-            base: type[BaseModel] = super().model()  # type: ignore[misc]
-            valid = set(base.model_fields)
 
-            def set_aside(data: Any, handler: Any) -> Any:
-                unknown = (
-                    {str(k): v for k, v in data.items() if k not in valid}
-                    if isinstance(data, Mapping)
-                    else {}
-                )
-                if unknown:
-                    data = {k: v for k, v in data.items() if k in valid}
-                instance = handler(data)
-                if unknown:
-                    instance._unknown_keys = unknown
-                return instance
-
-            derived = create_model(
-                base.__name__,
-                __base__=base,
-                __validators__={
-                    "_did_you_mean": model_validator(mode="wrap")(set_aside)  # type: ignore[arg-type,dict-item]
-                },
-                _unknown_keys=(dict[str, Any], PrivateAttr(default_factory=dict)),
-            )
-            # Dagster records each YAML key's file and line on the attribute of that name.
-            setattr(derived, "__getattr__", _unknown_key_attribute)  # noqa: B010
-            _KEY_CHECKED[cls] = derived
-        return _KEY_CHECKED[cls]
+# The block classes are named after their defs.yaml key; Dagster's schema names each one
+# ``<class>Model`` (EventHubModel, StoreModel, ...).
 
 
-def _unknown_key_attribute(self: BaseModel, name: str) -> Any:
-    """An unknown key's value, set aside by the key check (then pydantic's own lookup)."""
-    private = object.__getattribute__(self, "__pydantic_private__") or {}
-    unknown = private.get("_unknown_keys") or {}
-    if name in unknown:
-        return unknown[name]
-    return getattr(BaseModel, "__getattr__")(self, name)  # noqa: B009 (pydantic's, not typed)
-
-
-def _shown_keys(model: type[BaseModel]) -> list[str]:
-    """The keys an unknown-key message offers: every field but the deprecated spellings."""
-    return [
-        name
-        for name, info in model.model_fields.items()
-        if not (info.description or "").startswith("Deprecated")
-    ]
-
-
-class EventHubModel(_KeyChecked, dg.Resolvable, dg.Model, EventHubConfig):
-    """The Event Hub to read (:class:`dagster_eventhub_ingest.resources.config.EventHubConfig`,
-    templates resolved)."""
-
-    # Old spellings (one release): moved into ``credential`` with a deprecation warning.
-    credential_type: Literal["connection_string", "default_azure_credential"] | None = Field(
-        default=None, description="Deprecated: write credential.credential_type."
-    )
-    connection_string_env: str | None = Field(
-        default=None, description="Deprecated: write credential.connection_string_env."
-    )
-    fully_qualified_namespace: str | None = Field(
-        default=None, description="Deprecated: write credential.fully_qualified_namespace."
-    )
+class EventHub(_Block, dg.Model, EventHubConfig):
+    """The Event Hub to read and the consumer group whose checkpoints this pipeline owns."""
 
     def resource(self) -> EventHubResource:
-        """The :class:`EventHubResource` this describes (secret through ``dg.EnvVar``)."""
+        """The EventHubResource this describes (the secret through ``dg.EnvVar``)."""
         return EventHubResource.from_config(self)
 
 
-class StoreModel(_KeyChecked, dg.Resolvable, dg.Model, StoreConfig):
-    """The Blob container for leases and checkpoints
-    (:class:`dagster_eventhub_ingest.resources.config.StoreConfig`)."""
-
-    credential_type: Literal["connection_string", "default_azure_credential"] | None = Field(
-        default=None, description="Deprecated: write credential.credential_type."
-    )
-    connection_string_env: str | None = Field(
-        default=None, description="Deprecated: write credential.connection_string_env."
-    )
-    account_url: str | None = Field(
-        default=None, description="Deprecated: write credential.account_url."
-    )
+class Store(_Block, dg.Model, StoreConfig):
+    """The Blob container holding leases and checkpoints."""
 
     def resource(self) -> PartitionStoreResource:
-        """The :class:`PartitionStoreResource` this describes (secret through ``dg.EnvVar``)."""
+        """The PartitionStoreResource this describes (the secret through ``dg.EnvVar``)."""
         return PartitionStoreResource.from_config(self)
 
 
-class SinkModel(_KeyChecked, dg.Resolvable, dg.Model, SinkConfig):
-    """Where events land (:class:`dagster_eventhub_ingest.resources.config.SinkConfig`)."""
+class Sink(_Block, dg.Model, SinkConfig):
+    """Where events land: a path or a table, in a Spark format or deltalake."""
 
     def resource(self) -> SinkResource:
-        """The :class:`SinkResource` this describes."""
+        """The SinkResource this describes."""
         return SinkResource.from_config(self)
 
 
-class ScheduleModel(_KeyChecked, dg.Resolvable, dg.Model, ScheduleOptions):
-    """Every N minutes, K runs over every partition
-    (:class:`dagster_eventhub_ingest.resources.config.ScheduleOptions`)."""
+class Schedule(_Block, dg.Model, ScheduleOptions):
+    """Every N minutes (or on a cron string), K runs over every partition."""
 
 
-class LagCheckModel(_KeyChecked, dg.Resolvable, dg.Model, LagCheckOptions):
-    """The lag check and its sensor
-    (:class:`dagster_eventhub_ingest.resources.config.LagCheckOptions`)."""
+class LagCheck(_Block, dg.Model, LagCheckOptions):
+    """The lag check's thresholds and the sensor that evaluates it without a run."""
 
 
 def _resolve_spark_conf(context: dg.ResolutionContext, value: Any) -> dict[str, str]:
     return spark_conf_strings(context.resolve_value(value))
 
 
-class SparkModel(_KeyChecked, dg.Resolvable, dg.Model, SparkConfig):
-    """How Spark starts (:class:`dagster_eventhub_ingest.resources.config.SparkConfig`, the CLI
-    file's ``spark:``)."""
+class Spark(_Block, dg.Model, SparkConfig):
+    """How Spark starts: a local master, a cluster master or Spark Connect, and its conf."""
 
     # YAML writes numbers and booleans bare (shuffle partitions: 4); Spark gets strings.
     conf: Annotated[
@@ -275,7 +177,7 @@ class SparkModel(_KeyChecked, dg.Resolvable, dg.Model, SparkConfig):
             model_field_type=dict[str, str | int | float | bool],
             description=SparkConfig.model_fields["conf"].description,
         ),
-    ] = Field(default_factory=dict, description=SparkConfig.model_fields["conf"].description)
+    ] = setting(default_factory=dict, description=str(SparkConfig.model_fields["conf"].description))
 
     def resource(self) -> LocalPySparkResource:
         """The PySpark resource this describes."""
@@ -286,76 +188,49 @@ def _resolve_partitions(context: dg.ResolutionContext, value: Any) -> list[str] 
     return coerce_partition_ids(context.resolve_value(value))
 
 
+_PARTITIONS = (
+    "Static partition ids of the hub, e.g. [0, 1, 2, 3]; default: none, the partitions are "
+    "dynamic and a sensor adds the hub's ids as they appear."
+)
+
 ResolvedPartitionIds = Annotated[
     list[str] | None,
     dg.Resolver(
-        _resolve_partitions,
-        model_field_type=list[str | int] | None,
-        description="Static partition ids; omit for dynamic partitions synced from the hub.",
+        _resolve_partitions, model_field_type=list[str | int] | None, description=_PARTITIONS
     ),
 ]
 
 
 @dg.scaffold_with(EventHubIngestScaffolder)
-class EventHubIngestComponent(
-    _KeyChecked, dg.Component, dg.Model, RunOptions, AssetOptions, dg.Resolvable
-):
+class EventHubIngestComponent(_Block, dg.Component, dg.Model, RunOptions, AssetOptions):
     """Land an Azure Event Hub into a Spark sink, exactly once, in scheduled Dagster batches.
 
-    Builds a partitioned asset (one partition per hub partition, with a lag check), its job, a
-    schedule launching K parallel runs, a sensor syncing dynamic partitions with the hub, and the
-    resources (Event Hub, partition store, sink, local PySpark). The run options (strategy,
-    max_events_per_partition, ...) are :class:`dagster_eventhub_ingest.resources.config.RunOptions`,
-    the same keys as the ``ehingest`` config file; everything is validated when the definitions
-    load.
+    Builds a partitioned asset (one partition per hub partition) with its lag check, its job, a
+    schedule launching K parallel runs, a sensor syncing dynamic partitions with the hub, and
+    the resources (Event Hub, partition store, sink, Spark). The run options (strategy,
+    max_events_per_partition, ...) are the same keys as the ehingest config file; everything is
+    checked when the definitions load (dg check defs).
     """
 
-    eventhub: EventHubModel = Field(description="The Event Hub to read.")
-    store: StoreModel = Field(description="The Blob container for leases and checkpoints.")
-    sink: SinkModel = Field(description="Where events land.")
-    partitions: ResolvedPartitionIds = None
-    schedule: ScheduleModel | None = Field(default=None, description="Scheduled runs (optional).")
-    lag_check: LagCheckModel | None = Field(default=None, description="Lag check (optional).")
-    spark: SparkModel | None = Field(
+    eventhub: EventHub = setting(description="The Event Hub to read (required).")
+    store: Store = setting(description="The Blob container for leases and checkpoints (required).")
+    sink: Sink = setting(description="Where events land (required).")
+    partitions: ResolvedPartitionIds = setting(default=None, description=_PARTITIONS)
+    schedule: Schedule | None = setting(
+        default=None,
+        description="Scheduled runs, e.g. {every_minutes: 5, runs: 2}; default: none.",
+    )
+    lag_check: LagCheck | None = setting(
+        default=None,
+        description="The lag check and its sensor, e.g. {max_lag_events: 10000}; default: no "
+        "lag check.",
+    )
+    spark: Spark | None = setting(
         default=None,
         description="How Spark starts (master or remote, conf, app_name, ship_code), as in the "
-        "ehingest config file; unset: a local session with loopback defaults.",
+        "ehingest config file, e.g. {master: 'spark://host:7077'}; default: a local session "
+        "on every core with loopback settings.",
     )
-    # Old spellings (one release): moved into ``spark`` with a deprecation warning.
-    spark_config: dict[str, str | int | float | bool] | None = Field(
-        default=None, description="Deprecated: write spark.conf (and spark.master)."
-    )
-    spark_remote: str | None = Field(default=None, description="Deprecated: write spark.remote.")
-
-    @classmethod
-    def upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:
-        """Accept the old ``spark_config`` / ``spark_remote`` keys (one release)."""
-        old = [k for k in ("spark_config", "spark_remote") if data.get(k) is not None]
-        for key in ("spark_config", "spark_remote"):
-            if key not in old:
-                data.pop(key, None)  # declared (so defs.yaml may still name them), but unset
-        if not old:
-            return data
-        if data.get("spark") is not None:
-            raise ValueError(
-                f"give the Spark settings in one place: move {', '.join(old)} into spark"
-            )
-        conf = dict(data.pop("spark_config", None) or {})
-        spark: dict[str, Any] = {}
-        if "spark.master" in conf:
-            spark["master"] = conf.pop("spark.master")
-        if conf:
-            spark["conf"] = conf
-        if "spark_remote" in data:
-            spark["remote"] = data.pop("spark_remote")
-        warnings.warn(
-            f"{', '.join(old)} are deprecated; write spark: {spark} (the old keys stop working "
-            "in the next release)",
-            ConfigDeprecationWarning,
-            stacklevel=2,
-        )
-        data["spark"] = SparkModel(**spark)
-        return data
 
     @field_validator("partitions", mode="before")
     @classmethod
@@ -363,7 +238,7 @@ class EventHubIngestComponent(
         return coerce_partition_ids(value)
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        """The asset, job, schedule, sensor and resources this component declares."""
+        """The asset, checks, job, schedule, sensors and resources this component declares."""
         options = IngestOptions(
             **self.run_options().model_dump(),
             pool=self.pool,
@@ -420,7 +295,7 @@ def build_eventhub_ingest_defs(
             partition_store=PartitionStoreResource(container="eventhub-state", credential=...),
             sink=SinkResource(path="/data/telemetry"),
             partition_ids=["0", "1", "2", "3"],
-            schedule=ScheduleModel(every_minutes=5, runs=2),
+            schedule=ScheduleOptions(every_minutes=5, runs=2),
         )
     """
     asset_key = dg.AssetKey.from_coercible(key)

@@ -59,6 +59,7 @@ from dagster_eventhub_ingest.resources.config._model import (
     OneLineErrors,
     StrictModel,
     format_validation_error,
+    setting,
     unknown_key_message,
 )
 from dagster_eventhub_ingest.resources.config._places import EventHubConfig, StoreConfig
@@ -140,6 +141,7 @@ __all__ = [
     "expand_env",
     "format_validation_error",
     "load_yaml",
+    "setting",
     "spark_conf_strings",
     "unknown_key_message",
 ]

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
 from dagster_eventhub_ingest.resources.config._model import (
     StrictModel,
     _show,
     _suggest,
     format_validation_error,
+    setting,
 )
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
 
@@ -19,37 +20,39 @@ from dagster_eventhub_ingest.resources.errors import ConfigurationError
 class IdentityOptions(StrictModel):
     """Options of azure-identity's ``DefaultAzureCredential`` (Entra ID, no secret in config)."""
 
-    managed_identity_client_id: str | None = Field(
+    managed_identity_client_id: str | None = setting(
         default=None,
         description="Client id of a user-assigned managed identity (unset: system-assigned).",
     )
-    tenant_id: str | None = Field(
+    tenant_id: str | None = setting(
         default=None,
         description="Entra tenant for the credentials that take one (workload identity, "
         "Visual Studio Code, shared cache, interactive browser).",
     )
-    exclude_environment_credential: bool = Field(default=False, description="Skip AZURE_* env.")
-    exclude_workload_identity_credential: bool = Field(
+    exclude_environment_credential: bool = setting(default=False, description="Skip AZURE_* env.")
+    exclude_workload_identity_credential: bool = setting(
         default=False, description="Skip workload identity (Kubernetes)."
     )
-    exclude_managed_identity_credential: bool = Field(
+    exclude_managed_identity_credential: bool = setting(
         default=False, description="Skip managed identity."
     )
-    exclude_shared_token_cache_credential: bool = Field(
+    exclude_shared_token_cache_credential: bool = setting(
         default=False, description="Skip the shared token cache."
     )
-    exclude_cli_credential: bool = Field(default=False, description="Skip the Azure CLI login.")
-    exclude_developer_cli_credential: bool = Field(
+    exclude_cli_credential: bool = setting(default=False, description="Skip the Azure CLI login.")
+    exclude_developer_cli_credential: bool = setting(
         default=False, description="Skip the Azure Developer CLI login."
     )
-    exclude_powershell_credential: bool = Field(default=False, description="Skip Azure PowerShell.")
-    exclude_visual_studio_code_credential: bool = Field(
+    exclude_powershell_credential: bool = setting(
+        default=False, description="Skip Azure PowerShell."
+    )
+    exclude_visual_studio_code_credential: bool = setting(
         default=False, description="Skip Visual Studio Code."
     )
-    exclude_broker_credential: bool = Field(
+    exclude_broker_credential: bool = setting(
         default=False, description="Skip the broker (WAM) login."
     )
-    exclude_interactive_browser_credential: bool = Field(
+    exclude_interactive_browser_credential: bool = setting(
         default=True, description="Skip the interactive browser login (skipped by default)."
     )
 
@@ -66,10 +69,10 @@ class IdentityOptions(StrictModel):
 class EventHubConnectionStringCredential(StrictModel):
     """An Event Hubs connection string, read from an environment variable (never from a file)."""
 
-    credential_type: Literal["connection_string"] = Field(
+    credential_type: Literal["connection_string"] = setting(
         default="connection_string", description="Selects connection-string authentication."
     )
-    connection_string_env: str = Field(
+    connection_string_env: str = setting(
         default="EVENTHUB_CONNECTION_STRING",
         description="Name of the environment variable holding the connection string "
         "('Endpoint=sb://...;SharedAccessKeyName=...;SharedAccessKey=...[;EntityPath=hub]').",
@@ -79,10 +82,10 @@ class EventHubConnectionStringCredential(StrictModel):
 class EventHubIdentityCredential(IdentityOptions):
     """DefaultAzureCredential for a namespace (managed identity, workload identity, CLI)."""
 
-    credential_type: Literal["default_azure_credential"] = Field(
+    credential_type: Literal["default_azure_credential"] = setting(
         default="default_azure_credential", description="Selects DefaultAzureCredential."
     )
-    fully_qualified_namespace: str = Field(
+    fully_qualified_namespace: str = setting(
         description="The namespace host, e.g. 'myns.servicebus.windows.net'."
     )
 
@@ -90,10 +93,10 @@ class EventHubIdentityCredential(IdentityOptions):
 class StoreConnectionStringCredential(StrictModel):
     """A Blob Storage connection string, read from an environment variable."""
 
-    credential_type: Literal["connection_string"] = Field(
+    credential_type: Literal["connection_string"] = setting(
         default="connection_string", description="Selects connection-string authentication."
     )
-    connection_string_env: str = Field(
+    connection_string_env: str = setting(
         default="AZURE_STORAGE_CONNECTION_STRING",
         description="Name of the environment variable holding the connection string.",
     )
@@ -102,10 +105,10 @@ class StoreConnectionStringCredential(StrictModel):
 class StoreIdentityCredential(IdentityOptions):
     """DefaultAzureCredential for a storage account."""
 
-    credential_type: Literal["default_azure_credential"] = Field(
+    credential_type: Literal["default_azure_credential"] = setting(
         default="default_azure_credential", description="Selects DefaultAzureCredential."
     )
-    account_url: str = Field(
+    account_url: str = setting(
         description="The Blob service URL, e.g. 'https://myaccount.blob.core.windows.net'."
     )
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import field_validator
 
-from dagster_eventhub_ingest.resources.config._model import StrictModel, _above, _at_least
+from dagster_eventhub_ingest.resources.config._model import StrictModel, _above, _at_least, setting
 
 LagSeverity = Literal["WARN", "ERROR"]
 
@@ -14,12 +14,12 @@ LagSeverity = Literal["WARN", "ERROR"]
 class AssetPolicies(StrictModel):
     """How Dagster runs and judges the asset: its concurrency pool and freshness check."""
 
-    pool: str | None = Field(
+    pool: str | None = setting(
         default="eventhub_ingest",
         description="Dagster concurrency pool of the ingestion step; set its limit on the "
         "instance to at least schedule.runs.",
     )
-    freshness_fail_minutes: float | None = Field(
+    freshness_fail_minutes: float | None = setting(
         default=None,
         description="Freshness check window in minutes: overdue when the sink is not caught up "
         "with the hub as of this long ago (an unread event older than this, or no measurement "
@@ -35,13 +35,13 @@ class AssetPolicies(StrictModel):
 class AssetOptions(AssetPolicies):
     """How the Dagster asset is declared (defs.yaml's top-level keys beside the run options)."""
 
-    asset_key: str = Field(default="eventhub_events", description="Asset key ('a/b' for a path).")
-    group_name: str | None = Field(default=None, description="Asset group in the UI.")
-    description: str | None = Field(default=None, description="Asset description in the UI.")
-    partition_sync_interval_seconds: int = Field(
+    asset_key: str = setting(default="eventhub_events", description="Asset key ('a/b' for a path).")
+    group_name: str | None = setting(default=None, description="Asset group in the UI.")
+    description: str | None = setting(default=None, description="Asset description in the UI.")
+    partition_sync_interval_seconds: int = setting(
         default=300, description="How often the sensor asks the hub for new partitions (>= 1)."
     )
-    backfill_max_partitions_per_run: int | None = Field(
+    backfill_max_partitions_per_run: int | None = setting(
         default=None,
         description="UI backfills: unset = one run per contiguous range; N = runs of <= N keys.",
     )
@@ -55,12 +55,12 @@ class AssetOptions(AssetPolicies):
 class ScheduleOptions(StrictModel):
     """Every N minutes (or on a cron string), K runs over every partition."""
 
-    every_minutes: int = Field(
+    every_minutes: int = setting(
         default=5, description="Period in minutes; divides an hour or a day (1, 5, 15, 60, ...)."
     )
-    runs: int = Field(default=1, description="K: parallel runs per tick (>= 1); they share work.")
-    cron_schedule: str | None = Field(default=None, description="Cron string (overrides N).")
-    running: bool = Field(default=False, description="Start the schedule switched on.")
+    runs: int = setting(default=1, description="K: parallel runs per tick (>= 1); they share work.")
+    cron_schedule: str | None = setting(default=None, description="Cron string (overrides N).")
+    running: bool = setting(default=False, description="Start the schedule switched on.")
 
     @field_validator("every_minutes")
     @classmethod
@@ -96,19 +96,19 @@ def _every_minutes_cron(minutes: int) -> str | None:
 class LagCheckOptions(StrictModel):
     """The lag check: thresholds (set at least one for a check), severity, and its sensor."""
 
-    max_lag_events: int | None = Field(
+    max_lag_events: int | None = setting(
         default=None, description="Max events behind the hub (>= 0)."
     )
-    max_lag_seconds: float | None = Field(
+    max_lag_seconds: float | None = setting(
         default=None, description="Max age of the oldest unread event, seconds (>= 0)."
     )
-    severity: LagSeverity = Field(default="WARN", description="Severity on failure.")
-    every_minutes: float = Field(
+    severity: LagSeverity = setting(default="WARN", description="Severity on failure.")
+    every_minutes: float = setting(
         default=5,
         description="A sensor also evaluates the check this often, from the hub and the "
         "checkpoints without a run, so lag is reported while no ingestion runs (> 0).",
     )
-    running: bool = Field(default=True, description="Start the check's sensor switched on.")
+    running: bool = setting(default=True, description="Start the check's sensor switched on.")
 
     @field_validator("max_lag_events", "max_lag_seconds")
     @classmethod

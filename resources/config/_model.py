@@ -6,10 +6,22 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar, get_args
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from typing_extensions import Self
 
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, did_you_mean, redact
+
+
+def setting(*args: Any, description: str, **kwargs: Any) -> Any:
+    """A pydantic ``Field`` with its description, also under ``json_schema_extra``.
+
+    Schemas derived from these models keep it: Dagster derives a Component's YAML schema from
+    the model and replaces the description of every field with a default by its resolver's
+    (none), while it merges ``json_schema_extra`` through. Used for every setting, so
+    ``dg utils inspect-component`` and the UI's component page show what each key does.
+    """
+    extra = {"description": description, **kwargs.pop("json_schema_extra", {})}
+    return Field(*args, description=description, json_schema_extra=extra, **kwargs)
 
 
 class ConfigDeprecationWarning(FutureWarning):

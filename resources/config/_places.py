@@ -7,7 +7,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import field_validator
 
 from dagster_eventhub_ingest.resources.config._credentials import (
     EventHubConnectionStringCredential,
@@ -17,7 +17,11 @@ from dagster_eventhub_ingest.resources.config._credentials import (
     _env_value,
     _pick_credential,
 )
-from dagster_eventhub_ingest.resources.config._model import ConfigDeprecationWarning, StrictModel
+from dagster_eventhub_ingest.resources.config._model import (
+    ConfigDeprecationWarning,
+    StrictModel,
+    setting,
+)
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
 from dagster_eventhub_ingest.resources.store.settings import StoreSettings, check_container_name
@@ -26,16 +30,16 @@ from dagster_eventhub_ingest.resources.store.settings import StoreSettings, chec
 class EventHubConfig(StrictModel):
     """The Event Hub to read, the consumer group, and how to authenticate."""
 
-    eventhub_name: str | None = Field(
+    eventhub_name: str | None = setting(
         default=None,
         description="Name of the Event Hub; may be omitted when the connection string has "
         "EntityPath.",
     )
-    consumer_group: str = Field(
+    consumer_group: str = setting(
         default="$Default",
         description="Consumer group to read as; checkpoints are kept per consumer group.",
     )
-    credential: EventHubConnectionStringCredential | EventHubIdentityCredential = Field(
+    credential: EventHubConnectionStringCredential | EventHubIdentityCredential = setting(
         default_factory=EventHubConnectionStringCredential,
         description="A connection string from an environment variable (default "
         "EVENTHUB_CONNECTION_STRING), or DefaultAzureCredential with its options.",
@@ -91,11 +95,11 @@ class EventHubConfig(StrictModel):
 class StoreConfig(StrictModel):
     """The Blob container for leases and checkpoints, and how to authenticate."""
 
-    container: str = Field(description="Blob container name, e.g. 'ehingest-state'.")
-    create_container: bool = Field(
+    container: str = setting(description="Blob container name, e.g. 'ehingest-state'.")
+    create_container: bool = setting(
         default=True, description="Create the container if missing (False: fail clearly)."
     )
-    credential: StoreConnectionStringCredential | StoreIdentityCredential = Field(
+    credential: StoreConnectionStringCredential | StoreIdentityCredential = setting(
         default_factory=StoreConnectionStringCredential,
         description="A connection string from an environment variable (default "
         "AZURE_STORAGE_CONNECTION_STRING), or DefaultAzureCredential with its options.",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import ValidationError, field_validator, model_validator
 from typing_extensions import Self
 
 from dagster_eventhub_ingest.resources.config._model import (
@@ -15,6 +15,7 @@ from dagster_eventhub_ingest.resources.config._model import (
     _quoted,
     _suggest,
     format_validation_error,
+    setting,
 )
 from dagster_eventhub_ingest.resources.config._places import EventHubConfig, StoreConfig
 from dagster_eventhub_ingest.resources.config._sink import SinkConfig
@@ -40,15 +41,15 @@ ON_CHECKPOINT_AHEAD: tuple[str, ...] = get_args(OnCheckpointAhead)
 class DelayRaceOptions(StrictModel):
     """Options of the ``delay_race`` strategy (``strategy_options``; docs/balancing.md)."""
 
-    delay: float = Field(
+    delay: float = setting(
         default=0.05, description="Seconds a contender waits per partition it holds (> 0)."
     )
-    min_grab_time: float = Field(
+    min_grab_time: float = setting(
         default=10.0,
         description="A holder's mark opens this many seconds after it last wrote it (> 0; keep "
         "it under half the lease expiry).",
     )
-    lookahead: float = Field(
+    lookahead: float = setting(
         default=10.0,
         description="Seconds an owner looks ahead for marks about to open: one polling "
         "interval (> 0).",
@@ -85,19 +86,19 @@ def check_strategy_options(strategy: str, options: Mapping[str, Any]) -> None:
 class RunOptions(StrictModel):
     """How one run claims, reads and waits; the same keys in defs.yaml, the CLI and run config."""
 
-    strategy: StrategyName = Field(
+    strategy: StrategyName = setting(
         default="balanced",
         description=f"Balancing strategy: {', '.join(STRATEGY_NAMES)} (docs/balancing.md).",
     )
-    strategy_options: dict[str, Any] = Field(
+    strategy_options: dict[str, Any] = setting(
         default_factory=dict,
         description="Options of the strategy; only delay_race takes any (delay, "
         "min_grab_time, lookahead: DelayRaceOptions).",
     )
-    max_events_per_partition: int = Field(
+    max_events_per_partition: int = setting(
         default=100_000, description="At most this many new events per partition per run (>= 1)."
     )
-    max_events_per_cycle: int | None = Field(
+    max_events_per_cycle: int | None = setting(
         default=20_000,
         description="At most this many events per partition in one claim cycle (>= 1): a run "
         "checkpoints in batches of this size and releases its leases between them, so a "
@@ -107,16 +108,16 @@ class RunOptions(StrictModel):
         "it) at 64x from the first; a rest of at most a quarter batch is read with the batch "
         "before it. Unset reads a run's whole range in one cycle (one Spark job).",
     )
-    lease_expiry_seconds: float = Field(
+    lease_expiry_seconds: float = setting(
         default=60.0,
         description="A lease not renewed for this long (on the store's clock) may be taken over.",
     )
-    on_data_loss: OnDataLoss = Field(
+    on_data_loss: OnDataLoss = setting(
         default="fail",
         description="When events expired before being read: 'fail', or 'skip' (continue at the "
         "earliest retained event and report the gap).",
     )
-    on_checkpoint_ahead: OnCheckpointAhead = Field(
+    on_checkpoint_ahead: OnCheckpointAhead = setting(
         default="fail",
         description="A checkpoint the hub cannot have produced (past its last event, negative, "
         "or written for a hub since deleted and re-created): 'fail' (before anything is "
@@ -124,34 +125,34 @@ class RunOptions(StrictModel):
         "event, drop its pending intent, record the reset in the report and the blobs' "
         "ehireset metadata). Opt in once, for the run that should reset.",
     )
-    receive_timeout_seconds: float = Field(
+    receive_timeout_seconds: float = setting(
         default=DEFAULT_RECEIVE_TIMEOUT_SECONDS,
         description="Event Hubs receive timeout per read, seconds (> 0).",
     )
-    prefetch: int = Field(
+    prefetch: int = setting(
         default=DEFAULT_PREFETCH, description=f"Events prefetched per receiver (1..{MAX_PREFETCH})."
     )
-    max_readers_per_partition: int = Field(
+    max_readers_per_partition: int = setting(
         default=DEFAULT_READERS_PER_PARTITION,
         description="Spark input partitions (concurrent readers) per Event Hub partition range "
         f"(1..{MAX_READERS_PER_PARTITION}: Event Hubs allows {MAX_READERS_PER_PARTITION} per "
         "partition and consumer group).",
     )
-    run_timeout_seconds: float | None = Field(
+    run_timeout_seconds: float | None = setting(
         default=None,
         description="Stop waiting for live peers after this long (the run then reports the "
         "partitions not up to date); unset waits while peers renew their leases.",
     )
-    join_grace_seconds: float = Field(
+    join_grace_seconds: float = setting(
         default=1.0,
         description="On its first cycle a run waits this long after its heartbeat so runs of one "
         "schedule tick see each other; 0 for a single owner.",
     )
-    report_lag_seconds: bool = Field(
+    report_lag_seconds: bool = setting(
         default=True,
         description="Report how old the oldest unprocessed event of a lagging partition is.",
     )
-    read_progress_seconds: float = Field(
+    read_progress_seconds: float = setting(
         default=2.0,
         description="Live read progress: each Spark reader writes its running count to a small "
         "blob in the store at most this often (seconds), and the run shows events read of each "
@@ -266,6 +267,6 @@ class IngestSpec(RunOptions):
     The document the CLI reads (plus ``spark``) and the core of the Component's defs.yaml.
     """
 
-    eventhub: EventHubConfig = Field(description="The Event Hub to read.")
-    store: StoreConfig = Field(description="The Blob container for leases and checkpoints.")
-    sink: SinkConfig = Field(description="Where events land.")
+    eventhub: EventHubConfig = setting(description="The Event Hub to read.")
+    store: StoreConfig = setting(description="The Blob container for leases and checkpoints.")
+    sink: SinkConfig = setting(description="Where events land.")

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import field_validator, model_validator
 from typing_extensions import Self
 
-from dagster_eventhub_ingest.resources.config._model import StrictModel
+from dagster_eventhub_ingest.resources.config._model import StrictModel, setting
 from dagster_eventhub_ingest.resources.settings import EVENT_COLUMNS
 from dagster_eventhub_ingest.resources.sink import (
     PARTITION_COLUMNS,
@@ -28,29 +28,29 @@ OUTPUT_COLUMNS: tuple[str, ...] = EVENT_COLUMNS
 class SinkConfig(StrictModel):
     """Where events land: a Spark format (or ``deltalake``) and a path or a table."""
 
-    format: str = Field(
+    format: str = setting(
         default="parquet",
         description=f"{', '.join(SPARK_FORMATS)} (Spark), a data source class name, or "
         "'deltalake' (Delta written by delta-rs, no Spark jars).",
     )
-    path: str | None = Field(default=None, description="Output folder or URI (or give table).")
-    table: str | None = Field(default=None, description="Spark catalog table (or give path).")
-    partition_by: list[str] = Field(
+    path: str | None = setting(default=None, description="Output folder or URI (or give table).")
+    table: str | None = setting(default=None, description="Spark catalog table (or give path).")
+    partition_by: list[str] = setting(
         default_factory=list,
         description=f"Output columns to partition by, from: {', '.join(PARTITION_COLUMNS)}.",
     )
-    shared: bool = Field(
+    shared: bool = setting(
         default=False,
         description="The local path is a volume every Spark node mounts at the same place "
         "(otherwise a local path is refused on a non-local Spark).",
     )
-    storage_options: dict[str, str] = Field(
+    storage_options: dict[str, str] = setting(
         default_factory=dict,
         description="format 'deltalake' on abfss:// / az://: delta-rs storage options (account, "
         "key or SAS from the environment, service principal, endpoint).",
         repr=False,
     )
-    sources: SinkSources = Field(
+    sources: SinkSources = setting(
         default="one",
         description="'one': the sink holds the events of one namespace, hub and consumer group "
         "(recorded at its first write) and refuses any other; 'many': several sources share it, "

@@ -6,10 +6,10 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import field_validator, model_validator
 from typing_extensions import Self
 
-from dagster_eventhub_ingest.resources.config._model import StrictModel, _show
+from dagster_eventhub_ingest.resources.config._model import StrictModel, _show, setting
 from dagster_eventhub_ingest.resources.spark_kind import DEFAULT_SPARK_MASTER
 
 #: fails before any claim instead of at session start.
@@ -24,21 +24,21 @@ class SparkConfig(StrictModel):
     its PySpark resource from it,
     ``dagster_eventhub_ingest.dagster_project.resources.spark_resource``)."""
 
-    master: str | None = Field(
+    master: str | None = setting(
         default=None,
         description=f"Spark master: local[n] (default {DEFAULT_SPARK_MASTER}), spark://host:7077, "
         "yarn, k8s://...",
     )
-    remote: str | None = Field(
+    remote: str | None = setting(
         default=None,
         description="Spark Connect URL (sc://host:port) instead of master (exclusive).",
     )
-    app_name: str = Field(default="ehingest", description="Spark application name.")
-    conf: dict[str, str] = Field(
+    app_name: str = setting(default="ehingest", description="Spark application name.")
+    conf: dict[str, str] = setting(
         default_factory=dict,
         description="Spark settings; numbers and booleans are written as Spark expects them.",
     )
-    ship_code: bool = Field(
+    ship_code: bool = setting(
         default=True,
         description="Ship the project's code to non-local executors (false: the cluster has "
         "dagster-eventhub-ingest installed).",

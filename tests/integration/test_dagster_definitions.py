@@ -227,21 +227,6 @@ def _without(yaml_text: str, key: str) -> str:
             "  strategy: delay_race\n  strategy_options: {delay: -1}\n",
             "strategy_options.delay: -1 must be > 0 (seconds)",
         ),
-        # Unknown keys: one line with a did-you-mean; the deprecated spellings are not offered.
-        (
-            "  stratgy: greedy\n",
-            "stratgy: unknown key; did you mean 'strategy'? valid keys: pool, ",
-        ),
-        (
-            "  sink: {path: /tmp/out, formt: parquet}\n",
-            "sink.formt: unknown key; did you mean 'format'? valid keys: format, path, table, "
-            "partition_by, shared, storage_options, sources",
-        ),
-        (
-            "  eventhub: {eventhub_name: telemetry, credentail: {}}\n",
-            "eventhub.credentail: unknown key; did you mean 'credential'? valid keys: "
-            "eventhub_name, consumer_group, credential\n",
-        ),
     ],
 )
 def test_component_bad_values_fail_at_load_in_one_line(snippet: str, message: str) -> None:
@@ -278,16 +263,50 @@ def test_component_spark_block_is_the_cli_spark_block() -> None:
     assert conf["spark.driver.host"] == "127.0.0.1"  # a local master keeps the loopback pins
 
 
-def test_component_old_spark_keys_still_load_with_a_warning() -> None:
-    old = YAML + "  spark_config: {spark.master: 'local[2]', spark.sql.shuffle.partitions: 4}\n"
-    with pytest.warns(FutureWarning, match=r"spark_config are deprecated; write spark: "):
-        component = _component(old)
-    assert component.spark is not None
-    assert component.spark.master == "local[2]"
-    assert component.spark.conf == {"spark.sql.shuffle.partitions": "4"}
-    remote = YAML + "  spark_remote: sc://spark.example:15002\n"
-    with pytest.warns(FutureWarning, match=r"spark_remote are deprecated"):
-        assert _component(remote).spark.remote == "sc://spark.example:15002"  # type: ignore[union-attr]
+@pytest.mark.parametrize(
+    ("snippet", "where"),
+    [
+        # Unknown keys, at any depth: Dagster's schema check names the key and its line.
+        ("  stratgy: greedy\n", "stratgy at <string>:"),
+        ("  sink: {path: /tmp/out, formt: parquet}\n", "sink.SinkModel.formt at <string>:"),
+        (
+            "  eventhub: {eventhub_name: telemetry, credentail: {}}\n",
+            "eventhub.EventHubModel.credentail at <string>:",
+        ),
+        # The old spellings are no longer in the schema: refused at their line, never ignored.
+        ("  spark_config: {spark.master: 'local[2]'}\n", "spark_config at <string>:"),
+        ("  spark_remote: sc://spark.example:15002\n", "spark_remote at <string>:"),
+    ],
+)
+def test_component_unknown_and_removed_keys_are_refused_at_their_line(
+    snippet: str, where: str
+) -> None:
+    text = _without(YAML, snippet.strip().split(":")[0])
+    with pytest.raises(Exception) as info:
+        _component(text + snippet)
+    shown = str(info.value)
+    assert where in shown and "Extra inputs are not permitted" in shown, shown
+
+
+def test_component_schema_describes_every_key_with_clean_names() -> None:
+    """What ``dg utils inspect-component`` and the UI's component page show."""
+    import re
+
+    schema = EventHubIngestComponent.model().model_json_schema()
+    markup = re.compile(r":(class|func|meth|mod):|::|``")
+    blocks = schema.get("$defs", {})
+    assert {"EventHubModel", "StoreModel", "SinkModel", "ScheduleModel", "SparkModel"} <= set(
+        blocks
+    )
+    assert not [n for n in blocks if n.endswith("ModelModel")], sorted(blocks)
+    for name, block in [("attributes", schema), *blocks.items()]:
+        for key, field in block.get("properties", {}).items():
+            text = field.get("description")
+            assert text, f"{name}.{key} has no description"
+            assert not markup.search(text), f"{name}.{key}: {text}"
+    assert not {"spark_config", "spark_remote"} & set(schema["properties"])
+    for block in ("EventHubModel", "StoreModel"):
+        assert "connection_string_env" not in blocks[block]["properties"]  # only in credential
 
 
 def test_dg_check_defs_names_a_bad_value_in_one_line(tmp_path: Path) -> None:
@@ -337,17 +356,15 @@ def test_dg_check_defs_names_a_bad_value_in_one_line(tmp_path: Path) -> None:
     assert "validation error for" not in out
 
 
-def test_component_old_credential_keys_still_load_with_a_warning() -> None:
+def test_component_old_credential_keys_are_refused_at_their_line() -> None:
     old = YAML.replace(
         "    credential: {connection_string_env: TEST_EH_CONN}",
         "    connection_string_env: TEST_EH_CONN",
     )
-    with pytest.warns(
-        FutureWarning,
-        match=r"eventhub: the old credential keys \(connection_string_env\) are deprecated",
+    with pytest.raises(
+        Exception, match=r"eventhub.EventHubModel.connection_string_env at <string>:"
     ):
-        component = _component(old)
-    assert component.eventhub.credential.connection_string_env == "TEST_EH_CONN"  # type: ignore[union-attr]
+        _component(old)
 
 
 def test_bad_schedule_period_is_explained() -> None:
