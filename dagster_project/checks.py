@@ -47,6 +47,7 @@ from dagster_eventhub_ingest.resources.store.partition_store import PartitionSto
 __all__ = [
     "LAG_CHECK_NAME",
     "LAST_UPDATED_KEY",
+    "LagProbe",
     "LagThresholds",
     "LastBatch",
     "build_freshness_checks",
@@ -383,38 +384,58 @@ def measure(
     return check, summary
 
 
-def build_lag_check(
-    asset_key: dg.AssetKey,
-    options: LagThresholds,
-    *,
-    eventhub_key: str,
-    partition_store_key: str,
-    partition_ids: Sequence[str] | None,
-    lease_expiry_seconds: float,
-) -> dg.AssetChecksDefinition:
+@dataclass(frozen=True)
+class LagProbe:
+    """Where the lag check measures: the asset, its thresholds, the resources holding the hub
+    and the store, the partitions (None: all the hub has) and the lease expiry."""
+
+    asset_key: dg.AssetKey
+    options: LagThresholds
+    eventhub_key: str
+    partition_store_key: str
+    partition_ids: Sequence[str] | None
+    lease_expiry_seconds: float
+
+    @property
+    def resource_keys(self) -> set[str]:
+        """The resources a check or sensor needs to measure."""
+        return {self.eventhub_key, self.partition_store_key}
+
+    def measure(
+        self, resources: Any, *, instance: dg.DagsterInstance | None = None, measured_by: str = ""
+    ) -> tuple[dg.AssetCheckResult, dg.AssetObservation | None]:
+        """The check's result and (with ``measured_by``) the summary, measured now."""
+        eventhub = getattr(resources, self.eventhub_key).settings()
+        store = getattr(resources, self.partition_store_key).store(eventhub.hub_ref())
+        result, summary = measure(
+            self.asset_key,
+            self.options,
+            eventhub,
+            store,
+            partition_ids=self.partition_ids,
+            lease_expiry_seconds=self.lease_expiry_seconds,
+            instance=instance,
+            measured_by=measured_by,
+        )
+        assert result is not None
+        return result, summary
+
+
+def build_lag_check(probe: LagProbe) -> dg.AssetChecksDefinition:
     """The lag check as its own definition: "Execute" in the UI measures it now, without a run
     of the asset. Ingestion runs and the lag sensor report the same check when they measure."""
 
     @dg.asset_check(
-        asset=asset_key,
+        asset=probe.asset_key,
         name=LAG_CHECK_NAME,
-        description=lag_check_description(options.max_lag_events, options.max_lag_seconds),
-        required_resource_keys={eventhub_key, partition_store_key},
+        description=lag_check_description(
+            probe.options.max_lag_events, probe.options.max_lag_seconds
+        ),
+        required_resource_keys=probe.resource_keys,
     )
     # Unannotated: Dagster compares the annotation to its classes, and this module's are strings.
     def _lag(context) -> dg.AssetCheckResult:
-        eventhub = getattr(context.resources, eventhub_key).settings()
-        store = getattr(context.resources, partition_store_key).store(eventhub.hub_ref())
-        result, _ = measure(
-            asset_key,
-            options,
-            eventhub,
-            store,
-            partition_ids=partition_ids,
-            lease_expiry_seconds=lease_expiry_seconds,
-        )
-        assert result is not None
-        return result
+        return probe.measure(context.resources)[0]
 
     return _lag
 
@@ -441,16 +462,23 @@ def build_freshness_checks(
     return checks, sensor
 
 
+def _reported_since(
+    instance: dg.DagsterInstance, asset_key: dg.AssetKey, since: float
+) -> str | None:
+    """Who reported the lag check after ``since`` (a run's id, or "a sensor"); None: nobody."""
+    key = dg.AssetCheckKey(asset_key, LAG_CHECK_NAME)
+    record = instance.event_log_storage.get_latest_asset_check_execution_by_key([key]).get(key)
+    event = record.event if record is not None else None
+    if event is None or event.dagster_event_type != dg.DagsterEventType.ASSET_CHECK_EVALUATION:
+        return None  # none yet, or a run's planned step (that run reports when it ends)
+    if event.timestamp <= since:
+        return None
+    assert record is not None
+    return f"run {record.run_id}" if record.run_id else "a sensor or run"
+
+
 def build_lag_sensor(
-    asset_key: dg.AssetKey,
-    options: LagThresholds,
-    *,
-    eventhub_key: str,
-    partition_store_key: str,
-    partition_ids: Sequence[str] | None,
-    lease_expiry_seconds: float,
-    every_minutes: float = 5,
-    running: bool = True,
+    probe: LagProbe, *, every_minutes: float = 5, running: bool = True
 ) -> dg.SensorDefinition:
     """A sensor evaluating the lag check every ``every_minutes`` without launching a run.
 
@@ -459,39 +487,35 @@ def build_lag_sensor(
     stays current while no ingestion runs (a stopped schedule shows as a red check).
     """
 
-    sensor_name = f"{asset_key.to_python_identifier()}_lag"
+    sensor_name = f"{probe.asset_key.to_python_identifier()}_lag"
 
     @dg.sensor(
         name=sensor_name,
         minimum_interval_seconds=max(30, round(every_minutes * 60)),
-        required_resource_keys={eventhub_key, partition_store_key},
+        required_resource_keys=probe.resource_keys,
         default_status=(
             dg.DefaultSensorStatus.RUNNING if running else dg.DefaultSensorStatus.STOPPED
         ),
         description="Evaluates the lag check from the hub and the checkpoints, without a run.",
     )
     def _lag(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        eventhub = getattr(context.resources, eventhub_key).settings()
-        store = getattr(context.resources, partition_store_key).store(eventhub.hub_ref())
-        result, summary = measure(
-            asset_key,
-            options,
-            eventhub,
-            store,
-            partition_ids=partition_ids,
-            lease_expiry_seconds=lease_expiry_seconds,
-            instance=context.instance,
-            measured_by=f"sensor {sensor_name}",
+        began = time.time()
+        result, summary = probe.measure(
+            context.resources, instance=context.instance, measured_by=f"sensor {sensor_name}"
         )
-        assert result is not None
         context.log.info(f"{LAG_CHECK_NAME}: {result.description}")
-        return dg.SensorResult(
-            asset_events=[
-                *([summary] if summary is not None else []),
-                lag_evaluation(result, context.instance),
-            ],
-            # No run is needed; the tick's reason (shown in the UI) is the measurement.
-            skip_reason=dg.SkipReason(f"{LAG_CHECK_NAME} reported: {result.description}"),
+        events: list[dg.AssetObservation | dg.AssetCheckEvaluation] = (
+            [summary] if summary is not None else []
         )
+        newer = _reported_since(context.instance, probe.asset_key, began)
+        if newer is None:
+            events.append(lag_evaluation(result, context.instance))
+            reason = f"{LAG_CHECK_NAME} reported: {result.description}"
+        else:
+            # A run reported the check while this tick measured: its result is the newer one,
+            # and ours, stored after it, would shadow it.
+            reason = f"{LAG_CHECK_NAME} not reported: {newer} reported it while this tick measured"
+        # No run is needed; the tick's reason (shown in the UI) is the measurement.
+        return dg.SensorResult(asset_events=events, skip_reason=dg.SkipReason(reason))
 
     return _lag

@@ -42,6 +42,7 @@ from dagster_eventhub_ingest.dagster_project.assets import (
     build_eventhub_ingest_asset,
 )
 from dagster_eventhub_ingest.dagster_project.checks import (
+    LagProbe,
     build_freshness_checks,
     build_lag_check,
     build_lag_sensor,
@@ -322,27 +323,17 @@ def build_eventhub_ingest_defs(
     checks: list[dg.AssetChecksDefinition] = []
     lag = opts.lag_thresholds
     if lag is not None:
-        checks.append(
-            build_lag_check(
-                asset_key,
-                lag,
-                eventhub_key=keys.eventhub,
-                partition_store_key=keys.partition_store,
-                partition_ids=partition_ids,
-                lease_expiry_seconds=opts.lease_expiry_seconds,
-            )
+        probe = LagProbe(
+            asset_key,
+            lag,
+            eventhub_key=keys.eventhub,
+            partition_store_key=keys.partition_store,
+            partition_ids=partition_ids,
+            lease_expiry_seconds=opts.lease_expiry_seconds,
         )
+        checks.append(build_lag_check(probe))
         sensors.append(
-            build_lag_sensor(
-                asset_key,
-                lag,
-                eventhub_key=keys.eventhub,
-                partition_store_key=keys.partition_store,
-                partition_ids=partition_ids,
-                lease_expiry_seconds=opts.lease_expiry_seconds,
-                every_minutes=lag.every_minutes,
-                running=lag.running,
-            )
+            build_lag_sensor(probe, every_minutes=lag.every_minutes, running=lag.running)
         )
     if schedule is not None:
         schedules.append(

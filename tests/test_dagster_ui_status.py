@@ -20,33 +20,13 @@ from dagster_graphql.test.utils import define_out_of_process_context, execute_da
 from dagster_eventhub_ingest.dagster_project.assets import RUNNER_TAG
 from dagster_eventhub_ingest.dagster_project.checks import LAG_CHECK_NAME, LAST_UPDATED_KEY
 from dagster_eventhub_ingest.resources.settings import StoreSettings
-from tests.fixtures.dagster import eventhub_resource, store_resource
+from tests.fixtures.dagster import CHECKS_QUERY, eventhub_resource, store_resource
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 KEY = "events"
 RANGE = {"dagster/asset_partition_range_start": "0", "dagster/asset_partition_range_end": "3"}
 
-CHECK_QUERY = """
-query LagCheck($key: AssetKeyInput!) {
-  assetNodeOrError(assetKey: $key) {
-    ... on AssetNode {
-      assetChecksOrError {
-        ... on AssetChecks {
-          checks {
-            name
-            executionForLatestMaterialization {
-              runId
-              status
-              evaluation { description }
-            }
-          }
-        }
-      }
-    }
-  }
-}
-"""
 
 #: The definitions as the code server loads them: the same builder, on the test's services.
 DEFS_MODULE = """
@@ -143,7 +123,7 @@ def _tick(defs: dg.Definitions, instance: dg.DagsterInstance, name: str) -> list
 
 def _shown(context: Any) -> dict[str, Any] | None:
     """The lag check's status as the asset page reads it (None: "Not evaluated")."""
-    result = execute_dagster_graphql(context, CHECK_QUERY, {"key": {"path": [KEY]}})
+    result = execute_dagster_graphql(context, CHECKS_QUERY, {"key": {"path": [KEY]}})
     assert not result.errors, result.errors
     checks = result.data["assetNodeOrError"]["assetChecksOrError"]["checks"]
     (lag,) = [c for c in checks if c["name"] == LAG_CHECK_NAME]
@@ -171,24 +151,7 @@ def test_the_lag_check_shows_the_newest_measurement_in_either_order(
 
     # A run with a sensor tick while it is going: the tick measures a backlog, the run then
     # lands everything and measures 0. The run's measurement is the newer one and shows.
-    result: dict[str, Any] = {}
-    runner = threading.Thread(target=lambda: result.update(run=_run(defs, instance)))
-    runner.start()
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        started = instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
-        logs = instance.all_logs(started[0].run_id) if started else []
-        if any("ingesting" in (e.user_message or "") for e in logs):
-            break  # the step is reading
-        time.sleep(0.1)
-    (_, during) = _tick(defs, instance, f"{KEY}_lag")
-    ticked_at = time.time()
-    runner.join(timeout=300)
-    run = result["run"]
-    assert run.success
-    assert not during.passed, "the tick came after the run had landed everything"
-    end = instance.get_run_record_by_id(run.run_id)
-    assert end is not None and end.end_time is not None and end.end_time > ticked_at
+    run = _run_with_a_tick_meanwhile(defs, instance, defs.resolve_job_def(f"{KEY}_job"))
     shown = _shown(context)
     assert shown is not None, "Not evaluated after a run that evaluated the check"
     assert (shown["runId"], shown["status"]) == (run.run_id, "SUCCEEDED")
@@ -203,6 +166,54 @@ def test_the_lag_check_shows_the_newest_measurement_in_either_order(
     assert quiet.success and not quiet.get_asset_materialization_events()
     shown = _shown(context)
     assert shown is not None and (shown["runId"], shown["status"]) == (quiet.run_id, "SUCCEEDED")
+
+
+def _run_with_a_tick_meanwhile(defs: dg.Definitions, instance: dg.DagsterInstance, job: Any) -> Any:
+    """Run ``job`` over every partition; once its step is reading, a lag-sensor tick."""
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        result["run"] = job.execute_in_process(instance=instance, raise_on_error=False, tags=RANGE)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        started = instance.get_runs(dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
+        logs = instance.all_logs(started[0].run_id) if started else []
+        if any("ingesting" in (e.user_message or "") for e in logs):
+            break  # the step is reading
+        time.sleep(0.1)
+    during = _tick(defs, instance, f"{KEY}_lag")
+    ticked_at = time.time()
+    runner.join(timeout=300)
+    assert result["run"].success
+    # The tick measured a backlog (or, had the run reported meanwhile, left the check alone).
+    assert isinstance(during[0], dg.AssetObservation)
+    assert during[0].metadata["eventhub/total_lag_events"].value > 0, "the tick came too late"
+    assert all(not e.passed for e in during if isinstance(e, dg.AssetCheckEvaluation))
+    end = instance.get_run_record_by_id(result["run"].run_id)
+    assert end is not None and end.end_time is not None and end.end_time > ticked_at
+    return result["run"]
+
+
+@pytest.mark.timeout(420)
+def test_a_run_that_plans_the_check_step_still_shows_its_newer_measurement(
+    ui: dict[str, Any],
+) -> None:
+    """The UI's Materialize plans an asset's checks in the run (whose step the asset's run then
+    skips): the run's measurement still out-ranks a sensor tick taken while it ran."""
+    hub, instance, context = ui["hub"], ui["instance"], ui["context"]
+    _fill(hub, events=3000)
+    defs = ui["defs"]()
+    job = defs.resolve_implicit_global_asset_job_def()  # the asset and its checks, as the UI
+    run = _run_with_a_tick_meanwhile(defs, instance, job)
+    lag = dg.AssetCheckKey(dg.AssetKey(KEY), LAG_CHECK_NAME)
+    assert lag in job.asset_layer.asset_graph.asset_check_keys  # planned at the run's start
+    logs = [e.user_message for e in instance.all_logs(run.run_id)]
+    assert any("reported as measured at the end of this run" in m for m in logs)
+    shown = _shown(context)
+    assert shown is not None and shown["status"] == "SUCCEEDED", shown
 
 
 def _freshness(defs: dg.Definitions, instance: dg.DagsterInstance) -> dg.AssetCheckEvaluation:
