@@ -3,10 +3,12 @@
 Playwright drives Debian's Chromium (``/usr/bin/chromium``, installed by
 scripts/tiers/browser.sh; Playwright's own browser download is never used) against `dagster dev`
 serving the project's ``defs.yaml`` on the local emulators (Azurite, the Event Hubs emulator).
-It opens the asset, launches a backfill of every partition, waits for it, then checks that every
-event landed once and that the UI shows each partition materialized with its metadata; then a
-backfill of two partitions while events keep arriving. Screenshots go to ``$EHINGEST_ARTIFACTS``
-(or a temp dir), printed at the start.
+It opens the asset, launches a backfill of 100,000 events over every partition and records its
+event log while it runs (the Spark start, per-partition counts, landed counts rising before the
+step ends), then checks that every event landed once and what the UI says about it: the lag
+check's status through GraphQL as the asset page reads it, each partition's metadata, the
+asset-level summary, the resources' descriptions; then a backfill of two partitions while events
+keep arriving. Screenshots go to ``$EHINGEST_ARTIFACTS`` (or a temp dir), printed at the start.
 
 Run by ``scripts/tiers/browser.sh`` (marker ``browser``, excluded from the main pytest run).
 """
@@ -14,11 +16,13 @@ Run by ``scripts/tiers/browser.sh`` (marker ``browser``, excluded from the main 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +30,7 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from tests.support.fixtures.dagster import dagster_dev, defs_yaml_env
+from tests.support.fixtures.dagster import CHECKS_QUERY, dagster_dev, defs_yaml_env
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -43,7 +47,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 ASSET = "eventhub_events"
-SENT = {"0": 120, "1": 80, "2": 60, "3": 40}
+#: 100,000 events, unevenly: more than one claim cycle (20,000 events per partition) each.
+SENT = {"0": 30_000, "1": 27_000, "2": 23_000, "3": 20_000}
+LANDED = re.compile(r"(\d+)/(\d+) events landed")
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +108,62 @@ def _backfill_ids(home: Path) -> list[str]:
         return [b.backfill_id for b in instance.get_backfills()]
 
 
+def _graphql(url: str, query: str, variables: dict[str, Any]) -> dict[str, Any]:
+    """The UI's own GraphQL endpoint of ``dagster dev``."""
+    request = urllib.request.Request(
+        f"{url}/graphql",
+        data=json.dumps({"query": query, "variables": variables}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        body = json.loads(response.read())
+    assert not body.get("errors"), body["errors"]
+    return body["data"]
+
+
+def _lag_check_shown(url: str) -> dict[str, Any] | None:
+    """The lag check's latest execution as the asset page shows it (None: "Not evaluated")."""
+    data = _graphql(url, CHECKS_QUERY, {"key": {"path": [ASSET]}})
+    checks = data["assetNodeOrError"]["assetChecksOrError"]["checks"]
+    (lag,) = [c for c in checks if c["name"] == "lag_within_threshold"]
+    return lag["executionForLatestMaterialization"]
+
+
+def _record_event_log(
+    home: Path, backfill_id: str, timeout: float
+) -> tuple[str, list[tuple[float, str]], float]:
+    """The backfill's run's log lines with their times, and when its step ended, read while it runs.
+
+    Polls the run's event log every half second, as the UI's live log does; a line is recorded
+    when it is first seen, so its time says it was visible before the step ended.
+    """
+    deadline = time.monotonic() + timeout
+    run_id = ""
+    seen: dict[int, tuple[float, str]] = {}
+    while time.monotonic() < deadline:
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            if not run_id:
+                runs = instance.get_runs(
+                    dg.RunsFilter(tags={"dagster/backfill": backfill_id}), limit=1
+                )
+                run_id = runs[0].run_id if runs else ""
+            events = instance.all_logs(run_id) if run_id else []
+        now = time.time()
+        for n, event in enumerate(events):
+            if n not in seen and event.user_message:
+                seen[n] = (now, event.user_message)
+        ended = [
+            e.timestamp
+            for e in events
+            if e.dagster_event is not None
+            and e.dagster_event.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE")
+        ]
+        if ended:
+            return run_id, sorted(seen.values()), ended[0]
+        time.sleep(0.5)
+    raise AssertionError(f"the backfill's step did not end within {timeout}s")
+
+
 def _materialize_button(page: Any) -> Any:
     return page.locator("button", has_text=re.compile(r"^Materialize")).first
 
@@ -145,6 +207,7 @@ def test_ui_backfill_lands_every_event_once_and_shows_every_partition(
     hub = make_eventhub(partitions=4)
     for pid, n in SENT.items():
         hub.send(pid, [f"p{pid}-e{i}" for i in range(n)])
+    total = sum(SENT.values())
     home = tmp_path / "dagster_home"
     sink = tmp_path / "sink"
     env = defs_yaml_env(home, hub, azurite_connection_string, container_name, sink)
@@ -159,7 +222,7 @@ def test_ui_backfill_lands_every_event_once_and_shows_every_partition(
             page.screenshot(path=str(artifacts / f"{step[0]:02d}-{name}.png"), full_page=True)
 
         try:
-            _scenario(page, url, home, sink, hub, shot)
+            _scenario(page, url, home, sink, hub, shot, total)
         except BaseException:
             shot("failure")
             raise
@@ -168,7 +231,13 @@ def test_ui_backfill_lands_every_event_once_and_shows_every_partition(
 
 
 def _scenario(
-    page: Any, url: str, home: Path, sink: Path, hub: Any, shot: Callable[[str], None]
+    page: Any,
+    url: str,
+    home: Path,
+    sink: Path,
+    hub: Any,
+    shot: Callable[[str], None],
+    total: int,
 ) -> None:
     """Two UI backfills (all partitions; then two while events arrive) and what they leave."""
     page.goto(f"{url}/assets/{ASSET}", wait_until="domcontentloaded")
@@ -176,13 +245,31 @@ def _scenario(
     _dismiss_community_modal(page)
     shot("asset")
 
-    # 1. A backfill of every partition, launched from the UI.
+    # 1. A backfill of every partition (100,000 events), launched from the UI; its event log
+    # recorded while it runs.
     _launch_backfill(page, None, shot)
     deadline = time.monotonic() + 60
     while not _backfill_ids(home) and time.monotonic() < deadline:
         time.sleep(1)
     (first,) = _backfill_ids(home)
+    run_id, lines, step_end = _record_event_log(home, first, timeout=900)
+    page.goto(f"{url}/runs/{run_id}", wait_until="domcontentloaded")
+    page.get_by_text("events landed").first.wait_for(timeout=60_000)
+    shot("run-event-log")
     backfill = _wait_backfill(home, first, timeout=600)
+    before_end = [text for at, text in lines if at < step_end]
+    # The Spark start is said, with how long it took.
+    assert any("starting the Spark session" in t for t in before_end), before_end[:20]
+    assert any(re.search(r"Spark started in \d+\.\d s", t) for t in before_end), before_end
+    # Landed counts of this run's share rise while the step runs, partition by partition.
+    landed = [
+        (int(m.group(1)), int(m.group(2)))
+        for t in before_end
+        if (m := LANDED.search(t)) and "this run's share" in t
+    ]
+    assert any(0 < done < of for done, of in landed), landed
+    assert {of for _, of in landed} == {total}, landed  # the share: all four, 100,000
+    assert any(re.search(r"partition 0 (read \d+/\d+, )?landed \d+/30000", t) for _, t in lines)
     page.goto(f"{url}/runs/b/{first}", wait_until="domcontentloaded")
     page.wait_for_timeout(3000)
     shot("backfill-all")
@@ -190,6 +277,15 @@ def _scenario(
     rows = _sink_rows(sink)
     assert len(rows) == len(set(rows)) == sum(SENT.values())  # each event once
     assert {p: sum(1 for r in rows if r[0] == p) for p in SENT} == SENT
+
+    # The lag check, as the asset page reads it: evaluated by the run, not "Not evaluated".
+    shown = _lag_check_shown(url)
+    assert shown is not None and shown["status"] == "SUCCEEDED", shown
+    page.goto(f"{url}/assets/{ASSET}?view=checks", wait_until="domcontentloaded")
+    page.get_by_text("lag_within_threshold").first.wait_for(timeout=60_000)
+    page.wait_for_timeout(3000)
+    shot("checks-after-backfill")
+    assert "Not evaluated" not in page.inner_text("body").split("lag_within_threshold", 1)[1][:300]
 
     page.goto(f"{url}/assets/{ASSET}?view=partitions", wait_until="domcontentloaded")
     page.get_by_text("Materialized (4)").first.wait_for(timeout=60_000)
@@ -203,9 +299,11 @@ def _scenario(
         page.get_by_text("dagster/partition_row_count").first.wait_for(timeout=60_000)
         body = page.inner_text("body")
         assert "dagster/uri" in body and "output_location" not in body
-        assert re.search(rf"dagster/row_count\s*{SENT[pid]}\b", body), pid  # the batch
+        assert "dagster/row_count" in body, pid  # the batch's rows
         assert "eventhub/sequence_range" in body and "lag_events" not in body
-        assert re.search(rf"dagster/partition_row_count\s*{SENT[pid]}\b", body), pid
+        assert re.search(rf"dagster/partition_row_count\s*{SENT[pid]:,}", body) or re.search(
+            rf"dagster/partition_row_count\s*{SENT[pid]}\b", body
+        ), pid
     shot("partition-metadata")
 
     # 2. A backfill of two partitions while events keep arriving.
@@ -274,3 +372,13 @@ def _scenario(
     page.goto(f"{url}/assets/{ASSET}?view=checks", wait_until="domcontentloaded")
     page.wait_for_timeout(4000)
     shot("checks-summary")
+
+    # Definitions read like documentation: the resource's description in plain text.
+    page.goto(
+        f"{url}/locations/eventhub_ingest/resources/{ASSET}_eventhub", wait_until="domcontentloaded"
+    )
+    page.get_by_text("consumer group whose checkpoints").first.wait_for(timeout=60_000)
+    page.wait_for_timeout(2000)
+    shot("resource-eventhub")
+    body = page.inner_text("body")
+    assert ":class:" not in body and "Example::" not in body and "``" not in body
