@@ -19,7 +19,7 @@ from dagster_graphql.test.utils import define_out_of_process_context, execute_da
 
 from dagster_eventhub_ingest.dagster_project.assets import RUNNER_TAG
 from dagster_eventhub_ingest.dagster_project.checks import LAG_CHECK_NAME, LAST_UPDATED_KEY
-from dagster_eventhub_ingest.resources.settings import StoreSettings
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 from tests.fixtures.dagster import CHECKS_QUERY, eventhub_resource, store_resource
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
