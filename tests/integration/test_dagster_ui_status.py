@@ -20,7 +20,7 @@ from dagster_graphql.test.utils import define_out_of_process_context, execute_da
 from dagster_eventhub_ingest.dagster_project.assets import RUNNER_TAG
 from dagster_eventhub_ingest.dagster_project.checks import LAG_CHECK_NAME, LAST_UPDATED_KEY
 from dagster_eventhub_ingest.resources.store.settings import StoreSettings
-from tests.fixtures.dagster import CHECKS_QUERY, eventhub_resource, store_resource
+from tests.support.fixtures.dagster import CHECKS_QUERY, eventhub_resource, store_resource
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -70,7 +70,7 @@ def ui(
         local_pyspark_resource,
     )
     from dagster_eventhub_ingest.resources.config import LagCheckOptions
-    from tests.fixtures.dagster import FAST_RETRY
+    from tests.support.fixtures.dagster import FAST_RETRY
 
     hub = make_eventhub(partitions=4)
     sink = tmp_path / "sink"
