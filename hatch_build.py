@@ -1,12 +1,12 @@
 """The wheel's build hook: the reader's native step compiled into a platform wheel.
 
-``resources/spark_source/_amqp_columns.c`` is compiled for the building interpreter by
-``_native.compile_module`` (loaded from its file: the package itself is not importable in the
+``resources/eventhubs_source/fastpath/_amqp_columns.c`` is compiled for the building interpreter by
+``loader.compile_module`` (loaded from its file: the package itself is not importable in the
 build environment) and added to the wheel as
-``dagster_eventhub_ingest/resources/spark_source/_amqp_columns<EXT_SUFFIX>``; the wheel is then
-tagged for this interpreter and platform (``auditwheel repair`` turns ``linux_x86_64`` into the
-manylinux tag, scripts/tiers/wheel.sh). Editable installs (a checkout) get nothing: they compile
-at run time, into the host's cache.
+``dagster_eventhub_ingest/resources/eventhubs_source/fastpath/_amqp_columns<EXT_SUFFIX>``; the
+wheel is then tagged for this interpreter and platform (``auditwheel repair`` turns
+``linux_x86_64`` into the manylinux tag, scripts/tiers/wheel.sh). Editable installs (a checkout) get
+nothing: they compile at run time, into the host's cache.
 
 ``EHINGEST_BUILD_NATIVE``: unset or ``auto`` compiles when this host can and builds the pure
 wheel (``py3-none-any``, compiled at run time where it runs) when it cannot; ``require`` fails
@@ -25,7 +25,7 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-SPARK_SOURCE = Path("dagster_eventhub_ingest", "resources", "spark_source")
+NATIVE_STEP = Path("dagster_eventhub_ingest", "resources", "eventhubs_source", "fastpath")
 MODE_ENV = "EHINGEST_BUILD_NATIVE"
 
 
@@ -40,8 +40,8 @@ class NativeStepHook(BuildHookInterface):
             return
         if mode not in ("auto", "require"):
             raise ValueError(f"{MODE_ENV}={mode!r} is not valid; valid: auto, require, off")
-        folder = Path(self.root, SPARK_SOURCE)
-        native = _load(folder / "_native.py")
+        folder = Path(self.root, NATIVE_STEP)
+        native = _load(folder / "loader.py")
         suffix = sysconfig.get_config_var("EXT_SUFFIX")
         self._tmp = tempfile.mkdtemp(prefix="ehingest-native-")
         target = Path(self._tmp, f"_amqp_columns{suffix}")
@@ -55,7 +55,7 @@ class NativeStepHook(BuildHookInterface):
                 "it compiles at run time where a compiler is"
             )
             return
-        build_data["force_include"][str(target)] = (SPARK_SOURCE / target.name).as_posix()
+        build_data["force_include"][str(target)] = (NATIVE_STEP / target.name).as_posix()
         build_data["pure_python"] = False
         build_data["infer_tag"] = True
 

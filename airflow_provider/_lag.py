@@ -5,8 +5,9 @@ The lag itself is computed by ``dagster_eventhub_ingest.ops.status.partition_sta
 and the fenced copy on the ownership blob): the async path only fetches the blobs and partition
 properties with the async twins of the store's and the hub's clients
 (``dagster_eventhub_ingest.resources.store.azure_blob.alist_blobs``,
-``dagster_eventhub_ingest.resources.hub_client.EventHubClient.asnapshot``) and hands snapshots of
-them over, so the lag a sensor waits on is exactly the lag a run and ``ehingest status`` report.
+``dagster_eventhub_ingest.resources.azure.hub_client.EventHubClient.asnapshot``) and hands
+snapshots of them over, so the lag a sensor waits on is exactly the lag a run and
+``ehingest status`` report.
 """
 
 from __future__ import annotations
@@ -16,8 +17,12 @@ from datetime import datetime, timezone
 
 from dagster_eventhub_ingest.ops.run.hub import HubClient
 from dagster_eventhub_ingest.ops.status import partition_status
+from dagster_eventhub_ingest.resources.azure.hub_client import (
+    EventHubClient,
+    HubSnapshot,
+    PartitionInfo,
+)
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
-from dagster_eventhub_ingest.resources.hub_client import EventHubClient, HubSnapshot, PartitionInfo
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 from dagster_eventhub_ingest.resources.store.records import BlobRecord

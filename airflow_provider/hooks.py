@@ -180,7 +180,7 @@ class EventHubIngestHook(BaseHook):
         role = connection_role(conn)
         try:
             if role == "Event Hubs":
-                from dagster_eventhub_ingest.resources.hub_client import EventHubClient
+                from dagster_eventhub_ingest.resources.azure.hub_client import EventHubClient
 
                 settings = eventhub_settings(conn)
                 partitions = EventHubClient(settings).partition_ids()

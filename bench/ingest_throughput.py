@@ -462,7 +462,7 @@ def mode_driver_loop(
     conn: str, partitions: int, events: int, parallelism: int, workdir: str, **_: Any
 ) -> dict:
     """(b) receive everything on the driver into a list, createDataFrame, write Parquet."""
-    from dagster_eventhub_ingest.resources.spark_source import eventhubs_schema
+    from dagster_eventhub_ingest.resources.eventhubs_source import eventhubs_schema
 
     spark = _spark(parallelism)
     spark.range(1).count()  # JVM warm, as for (c)

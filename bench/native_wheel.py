@@ -42,13 +42,14 @@ HUB = "wheel"
 def child(args: argparse.Namespace) -> None:
     """One reader process: ``--reads`` reads of partition 0, CPU per event of each."""
     import dagster_eventhub_ingest
+    from dagster_eventhub_ingest.resources.eventhubs_source import PartitionRange, read_range
+    from dagster_eventhub_ingest.resources.eventhubs_source.fastpath import loader
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
-    from dagster_eventhub_ingest.resources.spark_source import PartitionRange, _native, read_range
 
     settings = EventHubSettings(eventhub_name=HUB, connection_string=args.conn)
     rng = PartitionRange("0", 0, args.events - 1)
     sum(b.num_rows for b in read_range(settings, PartitionRange("0", 0, 999)))  # warm up
-    module = _native.amqp_columns()
+    module = loader.amqp_columns()
     figures = []
     for _ in range(args.reads):
         cpu = time.process_time()

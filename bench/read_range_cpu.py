@@ -2,11 +2,12 @@
 
 Modes: ``python`` (also ``all``, its name when it stood for every pyamqp cut together): each
 event decoded from its bytes in Python; ``native``: runs of plain transfers laid out as Arrow
-columns by the compiled step (``resources/spark_source/_native.py``; built first if this host has
-no copy). The emulator runs in its own process (``python -m dagster_eventhub_ingest.emulator
-serve``); this process reads the same range once per mode, round after round, each round
-starting one mode later (the machine is shared: alternating spreads its noise over every mode),
-and prints the ``time.process_time()`` per event of each read and each mode's median. Run:
+columns by the compiled step (``resources/eventhubs_source/fastpath/``; built first if this
+host has no copy). The emulator runs in its own process
+(``python -m dagster_eventhub_ingest.emulator serve``); this process reads the same range once per
+mode, round after round, each round starting one mode later (the machine is shared: alternating
+spreads its noise over every mode), and prints the ``time.process_time()`` per event of each read
+and each mode's median. Run:
 
     source scripts/_bootstrap.sh && uv run --frozen python bench/read_range_cpu.py
     uv run --frozen python bench/read_range_cpu.py --events 20000 --rounds 2  # quicker
@@ -34,10 +35,10 @@ MODES = {"python": False, "all": False, "native": True}
 
 def set_mode(mode: str) -> None:
     """The native step on or off for the next read_range."""
-    from dagster_eventhub_ingest.resources.spark_source import _native
+    from dagster_eventhub_ingest.resources.eventhubs_source.fastpath import loader
 
-    os.environ[_native.NATIVE_ENV] = "1" if MODES[mode] else "0"
-    _native.reset_for_tests()
+    os.environ[loader.NATIVE_ENV] = "1" if MODES[mode] else "0"
+    loader.reset_for_tests()
 
 
 def send_with_properties(settings: Any, events: int, size: int, properties: int) -> None:
@@ -89,9 +90,9 @@ def main() -> None:
 
 def _main(args: argparse.Namespace, rep: Any) -> None:
 
+    from dagster_eventhub_ingest.resources.eventhubs_source import PartitionRange, read_range
+    from dagster_eventhub_ingest.resources.eventhubs_source.receiver import sdk_receive
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
-    from dagster_eventhub_ingest.resources.spark_source import PartitionRange, read_range
-    from dagster_eventhub_ingest.resources.spark_source._receiver import sdk_receive
 
     assert not sdk_receive(), "EHINGEST_SDK_RECEIVE=1 reads with the SDK's receive"
     modes = args.modes.split(",")

@@ -115,16 +115,16 @@ def main() -> None:
 
 def _main(args: argparse.Namespace, rep: Any) -> None:
     from dagster_eventhub_ingest.ops.sinks.write import write_batch
-    from dagster_eventhub_ingest.resources.settings import EventHubSettings
-    from dagster_eventhub_ingest.resources.sink import SinkSettings
-    from dagster_eventhub_ingest.resources.spark.session import local_spark_session
-    from dagster_eventhub_ingest.resources.spark_source import (
+    from dagster_eventhub_ingest.resources.eventhubs_source import (
         PartitionRange,
         ReadOptions,
         plan_read,
         read_eventhubs,
         read_range,
     )
+    from dagster_eventhub_ingest.resources.settings import EventHubSettings
+    from dagster_eventhub_ingest.resources.sink import SinkSettings
+    from dagster_eventhub_ingest.resources.spark.session import local_spark_session
 
     n, size = args.events, args.size
     rows: list[tuple[str, float, float]] = []

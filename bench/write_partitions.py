@@ -66,10 +66,10 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
     from pyspark.sql import functions as F
 
     from dagster_eventhub_ingest.ops.sinks.write import write_batch
+    from dagster_eventhub_ingest.resources.eventhubs_source import eventhubs_schema
     from dagster_eventhub_ingest.resources.ranges import SeqRange
     from dagster_eventhub_ingest.resources.sink import SinkSettings
     from dagster_eventhub_ingest.resources.spark.session import local_spark_session
-    from dagster_eventhub_ingest.resources.spark_source import eventhubs_schema
 
     spark = local_spark_session("bench-write-partitions", master="local[2]")
     (java,) = [p for p in psutil.Process().children(recursive=True) if p.name() == "java"]

@@ -31,7 +31,7 @@ def status(config_path: str, as_json: bool, partitions: tuple[str, ...]) -> None
     from dagster_eventhub_ingest.cli.config import load_config
     from dagster_eventhub_ingest.cli.exit_codes import exit_code_for
     from dagster_eventhub_ingest.ops.status import partition_status
-    from dagster_eventhub_ingest.resources.hub_client import EventHubClient
+    from dagster_eventhub_ingest.resources.azure.hub_client import EventHubClient
     from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
     from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 

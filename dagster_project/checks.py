@@ -336,7 +336,7 @@ def measure(
     the batches the calling run landed); without ``measured_by`` no summary is made.
     """
     from dagster_eventhub_ingest.ops.status import partition_status
-    from dagster_eventhub_ingest.resources.hub_client import EventHubClient
+    from dagster_eventhub_ingest.resources.azure.hub_client import EventHubClient
 
     measured_at = time.time()
     try:

@@ -21,7 +21,7 @@ import dagster as dg
 
 from dagster_eventhub_ingest.dagster_project.metadata import key as metadata_key
 from dagster_eventhub_ingest.ops.text import format_table
-from dagster_eventhub_ingest.resources.hub_client import sort_partition_ids
+from dagster_eventhub_ingest.resources.azure.hub_client import sort_partition_ids
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
 from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore

@@ -41,6 +41,7 @@ import dagster as dg
 from dagster_pyspark import PySparkResource
 from pydantic import BaseModel, Field, PrivateAttr, ValidatorFunctionWrapHandler, field_validator
 
+from dagster_eventhub_ingest.resources.azure.hub_client import EventHubClient
 from dagster_eventhub_ingest.resources.config import (
     EventHubConfig,
     EventHubConnectionStringCredential,
@@ -52,12 +53,11 @@ from dagster_eventhub_ingest.resources.config import (
     StoreConnectionStringCredential,
     StoreIdentityCredential,
 )
-from dagster_eventhub_ingest.resources.hub_client import EventHubClient
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
 from dagster_eventhub_ingest.resources.sink import SinkSettings
+from dagster_eventhub_ingest.resources.spark.kind import DEFAULT_SPARK_MASTER
 from dagster_eventhub_ingest.resources.spark.owned import OwnedSession
 from dagster_eventhub_ingest.resources.spark.session import LOCAL_PINS, session_defaults
-from dagster_eventhub_ingest.resources.spark_kind import DEFAULT_SPARK_MASTER
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 from dagster_eventhub_ingest.resources.store.records import HubRef
 from dagster_eventhub_ingest.resources.store.settings import StoreSettings
@@ -323,7 +323,7 @@ class LocalPySparkResource(PySparkResource):
     @property
     def spark_session(self) -> Any:
         """The session, started (``getOrCreate``) on first use."""
-        from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
+        from dagster_eventhub_ingest.resources.spark.kind import is_connect_session
 
         if self._spark_session is None:
             if self._owned is None:
@@ -370,7 +370,7 @@ def local_pyspark_resource(
     Example: ``local_pyspark_resource({"spark.master": "local[2]"})`` or
     ``local_pyspark_resource(remote="sc://spark.example:15002")``.
     """
-    from dagster_eventhub_ingest.resources.spark_kind import is_local_master
+    from dagster_eventhub_ingest.resources.spark.kind import is_local_master
 
     user = dict(spark_config or {})
     if remote is not None:

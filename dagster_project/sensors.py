@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import dagster as dg
 
 from dagster_eventhub_ingest.dagster_project.resources import EventHubResource
+from dagster_eventhub_ingest.resources.azure.hub_client import sort_partition_ids
 from dagster_eventhub_ingest.resources.config import AssetOptions
-from dagster_eventhub_ingest.resources.hub_client import sort_partition_ids
 
 __all__ = ["build_partition_sync_sensor", "partitions_to_add"]
 

@@ -295,10 +295,6 @@ class Partition:
             return self.events[self.first].seq
         return self.next_seq
 
-    def last_event(self) -> StoredEvent | None:
-        """The last enqueued event, or None for a partition that never received one."""
-        return self.events[-1] if self.events else None
-
     def properties(self) -> dict[str, Any]:
         """Management READ of this partition, with the AMQP types the SDK expects."""
         begin = self.begin_sequence_number

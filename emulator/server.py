@@ -197,7 +197,7 @@ class _RequestLink(_ReceiverBase):
             )
         if not settled:
             self.session.settle(delivery_id, framing.accepted())
-        reply = self.session.reply_link(self.node, request.get("reply_to"))
+        reply = self.session.reply_link(self.node)
         if reply is None:
             logger.warning("%s request without a reply link; response dropped", self.node)
             return
@@ -391,12 +391,6 @@ class _ConsumerLink(_Link):
             self.session.connection.server.unregister_reader(self)
 
 
-def _ulong(code: int) -> Any:
-    from dagster_eventhub_ingest.resources.amqp.codec import ULong
-
-    return ULong(code)
-
-
 def _decode_request(payload: bytes) -> dict[str, Any]:
     """The parts of a CBS or management request the emulator needs."""
     request: dict[str, Any] = {"app": {}, "body": None, "message_id": None, "reply_to": None}
@@ -511,7 +505,7 @@ class _Session:
             framing.disposition(self.channel, first=delivery_id, last=delivery_id, state=state)
         )
 
-    def reply_link(self, node: str, reply_to: str | None) -> _ReplyLink | None:
+    def reply_link(self, node: str) -> _ReplyLink | None:
         candidates = [
             link
             for link in self.links.values()

@@ -38,8 +38,8 @@ APP_CONF = {
     "spark.executor.memory": "512m",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    # Executors read with the native step (resources/spark_source/_native.py), built from the
-    # zip the driver ships into their host's cache: required, so that a read that silently fell
+    # Executors read with the native step (resources/eventhubs_source/fastpath/), built from
+    # the zip the driver ships into their host's cache: required, so that a read that silently fell
     # back to pure Python fails the cluster and Connect tests instead.
     "spark.executorEnv.EHINGEST_NATIVE": "1",
 }

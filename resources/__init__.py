@@ -4,8 +4,10 @@
 - :mod:`.config`: the one configuration model (every setting declared once);
 - :mod:`.settings`, :mod:`.sink`, :mod:`.store.settings`: the frozen values a run and its Spark
   executors are given;
-- :mod:`.azure`: the Azure SDKs' adapters; :mod:`.store`: the partition store;
-- :mod:`.spark`: the Spark runtime; :mod:`.spark_source`: the ``eventhubs`` data source.
+- :mod:`.azure`: the Azure SDKs' adapters (the Event Hubs management client among them);
+  :mod:`.store`: the partition store;
+- :mod:`.spark`: the Spark runtime; :mod:`.eventhubs_source`: the ``eventhubs`` data source;
+  :mod:`.amqp`: the reader's own AMQP client.
 
 The public names load lazily (PEP 562): ``import dagster_eventhub_ingest.resources.errors`` (the
 CLI's first import) must not pull in pyspark, pyarrow and the storage SDK, so a run with nothing
@@ -19,8 +21,7 @@ from typing import TYPE_CHECKING
 from dagster_eventhub_ingest.resources.lazy import lazy_face
 
 if TYPE_CHECKING:
-    from dagster_eventhub_ingest.resources.spark.session import local_spark_session
-    from dagster_eventhub_ingest.resources.spark_source import (
+    from dagster_eventhub_ingest.resources.eventhubs_source import (
         DataGap,
         EventHubsDataSource,
         EventPosition,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
         read_eventhubs,
         register_eventhubs_source,
     )
+    from dagster_eventhub_ingest.resources.spark.session import local_spark_session
     from dagster_eventhub_ingest.resources.store import (
         AzureBlobBackend,
         BlobBackend,
@@ -48,15 +50,15 @@ _HOMES = {
     "AzureBlobBackend": "dagster_eventhub_ingest.resources.store",
     "InMemoryBackend": "dagster_eventhub_ingest.resources.store",
     "local_spark_session": "dagster_eventhub_ingest.resources.spark.session",
-    "DataGap": "dagster_eventhub_ingest.resources.spark_source",
-    "EventHubsDataSource": "dagster_eventhub_ingest.resources.spark_source",
-    "EventPosition": "dagster_eventhub_ingest.resources.spark_source",
-    "PartitionRange": "dagster_eventhub_ingest.resources.spark_source",
-    "ReadOptions": "dagster_eventhub_ingest.resources.spark_source",
-    "ReadPlan": "dagster_eventhub_ingest.resources.spark_source",
-    "plan_read": "dagster_eventhub_ingest.resources.spark_source",
-    "read_eventhubs": "dagster_eventhub_ingest.resources.spark_source",
-    "register_eventhubs_source": "dagster_eventhub_ingest.resources.spark_source",
+    "DataGap": "dagster_eventhub_ingest.resources.eventhubs_source",
+    "EventHubsDataSource": "dagster_eventhub_ingest.resources.eventhubs_source",
+    "EventPosition": "dagster_eventhub_ingest.resources.eventhubs_source",
+    "PartitionRange": "dagster_eventhub_ingest.resources.eventhubs_source",
+    "ReadOptions": "dagster_eventhub_ingest.resources.eventhubs_source",
+    "ReadPlan": "dagster_eventhub_ingest.resources.eventhubs_source",
+    "plan_read": "dagster_eventhub_ingest.resources.eventhubs_source",
+    "read_eventhubs": "dagster_eventhub_ingest.resources.eventhubs_source",
+    "register_eventhubs_source": "dagster_eventhub_ingest.resources.eventhubs_source",
     "BlobBackend": "dagster_eventhub_ingest.resources.store",
     "BlobRecord": "dagster_eventhub_ingest.resources.store",
     "Checkpoint": "dagster_eventhub_ingest.resources.store",

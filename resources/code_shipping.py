@@ -2,7 +2,7 @@
 
 On a cluster or a Spark Connect server, Python workers unpickle the ``eventhubs`` data source and
 the Delta writer by reference
-(``dagster_eventhub_ingest.resources.spark_source.EventHubsDataSource``,
+(``dagster_eventhub_ingest.resources.eventhubs_source.EventHubsDataSource``,
 ``dagster_eventhub_ingest.ops.sinks.delta_writer.DeltaBatchWriter``), so the packages must be
 importable there. When the session is not local, :func:`ship_code` builds a zip of those packages
 once per version (cached by a hash of their sources) and adds it to the session: ``addPyFile`` on a
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
-from dagster_eventhub_ingest.resources.spark_kind import is_connect_session, session_is_local
+from dagster_eventhub_ingest.resources.spark.kind import is_connect_session, session_is_local
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

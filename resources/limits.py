@@ -1,7 +1,7 @@
 """Event Hubs' reader limits and defaults and the data-loss choices, declared once.
 
 Read by the configuration model (``resources/config/``) and the Spark source's reader options
-(``resources/spark_source/_options.py``, which runs on executors and so stays free of pydantic).
+(``resources/eventhubs_source/options.py``, which runs on executors and so stays free of pydantic).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ if ! command -v uv >/dev/null 2>&1; then
   export PATH="$HOME/.local/bin:$PATH"
 fi
 uv sync --frozen --quiet >&2
-# The reader's native step (resources/spark_source/_native.py), compiled once per host ahead of
+# The reader's native step (resources/eventhubs_source/fastpath/loader.py), compiled once per host ahead of
 # any read task; a host that cannot compile it reads in pure Python (the command says why).
 uv run --frozen ehingest build-reader >/dev/null || echo "== reads run in pure Python here" >&2
 if [ ! -x node_modules/.bin/azurite-blob ]; then

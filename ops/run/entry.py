@@ -336,7 +336,7 @@ def _run_parts(
     from dagster_eventhub_ingest.ops.balancing.liveness import OwnerInstance
     from dagster_eventhub_ingest.ops.run.ingestor import SparkIngestor
     from dagster_eventhub_ingest.ops.sinks.checks import check_sink_format
-    from dagster_eventhub_ingest.resources.hub_client import EventHubClient
+    from dagster_eventhub_ingest.resources.azure.hub_client import EventHubClient
 
     if spark is not None:
         from dagster_eventhub_ingest.ops.sinks.checks import check_sink_for_session

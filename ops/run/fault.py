@@ -22,7 +22,7 @@ sleeps at a step (the steps above, plus ``before_join``: before the run writes i
 heartbeat, and ``spark_start``: before the run starts its Spark session), e.g. a slow Spark
 start that a concurrent run's claims overlap.
 ``EHINGEST_SLOW_READ_SECONDS`` slows every reader on the executors
-(:mod:`dagster_eventhub_ingest.resources.read_progress`).
+(:mod:`dagster_eventhub_ingest.resources.eventhubs_source.progress`).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ partition to tell how old the oldest unprocessed event is.
 
 This module is the run's view of the hub: :class:`HubClient`, the calls the run makes (fakes
 implement it in tests and simulations). The client that makes them against the service is
-:class:`dagster_eventhub_ingest.resources.hub_client.EventHubClient`; :class:`PartitionInfo` is its
-answer.
+:class:`dagster_eventhub_ingest.resources.azure.hub_client.EventHubClient`; :class:`PartitionInfo`
+is its answer.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from dagster_eventhub_ingest.resources.hub_client import PartitionInfo
+from dagster_eventhub_ingest.resources.azure.hub_client import PartitionInfo
 
 __all__ = ["HubClient", "PartitionInfo"]
 

@@ -33,11 +33,11 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from dagster_eventhub_ingest.ops.run.progress import ReadCounter
-    from dagster_eventhub_ingest.resources.hub_client import PartitionInfo
+    from dagster_eventhub_ingest.resources.azure.hub_client import PartitionInfo
+    from dagster_eventhub_ingest.resources.eventhubs_source import ReadOptions
+    from dagster_eventhub_ingest.resources.eventhubs_source.stats import SubRangeKey, SubRangeStats
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
     from dagster_eventhub_ingest.resources.sink import SinkSettings
-    from dagster_eventhub_ingest.resources.spark_source import ReadOptions
-    from dagster_eventhub_ingest.resources.spark_source._stats import SubRangeKey, SubRangeStats
 
 __all__ = ["Ingestor", "SinkEvent", "SparkIngestor"]
 
@@ -372,7 +372,8 @@ class SparkIngestor(Ingestor):
         unwrapped from Spark's into this package's types); executors read, and
         ``dagster_eventhub_ingest.ops.sinks.write.write_batch`` writes in the same job. On a classic
         session the readers tell the driver what they read (an accumulator,
-        ``dagster_eventhub_ingest.resources.spark_source._stats``); elsewhere the writer aggregates
+        ``dagster_eventhub_ingest.resources.eventhubs_source.stats``); elsewhere the writer
+        aggregates
         the statistics during the write or reads them back. With ``expired_before`` the source reads
         what is left of those ranges (the run checks that only the expired head is missing); the
         batches keep the keys of the whole ranges. ``generations`` go into the batch keys
@@ -382,7 +383,7 @@ class SparkIngestor(Ingestor):
         that expired since (DataLossError).
         """
         from dagster_eventhub_ingest.resources.errors import RunCancelledError
-        from dagster_eventhub_ingest.resources.spark_source._stats import read_stats_accumulator
+        from dagster_eventhub_ingest.resources.eventhubs_source.stats import read_stats_accumulator
 
         spark = self.spark
         tags = _Tags(spark)
@@ -408,7 +409,7 @@ class SparkIngestor(Ingestor):
         stats: Accumulator[Any] | None,
     ) -> dict[str, PartitionWriteStats]:
         """:meth:`ingest` with the read's statistics accumulator (None: the write's own)."""
-        from dagster_eventhub_ingest.resources.spark_source import PartitionRange, ReadOptions
+        from dagster_eventhub_ingest.resources.eventhubs_source import PartitionRange, ReadOptions
 
         options = ReadOptions(
             settings=self.eventhub,
@@ -443,7 +444,7 @@ class SparkIngestor(Ingestor):
     ) -> dict[str, PartitionWriteStats]:
         from dagster_eventhub_ingest.ops.sinks.write import write_batch
         from dagster_eventhub_ingest.resources.errors import SinkError
-        from dagster_eventhub_ingest.resources.spark_source import read_eventhubs
+        from dagster_eventhub_ingest.resources.eventhubs_source import read_eventhubs
 
         try:
             # The source checks the ranges against the service when the DataFrame is created.
@@ -483,7 +484,7 @@ class _Tags:
     """
 
     def __init__(self, spark: SparkSession) -> None:
-        from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
+        from dagster_eventhub_ingest.resources.spark.kind import is_connect_session
 
         self._spark = spark
         self._connect = is_connect_session(spark)

@@ -5,7 +5,7 @@ The run calls a ``ProgressFn`` (the CLI draws a bar, Dagster writes the event lo
 each checkpoint. Spark's executors cannot report events mid-task to the driver in a way that
 works on every deployment (accumulators do not exist under Spark Connect), so each reader
 writes its running count to a small blob in the partition store
-(:mod:`dagster_eventhub_ingest.resources.read_progress`) and the driver lists them
+(:mod:`dagster_eventhub_ingest.resources.eventhubs_source.progress`) and the driver lists them
 (:class:`ReadCounter`): during a read every range in flight shows the events read of it so far, on
 every engine, plus Spark's task counts on a classic session (:func:`spark_task_counts`). Events
 count as *landed* (the bar's percentage) once their range is checkpointed.
@@ -22,13 +22,13 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dagster_eventhub_ingest.resources.ranges import SeqRange
-from dagster_eventhub_ingest.resources.read_progress import (
+from dagster_eventhub_ingest.resources.eventhubs_source.progress import (
     ProgressTarget,
     delete_progress,
     read_counts,
     totals,
 )
+from dagster_eventhub_ingest.resources.ranges import SeqRange
 
 if TYPE_CHECKING:
     from dagster_eventhub_ingest.resources.store.records import BlobBackend, HubRef
@@ -239,7 +239,7 @@ class RunProgress:
 ProgressFn = Callable[[RunProgress], None]
 
 
-def spark_task_counts(spark: Any, job_group: str | None = None) -> tuple[int, int] | None:
+def spark_task_counts(spark: Any) -> tuple[int, int] | None:
     """(completed, total) tasks of the session's active stages, or None where not available.
 
     Uses the classic ``SparkContext.statusTracker()``; a Spark Connect session has no
@@ -305,7 +305,7 @@ def progress_targets(
 
 class ReadCounter:
     """The driver's side of live read progress
-    (:mod:`dagster_eventhub_ingest.resources.read_progress`).
+    (:mod:`dagster_eventhub_ingest.resources.eventhubs_source.progress`).
 
     One instance per run: :meth:`start` names a new folder for each read (the target goes to
     the readers in the data-source options), :meth:`counts` lists it (one store call), and

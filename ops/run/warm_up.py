@@ -36,13 +36,13 @@ def warm_up(spark: SparkSession, workdir: Path) -> int:
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     from dagster_eventhub_ingest.ops.sinks.write import write_batch
+    from dagster_eventhub_ingest.resources.eventhubs_source.schema import (
+        eventhubs_schema,
+        source_arrow_schema,
+    )
+    from dagster_eventhub_ingest.resources.eventhubs_source.stats import read_stats_accumulator
     from dagster_eventhub_ingest.resources.ranges import SeqRange
     from dagster_eventhub_ingest.resources.sink import SinkSettings
-    from dagster_eventhub_ingest.resources.spark_source._schema import (
-        _arrow_schema,
-        eventhubs_schema,
-    )
-    from dagster_eventhub_ingest.resources.spark_source._stats import read_stats_accumulator
 
     class _Reader(DataSourceReader):
         def __init__(self, partitions: int, read_stats: int | None) -> None:
@@ -56,9 +56,9 @@ def warm_up(spark: SparkSession, workdir: Path) -> int:
             # Through the reader's own builder, as SDK events with the service's annotations.
             from azure.eventhub import EventData
 
-            from dagster_eventhub_ingest.resources.spark_source._events import _ArrowBuilder
+            from dagster_eventhub_ingest.resources.eventhubs_source.events import ArrowBuilder
 
-            builder = _ArrowBuilder(str(partition.value), _arrow_schema())
+            builder = ArrowBuilder(str(partition.value), source_arrow_schema())
             for i in range(_EVENTS):
                 event = EventData(b"warm-up event" * 8)
                 event.properties = {"kind": "warm-up"}
@@ -71,7 +71,7 @@ def warm_up(spark: SparkSession, workdir: Path) -> int:
                 builder.add(event, i)
             yield builder.flush()
             if self.read_stats is not None:
-                from dagster_eventhub_ingest.resources.spark_source._stats import send_read_stats
+                from dagster_eventhub_ingest.resources.eventhubs_source.stats import send_read_stats
 
                 key = (str(partition.value), 0, _EVENTS - 1)
                 send_read_stats(self.read_stats, key, builder.summary())
@@ -114,10 +114,10 @@ def _import_reader(batches: Any) -> Any:
     import azure.eventhub  # noqa: F401
     import pyarrow as pa
 
-    import dagster_eventhub_ingest.resources.spark_source._read  # noqa: F401
+    import dagster_eventhub_ingest.resources.eventhubs_source.read  # noqa: F401
     from dagster_eventhub_ingest.resources.azure.transport import prompt_transport
-    from dagster_eventhub_ingest.resources.spark_source._arrow import int64_array
-    from dagster_eventhub_ingest.resources.spark_source._native import amqp_columns
+    from dagster_eventhub_ingest.resources.eventhubs_source.arrow import int64_array
+    from dagster_eventhub_ingest.resources.eventhubs_source.fastpath.loader import amqp_columns
 
     prompt_transport()
     amqp_columns()  # loaded (or built) once per worker, before the first read
@@ -178,7 +178,7 @@ def _warm_planners(spark: SparkSession) -> None:
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
     from pyspark.sql.types import IntegerType, StructField, StructType
 
-    from dagster_eventhub_ingest.resources.spark_source import register_python_source
+    from dagster_eventhub_ingest.resources.eventhubs_source import register_python_source
 
     class _Reader(DataSourceReader):
         def partitions(self) -> list[InputPartition]:
@@ -216,7 +216,7 @@ def warm_session(spark: SparkSession, *, with_planners: bool = False) -> None:
     ``with_planners`` for a session that was already running when the run began: the run's
     join grace is then idle time (in-process 100k run 7.4-7.8 -> 7.1-7.4 s). Beside a JVM the
     run starts, the planners' daemons only raced the run's own (no gain, more CPU)."""
-    from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
+    from dagster_eventhub_ingest.resources.spark.kind import is_connect_session
 
     if is_connect_session(spark) or id(spark) in _WARMED:
         return

@@ -141,7 +141,7 @@ def check_sink_layout(sink: SinkSettings) -> None:
 
 def check_sink_for_session(sink: SinkSettings, spark: SparkSession) -> None:
     """:func:`check_sink_reachable` for the executors of ``spark`` (classic or Connect)."""
-    from dagster_eventhub_ingest.resources.spark_kind import describe_engine, session_is_local
+    from dagster_eventhub_ingest.resources.spark.kind import describe_engine, session_is_local
 
     if sink.path is None or sink.shared or not is_local_path(sink.path):
         return  # no need to ask the session anything

@@ -31,8 +31,8 @@ from dagster_eventhub_ingest.ops.sinks.failures import failure_cause, sink_error
 from dagster_eventhub_ingest.ops.sinks.read import delta_arrow_schema
 from dagster_eventhub_ingest.ops.sinks.storage import delta_uri
 from dagster_eventhub_ingest.resources.errors import SinkError, redact
+from dagster_eventhub_ingest.resources.eventhubs_source.source import register_python_source
 from dagster_eventhub_ingest.resources.sink import SinkSettings
-from dagster_eventhub_ingest.resources.spark_source._source import register_python_source
 
 if TYPE_CHECKING:
     import pyarrow as pa

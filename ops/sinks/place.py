@@ -413,7 +413,7 @@ class SparkPathPlace:
         """The ``eh_batch=`` directories (a glob on the driver, or a distinct over the
         column where the session has no JVM here)."""
         from dagster_eventhub_ingest.ops.sinks.read import nothing_there, read_sink
-        from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
+        from dagster_eventhub_ingest.resources.spark.kind import is_connect_session
 
         spark = self._spark()
         levels = "[^._]*/" * len(self.sink.partition_by)

@@ -40,7 +40,7 @@ def output_schema(sources: SinkSources = "one") -> StructType:
     ``write_batch`` writes, in its order; the Dagster asset's column schema)."""
     from pyspark.sql.types import StringType, StructField
 
-    from dagster_eventhub_ingest.resources.spark_source import eventhubs_schema
+    from dagster_eventhub_ingest.resources.eventhubs_source import eventhubs_schema
 
     schema = eventhubs_schema()
     if sources == "many":
@@ -56,7 +56,7 @@ def delta_output_schema(sources: SinkSources = "one") -> pa.Schema:
 def delta_arrow_schema(schema: StructType) -> pa.Schema:
     import pyarrow as pa
 
-    from dagster_eventhub_ingest.resources.spark_source._schema import arrow_schema
+    from dagster_eventhub_ingest.resources.eventhubs_source.schema import arrow_schema
 
     arrow = arrow_schema(schema)
     # delta-rs stores timestamps as UTC microseconds; Spark labels them with the session zone.
@@ -190,7 +190,7 @@ def _glob_directories(spark: SparkSession, pattern: str) -> list[str] | None:
     themselves are paths that exist. Hadoop expands the braces into one lookup per key, as
     Spark's own glob would.
     """
-    from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
+    from dagster_eventhub_ingest.resources.spark.kind import is_connect_session
 
     if is_connect_session(spark):
         return None

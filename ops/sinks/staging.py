@@ -57,7 +57,7 @@ def clean_batch_staging(
 def wait_for_running_tasks(spark: Any, timeout: float) -> None:
     """Until a classic session has no active stage (the failed job's tasks were stopped), at
     most ``timeout`` seconds; Spark Connect cannot tell, so this returns at once there."""
-    from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
+    from dagster_eventhub_ingest.resources.spark.kind import is_connect_session
 
     if is_connect_session(spark):
         return

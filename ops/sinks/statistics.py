@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from dagster_eventhub_ingest.ops.sinks.batch import PartitionWriteStats
 from dagster_eventhub_ingest.ops.sinks.sql import in_range_sql, in_ranges_sql
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, SinkError
+from dagster_eventhub_ingest.resources.eventhubs_source.stats import SubRangeKey, SubRangeStats
 from dagster_eventhub_ingest.resources.ranges import SeqRange
 from dagster_eventhub_ingest.resources.sink import DELTALAKE_FORMAT, SinkSettings
-from dagster_eventhub_ingest.resources.spark_source._stats import SubRangeKey, SubRangeStats
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -99,7 +99,7 @@ def row_from_readers(
     """The row :func:`stats_from_row` reads, from what the readers said they read; None (the
     statistics are then read back) unless their sub-ranges tile ``ranges`` exactly, each with
     every event of it."""
-    from dagster_eventhub_ingest.resources.spark_source._stats import partition_totals
+    from dagster_eventhub_ingest.resources.eventhubs_source.stats import partition_totals
 
     totals = partition_totals(found, ranges)
     if totals is None:

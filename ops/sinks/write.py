@@ -81,7 +81,7 @@ from dagster_eventhub_ingest.resources.sink import DELTALAKE_FORMAT, SinkSetting
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from dagster_eventhub_ingest.resources.spark_source._stats import SubRangeKey, SubRangeStats
+    from dagster_eventhub_ingest.resources.eventhubs_source.stats import SubRangeKey, SubRangeStats
 
 __all__ = ["WriteResult", "write_batch"]
 
@@ -186,7 +186,7 @@ def write_batch(
         generations: partition id -> hub generation for partitions of a re-created hub
             (part of their batch keys, see :func:`batch_key`); others keep the plain key.
         read_stats: after the write, what each reader of ``df`` read, by sub-range
-            (``dagster_eventhub_ingest.resources.spark_source._stats``: the ingestion run's
+            (``dagster_eventhub_ingest.resources.eventhubs_source.stats``: the ingestion run's
             accumulator). ``df`` must then read exactly ``ranges``, every event
             (``on_data_loss='fail'``): the sink must hold as many rows as the ranges have sequence
             numbers. The readers' statistics are used where their sub-ranges tile ``ranges``

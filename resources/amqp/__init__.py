@@ -13,5 +13,5 @@ process is untouched. One concept per module:
 * ``receiver``: the link of one partition: the start filter, credit, transfers to events.
 
 Management calls (partition ids and properties) stay the SDK's public API
-(``dagster_eventhub_ingest.resources.hub_client``).
+(``dagster_eventhub_ingest.resources.azure.hub_client``).
 """

@@ -38,7 +38,6 @@ __all__ = [
     "ULong",
     "UShort",
     "decode",
-    "decode_all",
     "encode",
     "encode_into",
     "skip",
@@ -489,16 +488,6 @@ def decode(data: bytes, pos: int = 0) -> tuple[Any, int]:
         return _DECODERS[data[pos]](data, pos + 1)
     except (IndexError, struct.error, UnicodeDecodeError) as exc:
         raise AMQPDecodeError(f"malformed AMQP value at {pos}: {exc}") from exc
-
-
-def decode_all(data: bytes) -> list[Any]:
-    """Decode consecutive values until the end of ``data``."""
-    out = []
-    pos = 0
-    while pos < len(data):
-        v, pos = decode(data, pos)
-        out.append(v)
-    return out
 
 
 def split_list(data: bytes, pos: int) -> tuple[list[tuple[int, int]], int]:

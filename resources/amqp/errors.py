@@ -1,6 +1,6 @@
 """What goes wrong on an AMQP connection: the peer's error conditions and the transport's failures.
 
-The receiver raises these; the reader (``resources/spark_source/_receiver.py``) turns them into
+The receiver raises these; the reader (``resources/eventhubs_source/receiver.py``) turns them into
 the project's own errors (``resources/errors.py``), after reconnecting where that can help.
 Which conditions are worth a reconnect is the Azure SDK's own list (its pyamqp
 ``RetryPolicy.no_retry``): a missing entity, a refused token or a stolen link stays so however

@@ -14,8 +14,8 @@ straight into Arrow's column buffers, handed over as ``run(columns)``; any other
 link is cut from the buffer by index and handed over as ``decode(message bytes)``; a message in
 several frames is joined through :meth:`Connection.dispatch` first, and every other frame goes
 there too. The reader passes its own ``decode`` and ``run``
-(:func:`~dagster_eventhub_ingest.resources.spark_source._message.decode_event`,
-:class:`~dagster_eventhub_ingest.resources.spark_source._events.ColumnRows`): what they return
+(:func:`~dagster_eventhub_ingest.resources.eventhubs_source.message.decode_event`,
+:class:`~dagster_eventhub_ingest.resources.eventhubs_source.events.ColumnRows`): what they return
 has the sequence number it carries as ``seq`` (a run: ``last_seq``), which the credit follows.
 No object per frame but the event itself.
 """

@@ -21,7 +21,7 @@ from dagster_eventhub_ingest.resources.sink import (
 )
 
 #: Columns of the rows every sink receives
-#: (``dagster_eventhub_ingest.resources.spark_source.eventhubs_schema``).
+#: (``dagster_eventhub_ingest.resources.eventhubs_source.eventhubs_schema``).
 OUTPUT_COLUMNS: tuple[str, ...] = EVENT_COLUMNS
 
 

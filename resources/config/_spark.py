@@ -10,7 +10,7 @@ from pydantic import field_validator, model_validator
 from typing_extensions import Self
 
 from dagster_eventhub_ingest.resources.config._model import StrictModel, _show, setting
-from dagster_eventhub_ingest.resources.spark_kind import DEFAULT_SPARK_MASTER
+from dagster_eventhub_ingest.resources.spark.kind import DEFAULT_SPARK_MASTER
 
 #: fails before any claim instead of at session start.
 _SPARK_MASTER = re.compile(
@@ -87,7 +87,7 @@ class SparkConfig(StrictModel):
     @property
     def is_local(self) -> bool:
         """True for a local master (the sink may then be any local path)."""
-        from dagster_eventhub_ingest.resources.spark_kind import is_local_master
+        from dagster_eventhub_ingest.resources.spark.kind import is_local_master
 
         return self.remote is None and is_local_master(self.effective_master)
 

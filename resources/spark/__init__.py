@@ -1,5 +1,6 @@
 """The Spark runtime: the sessions this package starts, their driver JVM and Python workers.
 
+:mod:`.kind` tells what a session runs on (local, cluster, Spark Connect),
 :mod:`.session` builds a local or remote SparkSession (and owns the one it started),
 :mod:`.gateway` launches a classic driver's JVM with an environment of its own,
 :mod:`.worker_python` and ``worker_site/`` make a local driver's Python workers import the

@@ -75,7 +75,7 @@ class OwnedSession:
         try:
             had_context, had_jvm = _running_driver()
             session = self._factory()
-            from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
+            from dagster_eventhub_ingest.resources.spark.kind import is_connect_session
 
             connect = is_connect_session(session)
             with self._lock:

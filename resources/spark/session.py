@@ -7,8 +7,9 @@ driver host and the executors' Python come from the user's environment and Spark
 
 A deployment may build its own session (``SparkSession.builder`` or dagster-pyspark's
 ``PySparkResource``, ``spark.remote`` included); registering the ``eventhubs`` source
-(:func:`dagster_eventhub_ingest.resources.spark_source.register_eventhubs_source`) also ships the
-project's code to non-local sessions (:mod:`dagster_eventhub_ingest.resources.code_shipping`).
+(:func:`dagster_eventhub_ingest.resources.eventhubs_source.register_eventhubs_source`) also
+ships the project's code to non-local sessions
+(:mod:`dagster_eventhub_ingest.resources.code_shipping`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dagster_eventhub_ingest.resources.spark_kind import DEFAULT_SPARK_MASTER, is_local_master
+from dagster_eventhub_ingest.resources.spark.kind import DEFAULT_SPARK_MASTER, is_local_master
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -125,7 +126,7 @@ def spark_session(
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
         if register_source:
-            from dagster_eventhub_ingest.resources.spark_source import register_eventhubs_source
+            from dagster_eventhub_ingest.resources.eventhubs_source import register_eventhubs_source
 
             register_eventhubs_source(spark)
         return spark
@@ -147,7 +148,7 @@ def make_active(spark: SparkSession) -> None:
     calling thread's active session: a session started on another thread (the run's early
     start) would not find the Delta writer. Spark Connect sessions have no JVM here.
     """
-    from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
+    from dagster_eventhub_ingest.resources.spark.kind import is_connect_session
 
     if is_connect_session(spark):
         return
@@ -413,7 +414,7 @@ def local_spark_session(
     settings = {"spark.app.name": app_name, "spark.master": master, **settings}
     spark = start_classic_driver(settings)
     if register_source:
-        from dagster_eventhub_ingest.resources.spark_source import register_eventhubs_source
+        from dagster_eventhub_ingest.resources.eventhubs_source import register_eventhubs_source
 
         register_eventhubs_source(spark)
     return spark

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Native-step tier: resources/spark_source/_amqp_columns.c built with AddressSanitizer and
+# Native-step tier: resources/eventhubs_source/fastpath/_amqp_columns.c built with AddressSanitizer and
 # UndefinedBehaviorSanitizer, then the frame-level tests of tests/integration/test_native_columns.py (every
 # event shape, refused frames, hypothesis over random and mutated frames, truncation at every
 # 7th byte) and tests/unit/test_reader_values.py (the golden corpus, every AMQP type, generated and
@@ -13,12 +13,12 @@ source scripts/_bootstrap.sh
 CACHE=$(mktemp -d -t ehingest-asan.XXXXXX)
 trap 'rm -rf "$CACHE"' EXIT
 export EHINGEST_CACHE_DIR="$CACHE" EHINGEST_NATIVE=1
-TARGET=$(uv run --frozen python -c "from dagster_eventhub_ingest.resources.spark_source import _native; print(_native.target_path())")
+TARGET=$(uv run --frozen python -c "from dagster_eventhub_ingest.resources.eventhubs_source.fastpath import loader; print(loader.target_path())")
 mkdir -p "$(dirname "$TARGET")"
 INCLUDE=$(uv run --frozen python -c "import sysconfig; print(sysconfig.get_paths()['include'])")
 echo "== native_asan: building $TARGET with -fsanitize=address,undefined"
 ${CC:-cc} -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all \
-  -shared -fPIC -I "$INCLUDE" resources/spark_source/_amqp_columns.c -o "$TARGET"
+  -shared -fPIC -I "$INCLUDE" resources/eventhubs_source/fastpath/_amqp_columns.c -o "$TARGET"
 ASAN_LIB=$(${CC:-cc} -print-file-name=libasan.so)
 UBSAN_LIB=$(${CC:-cc} -print-file-name=libubsan.so)
 

@@ -78,9 +78,9 @@ for names in (platform, pure):
     tops = {n.split("/")[0] for n in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"dagster_eventhub_ingest"}, tops
     assert "dagster_eventhub_ingest/py.typed" in names
-    assert "dagster_eventhub_ingest/resources/spark_source/_amqp_columns.c" in names
+    assert "dagster_eventhub_ingest/resources/eventhubs_source/fastpath/_amqp_columns.c" in names
 so = [n for n in platform if n.endswith(".so")]
-assert so == ["dagster_eventhub_ingest/resources/spark_source/_amqp_columns.cpython-311-x86_64-linux-gnu.so"], so
+assert so == ["dagster_eventhub_ingest/resources/eventhubs_source/fastpath/_amqp_columns.cpython-311-x86_64-linux-gnu.so"], so
 assert not [n for n in pure if n.endswith(".so")]
 print("   one import name, py.typed, the compiled step in the platform wheel only")
 EOF

@@ -85,7 +85,7 @@ def test_an_airflow_install_has_no_dagster_and_the_provider_needs_none() -> None
         "import dagster_eventhub_ingest.airflow_provider.hooks, "
         "dagster_eventhub_ingest.airflow_provider.triggers\n"
         "import dagster_eventhub_ingest.ops.run.entry, "
-        "dagster_eventhub_ingest.resources.spark_source\n"
+        "dagster_eventhub_ingest.resources.eventhubs_source\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0].startswith('dagster')"
         " and not m.startswith('dagster_eventhub_ingest')))"
     )

@@ -38,9 +38,12 @@ from dagster_eventhub_ingest.resources.amqp.connection import Endpoint
 from dagster_eventhub_ingest.resources.amqp.errors import AmqpError, AuthorizationError
 from dagster_eventhub_ingest.resources.amqp.receiver import _transfer, selector
 from dagster_eventhub_ingest.resources.errors import EventHubUnavailableError
+from dagster_eventhub_ingest.resources.eventhubs_source import PartitionRange, read_range
+from dagster_eventhub_ingest.resources.eventhubs_source.receiver import (
+    _PartitionPull,
+    first_event_at,
+)
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
-from dagster_eventhub_ingest.resources.spark_source import PartitionRange, read_range
-from dagster_eventhub_ingest.resources.spark_source._receiver import _PartitionPull, first_event_at
 from tests.support.faultproxy import FaultProxy
 
 # -- the wire, typed ----------------------------------------------------------------------------

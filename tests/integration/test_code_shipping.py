@@ -29,7 +29,7 @@ from dagster_eventhub_ingest.resources.code_shipping import (
 )
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, SinkError
 from dagster_eventhub_ingest.resources.sink import SinkSettings
-from dagster_eventhub_ingest.resources.spark_kind import is_local_master, session_is_local
+from dagster_eventhub_ingest.resources.spark.kind import is_local_master, session_is_local
 from tests.integration.test_sinks import events
 
 if TYPE_CHECKING:
@@ -44,8 +44,8 @@ def test_code_zip_holds_the_packages_and_is_built_once(tmp_path: Path) -> None:
     assert {
         "dagster_eventhub_ingest/__init__.py",
         "dagster_eventhub_ingest/resources/__init__.py",
-        "dagster_eventhub_ingest/resources/spark_source/__init__.py",
-        "dagster_eventhub_ingest/resources/spark_source/_read.py",
+        "dagster_eventhub_ingest/resources/eventhubs_source/__init__.py",
+        "dagster_eventhub_ingest/resources/eventhubs_source/read.py",
         "dagster_eventhub_ingest/ops/sinks/write.py",
     } <= names
     # Everything under the one import name: nothing generic at the zip's root.
@@ -56,7 +56,7 @@ def test_code_zip_holds_the_packages_and_is_built_once(tmp_path: Path) -> None:
     # Importable from the zip (what a Python worker does), ahead of the checkout on the path.
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); "
-        "import dagster_eventhub_ingest.resources.spark_source as s, "
+        "import dagster_eventhub_ingest.resources.eventhubs_source as s, "
         "dagster_eventhub_ingest.ops.sinks.write; print(s.__file__)"
     )
     out = subprocess.run(
@@ -85,7 +85,11 @@ def test_a_platform_wheel_s_compiled_step_is_not_shipped_its_source_is(tmp_path:
         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
     )
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    native = site / "dagster_eventhub_ingest/resources/spark_source" / f"_amqp_columns{suffix}"
+    native = (
+        site
+        / "dagster_eventhub_ingest/resources/eventhubs_source/fastpath"
+        / f"_amqp_columns{suffix}"
+    )
     native.write_bytes(b"\x7fELF not loaded here")
     code = (
         "import json, sys, zipfile; sys.path.insert(0, sys.argv[1])\n"
@@ -103,8 +107,8 @@ def test_a_platform_wheel_s_compiled_step_is_not_shipped_its_source_is(tmp_path:
     )
     package, names = json.loads(out.stdout.strip().splitlines()[-1])
     assert package.startswith(str(site))  # the install, not the checkout
-    spark_source = "dagster_eventhub_ingest/resources/spark_source/"
-    assert f"{spark_source}_amqp_columns.c" in names
+    fastpath = "dagster_eventhub_ingest/resources/eventhubs_source/fastpath/"
+    assert f"{fastpath}_amqp_columns.c" in names
     assert not [n for n in names if n.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))]
 
 

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dagster_eventhub_ingest.resources.eventhubs_options import encrypt_connection_string
+from dagster_eventhub_ingest.resources.eventhubs_source.compat.encryption import (
+    encrypt_connection_string,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -247,7 +247,7 @@ def _crash_after_write(spark, cfg, owner: str) -> None:
     from dagster_eventhub_ingest.ops.run.entry import DefaultClaim
     from dagster_eventhub_ingest.ops.run.ingestor import Ingestor, SparkIngestor
     from dagster_eventhub_ingest.ops.run.processor import Processor
-    from dagster_eventhub_ingest.resources.hub_client import EventHubClient
+    from dagster_eventhub_ingest.resources.azure.hub_client import EventHubClient
     from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 
     store = PartitionStore(AzureBlobBackend.from_settings(cfg.store), cfg.eventhub.hub_ref())

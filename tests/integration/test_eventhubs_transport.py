@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from dagster_eventhub_ingest.resources.azure.hub_client import EventHubClient
 from dagster_eventhub_ingest.resources.azure.transport import prompt_ready, prompt_transport
-from dagster_eventhub_ingest.resources.hub_client import EventHubClient
-from dagster_eventhub_ingest.resources.spark_source import PartitionRange, read_range
+from dagster_eventhub_ingest.resources.eventhubs_source import PartitionRange, read_range
 
 
 class _Handshake:

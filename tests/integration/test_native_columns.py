@@ -1,7 +1,7 @@
-"""The reader's native step (resources/spark_source/_amqp_columns.c) against the Python path.
+"""The reader's native step (eventhubs_source/fastpath/_amqp_columns.c) against the Python path.
 
 Whatever frame the native ``scan`` takes must come out exactly as the Python path makes it
-(the transfer's fields, ``decode_event``, ``_ArrowBuilder.add_event``): the same row, the same
+(the transfer's fields, ``decode_event``, ``ArrowBuilder.add_event``): the same row, the same
 delivery tag, the same place in the buffer after it. Frames it refuses are the Python path's
 (it stops before them), and the events Event Hubs sends are never refused. Then whole reads
 through the emulator, native against pure Python, and the module's build and load.
@@ -25,18 +25,18 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from dagster_eventhub_ingest.resources.amqp.framing import parse_performative, transfer_header
-from dagster_eventhub_ingest.resources.spark_source import (
+from dagster_eventhub_ingest.resources.eventhubs_source import (
     PartitionRange,
-    _native,
     read_range,
 )
-from dagster_eventhub_ingest.resources.spark_source._events import ColumnRows, _ArrowBuilder
-from dagster_eventhub_ingest.resources.spark_source._message import decode_event
-from dagster_eventhub_ingest.resources.spark_source._schema import _arrow_schema
+from dagster_eventhub_ingest.resources.eventhubs_source.events import ArrowBuilder, ColumnRows
+from dagster_eventhub_ingest.resources.eventhubs_source.fastpath import loader
+from dagster_eventhub_ingest.resources.eventhubs_source.message import decode_event
+from dagster_eventhub_ingest.resources.eventhubs_source.schema import source_arrow_schema
 from tests.integration.test_spark_source_amqp import bodies, send_all, tls_hub_with
 
 CHANNEL, HANDLE = 5, 1
-SCHEMA = _arrow_schema()
+SCHEMA = source_arrow_schema()
 
 
 def _typed(kind: str, value: Any) -> dict[str, Any]:
@@ -88,7 +88,7 @@ def encodable_frames(messages: list[Message]) -> list[bytes]:
 
 def python_path(frames: list[bytes]) -> tuple[pa.RecordBatch, list[bytes]]:
     """What the Python path makes of ``frames``: the batch of their rows, their delivery tags."""
-    builder = _ArrowBuilder("7", SCHEMA)
+    builder = ArrowBuilder("7", SCHEMA)
     tags = []
     for f in frames:
         kind, fields, at = parse_performative(f[8:])
@@ -123,7 +123,7 @@ def assert_taken_as_python_does(native: Any, frames: list[bytes]) -> int:
     assert new_start == last_end == sum(map(len, frames[:n]))
     assert last_p == new_start - len(frames[n - 1]) + 8
     expected, expected_tags = python_path(frames[:n])
-    builder = _ArrowBuilder("7", SCHEMA)
+    builder = ArrowBuilder("7", SCHEMA)
     builder.add_rows(ColumnRows(columns))
     batch = builder.flush()
     assert batch.equals(expected), (batch.to_pylist()[:2], expected.to_pylist()[:2])
@@ -369,7 +369,7 @@ def test_a_builder_keeps_the_order_of_rows_and_events_added_one_by_one(native: A
     """Native runs, sliced, between events added one by one: one batch in arrival order, and
     the statistics of what was flushed."""
     run = ColumnRows(scan(native, b"".join(frame(event_message(s), s) for s in range(10)))[0][5])
-    builder = _ArrowBuilder("7", SCHEMA)
+    builder = ArrowBuilder("7", SCHEMA)
     lone = decode_event(bytes(encode_payload(bytearray(), event_message(10))))
     builder.add_rows(run, 0, 4)
     builder.add_event(lone, 10)
@@ -436,12 +436,12 @@ def counted_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def _read(monkeypatch: pytest.MonkeyPatch, mode: str, settings: Any, rng: Any, **kw: Any):
-    monkeypatch.setenv(_native.NATIVE_ENV, mode)
-    _native.reset_for_tests()
+    monkeypatch.setenv(loader.NATIVE_ENV, mode)
+    loader.reset_for_tests()
     try:
         return list(read_range(settings, rng, **kw))
     finally:
-        _native.reset_for_tests()
+        loader.reset_for_tests()
 
 
 @pytest.mark.integration
@@ -476,47 +476,47 @@ def test_a_read_is_the_same_native_or_not(
 @pytest.fixture
 def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     monkeypatch.setenv("EHINGEST_CACHE_DIR", str(tmp_path))
-    _native.reset_for_tests()
+    loader.reset_for_tests()
     yield tmp_path
-    _native.reset_for_tests()
+    loader.reset_for_tests()
 
 
 def test_off_means_pure_python(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(_native.NATIVE_ENV, "0")
-    assert _native.amqp_columns() is None
+    monkeypatch.setenv(loader.NATIVE_ENV, "0")
+    assert loader.amqp_columns() is None
     assert not (fresh / "native").exists()
 
 
 def test_built_once_per_host_then_loaded(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(_native.NATIVE_ENV, raising=False)
-    module = _native.amqp_columns()
+    monkeypatch.delenv(loader.NATIVE_ENV, raising=False)
+    module = loader.amqp_columns()
     assert module is not None and callable(module.scan)
     (built,) = (fresh / "native").glob("_amqp_columns-*")
-    assert built == _native.target_path() and built.stat().st_size > 0
+    assert built == loader.target_path() and built.stat().st_size > 0
     mtime = built.stat().st_mtime_ns
-    _native.reset_for_tests()
+    loader.reset_for_tests()
     monkeypatch.setenv("CC", "false")  # a second process would not compile again
-    assert _native.amqp_columns() is not None and built.stat().st_mtime_ns == mtime
+    assert loader.amqp_columns() is not None and built.stat().st_mtime_ns == mtime
 
 
 def test_a_host_that_cannot_compile_reads_in_python_and_says_so(
     fresh: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.delenv(_native.NATIVE_ENV, raising=False)
+    monkeypatch.delenv(loader.NATIVE_ENV, raising=False)
     monkeypatch.setenv("CC", "false")
     with caplog.at_level(
-        logging.INFO, logger="dagster_eventhub_ingest.resources.spark_source._native"
+        logging.INFO, logger="dagster_eventhub_ingest.resources.eventhubs_source.fastpath.loader"
     ):
-        assert _native.amqp_columns() is None
+        assert loader.amqp_columns() is None
     assert "native step is off on this host" in caplog.text
-    failed = _native.target_path().with_suffix(".failed")
+    failed = loader.target_path().with_suffix(".failed")
     assert failed.exists()  # not tried again by every task on this host
     monkeypatch.setenv("CC", "cc")
-    _native.reset_for_tests()
-    assert _native.amqp_columns() is None
-    monkeypatch.setenv(_native.NATIVE_ENV, "1")
-    with pytest.raises(_native.NativeUnavailableError, match="C compiler"):
-        _native.amqp_columns()
+    loader.reset_for_tests()
+    assert loader.amqp_columns() is None
+    monkeypatch.setenv(loader.NATIVE_ENV, "1")
+    with pytest.raises(loader.NativeUnavailableError, match="C compiler"):
+        loader.amqp_columns()
 
 
 def test_an_executor_builds_and_loads_it_from_the_shipped_zip(tmp_path: Path) -> None:
@@ -531,16 +531,16 @@ def test_an_executor_builds_and_loads_it_from_the_shipped_zip(tmp_path: Path) ->
 
     code = build_code_zip(tmp_path / "code")
     probe = (
-        "from dagster_eventhub_ingest.resources.spark_source import _native\n"
-        "m = _native.amqp_columns()\n"
-        "print(_native.__file__)\n"
+        "from dagster_eventhub_ingest.resources.eventhubs_source.fastpath import loader\n"
+        "m = loader.amqp_columns()\n"
+        "print(loader.__file__)\n"
         "print(m.__file__)\n"
     )
     env = {
         **os.environ,
         "PYTHONPATH": str(code),
         "EHINGEST_CACHE_DIR": str(tmp_path / "executor-cache"),
-        _native.NATIVE_ENV: "1",
+        loader.NATIVE_ENV: "1",
     }
     done = subprocess.run(
         [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True
@@ -554,7 +554,7 @@ def test_an_executor_builds_and_loads_it_from_the_shipped_zip(tmp_path: Path) ->
 def _pull_all(settings: Any, count: int) -> tuple[list[Any], dict[str, Any]]:
     """Every event of ``[0, count)`` through a pull, and its link's and session's state once
     the last one is in (the partition holds no more: no frame arrives after it)."""
-    from dagster_eventhub_ingest.resources.spark_source._receiver import _PartitionPull
+    from dagster_eventhub_ingest.resources.eventhubs_source.receiver import _PartitionPull
 
     items: list[Any] = []
     events = 0  # a native run (ColumnRows) holds many
@@ -606,20 +606,20 @@ def test_native_runs_leave_the_receivers_state_as_the_python_path_does(
     hub = make_eventhub(partitions=1)
     items = bodies(1000)
     send_all(hub.producer(), items)
-    monkeypatch.setenv(_native.NATIVE_ENV, "0")
-    _native.reset_for_tests()
+    monkeypatch.setenv(loader.NATIVE_ENV, "0")
+    loader.reset_for_tests()
     _, python_state = _pull_all(hub.settings(), len(items))
     python_flows, flows[0] = flows[0], 0
     assert not counted_runs
-    monkeypatch.setenv(_native.NATIVE_ENV, "1")
-    _native.reset_for_tests()
+    monkeypatch.setenv(loader.NATIVE_ENV, "1")
+    loader.reset_for_tests()
     got, native_state = _pull_all(hub.settings(), len(items))
-    _native.reset_for_tests()
+    loader.reset_for_tests()
     assert sum(counted_runs) > len(items) // 2
     assert native_state == python_state
     assert native_state["link"][2] == len(items) - 1 and native_state["buffered"] == 0
     assert python_flows > 1000 // 64 and abs(flows[0] - python_flows) <= 2
-    builder = _ArrowBuilder("0", SCHEMA)
+    builder = ArrowBuilder("0", SCHEMA)
     for item in got:
         if type(item) is ColumnRows:
             builder.add_rows(item)
@@ -648,7 +648,7 @@ class _FakePull:
 
     @staticmethod
     def sequence_number(message: Any) -> int | None:
-        from dagster_eventhub_ingest.resources.spark_source._receiver import _PartitionPull
+        from dagster_eventhub_ingest.resources.eventhubs_source.receiver import _PartitionPull
 
         return _PartitionPull.sequence_number(message)
 
@@ -664,8 +664,8 @@ def test_runs_with_gaps_redeliveries_and_a_tail_past_the_end_read_as_events_do(
     range [0, 9]): as native runs or as messages one by one, the same rows; the hole is
     skipped and logged (``skip``) or fails the read (``fail``)."""
     from dagster_eventhub_ingest.resources.errors import DataLossError
+    from dagster_eventhub_ingest.resources.eventhubs_source import read as read_module
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
-    from dagster_eventhub_ingest.resources.spark_source import _read
 
     groups = [[0, 1, 2, 5, 6], [5, 6, 7], [8, 9, 10, 11]]
 
@@ -678,8 +678,8 @@ def test_runs_with_gaps_redeliveries_and_a_tail_past_the_end_read_as_events_do(
         return [decode_event(f[38:]) for f in frames]
 
     _FakePull.items = [as_items(g) for g in groups]
-    monkeypatch.setattr(_read, "_PartitionPull", _FakePull)
-    monkeypatch.setattr(_read, "sdk_receive", lambda: False)
+    monkeypatch.setattr(read_module, "_PartitionPull", _FakePull)
+    monkeypatch.setattr(read_module, "sdk_receive", lambda: False)
     settings_ = EventHubSettings(
         eventhub_name="h",
         connection_string="Endpoint=sb://x/;SharedAccessKeyName=k;SharedAccessKey=s",
@@ -711,7 +711,7 @@ def test_the_cli_builds_it_ahead_and_says_when_it_cannot(
     monkeypatch.delenv("CC")
     built = runner.invoke(main, ["build-reader"])  # the failure is not remembered against it
     assert built.exit_code == 0, built.output
-    assert str(_native.target_path()) in built.output and _native.target_path().exists()
+    assert str(loader.target_path()) in built.output and loader.target_path().exists()
 
 
 @pytest.mark.integration
@@ -722,12 +722,12 @@ def test_a_native_read_reconnects_and_loses_nothing(
     the native step on): every event arrives once, on a new connection."""
     from tests.integration.test_spark_source_amqp import test_read_range_reconnects_where_it_was
 
-    monkeypatch.setenv(_native.NATIVE_ENV, "1")
-    _native.reset_for_tests()
+    monkeypatch.setenv(loader.NATIVE_ENV, "1")
+    loader.reset_for_tests()
     try:
         test_read_range_reconnects_where_it_was(make_eventhub, monkeypatch)
     finally:
-        _native.reset_for_tests()
+        loader.reset_for_tests()
     assert sum(counted_runs) > 1000
 
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
-from dagster_eventhub_ingest.resources.read_progress import ProgressTarget
+from dagster_eventhub_ingest.resources.eventhubs_source.progress import ProgressTarget
 from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
 from dagster_eventhub_ingest.resources.store.records import HubRef
 from dagster_eventhub_ingest.resources.store.settings import StoreSettings
@@ -52,8 +52,8 @@ def test_the_progress_option_round_trips_and_never_shows_the_store_key() -> None
 def test_a_failed_progress_write_is_ignored_and_never_names_the_key(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    from dagster_eventhub_ingest.resources.eventhubs_source.progress import ProgressWriter
     from dagster_eventhub_ingest.resources.ranges import SeqRange
-    from dagster_eventhub_ingest.resources.read_progress import ProgressWriter
 
     writer = ProgressWriter(ProgressTarget(_target().store, "p/", 0.01), "0", SeqRange(0, 9))
     time.sleep(0.02)

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from dagster_eventhub_ingest.resources.spark_source import PartitionRange, _native, read_range
+from dagster_eventhub_ingest.resources.eventhubs_source import PartitionRange, read_range
+from dagster_eventhub_ingest.resources.eventhubs_source.fastpath import loader
 from tests.support.amqp_corpus import CORPUS, Golden
 from tests.support.cli import CLI
 
@@ -78,13 +79,13 @@ def assert_golden(rows: list[dict[str, Any]], *, maps_as_dicts: bool = False) ->
 
 
 def _read(monkeypatch: pytest.MonkeyPatch, mode: str, hub: Any) -> list[dict[str, Any]]:
-    monkeypatch.setenv(_native.NATIVE_ENV, mode)
-    _native.reset_for_tests()
+    monkeypatch.setenv(loader.NATIVE_ENV, mode)
+    loader.reset_for_tests()
     try:
         rng = PartitionRange("0", 0, len(CORPUS) - 1)
         return [r for b in read_range(hub.settings(), rng) for r in b.to_pylist()]
     finally:
-        _native.reset_for_tests()
+        loader.reset_for_tests()
 
 
 @pytest.mark.parametrize("mode", ["0", "1"], ids=["python", "native"])
@@ -93,7 +94,9 @@ def test_read_range_gives_the_golden_rows(
 ) -> None:
     """Both reader paths; the events whose body is not data are logged with their sequence
     numbers."""
-    with caplog.at_level("WARNING", logger="dagster_eventhub_ingest.resources.spark_source._read"):
+    with caplog.at_level(
+        "WARNING", logger="dagster_eventhub_ingest.resources.eventhubs_source.read"
+    ):
         rows = _read(monkeypatch, mode, corpus_hub)
     assert_golden(rows)
     unusual = [i for i, g in enumerate(CORPUS) if g.amqp_body is not None]
@@ -120,7 +123,9 @@ def test_many_unusual_events_are_logged_then_counted(
     eventhub_emulator: Any, make_eventhub: Callable[..., Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     hub = _with_many(eventhub_emulator, make_eventhub, 25)
-    with caplog.at_level("WARNING", logger="dagster_eventhub_ingest.resources.spark_source._read"):
+    with caplog.at_level(
+        "WARNING", logger="dagster_eventhub_ingest.resources.eventhubs_source.read"
+    ):
         rows = [
             r for b in read_range(hub.settings(), PartitionRange("0", 0, 24)) for r in b.to_pylist()
         ]
@@ -170,12 +175,12 @@ def test_the_write_path_lands_the_golden_rows(
 
     from dagster_eventhub_ingest.ops.sinks.read import read_sink
     from dagster_eventhub_ingest.ops.sinks.write import write_batch
-    from dagster_eventhub_ingest.resources.sink import SinkSettings
-    from dagster_eventhub_ingest.resources.spark_source import (
+    from dagster_eventhub_ingest.resources.eventhubs_source import (
         ReadOptions,
         plan_read,
         read_eventhubs,
     )
+    from dagster_eventhub_ingest.resources.sink import SinkSettings
 
     plan = plan_read(
         ReadOptions(
@@ -245,9 +250,15 @@ def test_a_position_at_any_event_resolves(corpus_hub: Any, monkeypatch: pytest.M
     event pyamqp cannot decode (a char, a decimal32) does not fail the planning either."""
     import json
 
-    from dagster_eventhub_ingest.resources.eventhubs_options import parse_source_options
-    from dagster_eventhub_ingest.resources.eventhubs_positions import plan_source_read
-    from dagster_eventhub_ingest.resources.spark_source import EventPosition, ReadOptions, plan_read
+    from dagster_eventhub_ingest.resources.eventhubs_source import (
+        EventPosition,
+        ReadOptions,
+        plan_read,
+    )
+    from dagster_eventhub_ingest.resources.eventhubs_source.compat.options import (
+        parse_source_options,
+    )
+    from dagster_eventhub_ingest.resources.eventhubs_source.compat.resolve import plan_source_read
 
     target = next(i for i, g in enumerate(CORPUS) if g.name == "types only other clients send")
     offset = _read(monkeypatch, "0", corpus_hub)[target]["offset"]

@@ -243,13 +243,13 @@ def test_the_readers_statistics_are_what_the_sink_holds(
 
     import dagster_eventhub_ingest.ops.sinks.verify
     from dagster_eventhub_ingest.ops.sinks.write import write_batch
-    from dagster_eventhub_ingest.resources.spark_source import (
+    from dagster_eventhub_ingest.resources.eventhubs_source import (
         PartitionRange,
         ReadOptions,
         ReadPlan,
         read_eventhubs,
     )
-    from dagster_eventhub_ingest.resources.spark_source._stats import read_stats_accumulator
+    from dagster_eventhub_ingest.resources.eventhubs_source.stats import read_stats_accumulator
 
     for n in (3, 7):
         hub.send(n, partitions=["0"])

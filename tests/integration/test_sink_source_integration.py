@@ -231,12 +231,12 @@ def test_a_sink_written_before_records_is_adopted_then_another_source_refused(
     from dagster_eventhub_ingest.ops.sinks.place import sink_place
     from dagster_eventhub_ingest.ops.sinks.write import write_batch
     from dagster_eventhub_ingest.resources.errors import ConfigurationError
-    from dagster_eventhub_ingest.resources.sink import SinkSettings
-    from dagster_eventhub_ingest.resources.spark_source import (
+    from dagster_eventhub_ingest.resources.eventhubs_source import (
         PartitionRange,
         ReadOptions,
         read_eventhubs,
     )
+    from dagster_eventhub_ingest.resources.sink import SinkSettings
 
     hub, other = make_eventhub(partitions=1), make_eventhub(partitions=1)
     sent: dict[str, list[bytes]] = {}

@@ -14,9 +14,9 @@ from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN, batch_key
 from dagster_eventhub_ingest.ops.sinks.read import read_sink
 from dagster_eventhub_ingest.ops.sinks.write import write_batch
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, SinkError
+from dagster_eventhub_ingest.resources.eventhubs_source import eventhubs_schema
 from dagster_eventhub_ingest.resources.ranges import SeqRange
 from dagster_eventhub_ingest.resources.sink import SinkSettings
-from dagster_eventhub_ingest.resources.spark_source import eventhubs_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -10,14 +10,14 @@ import pytest
 
 from dagster_eventhub_ingest.ops.sinks.read import read_sink
 from dagster_eventhub_ingest.ops.sinks.write import write_batch
-from dagster_eventhub_ingest.resources.sink import SinkSettings
-from dagster_eventhub_ingest.resources.spark_source import (
+from dagster_eventhub_ingest.resources.eventhubs_source import (
     PartitionRange,
     ReadOptions,
     plan_read,
     read_eventhubs,
     read_range,
 )
+from dagster_eventhub_ingest.resources.sink import SinkSettings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

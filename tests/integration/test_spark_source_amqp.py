@@ -17,8 +17,8 @@ import pytest
 
 from dagster_eventhub_ingest.resources.amqp import connection
 from dagster_eventhub_ingest.resources.amqp.connection import Connection, Endpoint
-from dagster_eventhub_ingest.resources.spark_source import PartitionRange, read_range
-from dagster_eventhub_ingest.resources.spark_source._receiver import _PartitionPull
+from dagster_eventhub_ingest.resources.eventhubs_source import PartitionRange, read_range
+from dagster_eventhub_ingest.resources.eventhubs_source.receiver import _PartitionPull
 
 
 @pytest.fixture(autouse=True)
@@ -26,12 +26,12 @@ def python_path_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """These tests prove the Python path (what the native step leaves to it, and what runs on a
     host that cannot build it); tests/integration/test_native_columns.py proves the native step
     equal to it."""
-    from dagster_eventhub_ingest.resources.spark_source import _native
+    from dagster_eventhub_ingest.resources.eventhubs_source.fastpath import loader
 
-    monkeypatch.setenv(_native.NATIVE_ENV, "0")
-    _native.reset_for_tests()
+    monkeypatch.setenv(loader.NATIVE_ENV, "0")
+    loader.reset_for_tests()
     yield
-    _native.reset_for_tests()
+    loader.reset_for_tests()
 
 
 class Connections:
@@ -177,7 +177,7 @@ def test_the_session_window_is_renewed_and_large_messages_arrive_in_several_fram
 
 _NO_PANDAS_READ = """
 import pickle, sys
-from dagster_eventhub_ingest.resources.spark_source import PartitionRange, read_range
+from dagster_eventhub_ingest.resources.eventhubs_source import PartitionRange, read_range
 settings, count = pickle.loads(sys.stdin.buffer.read())
 batches = list(read_range(settings, PartitionRange("0", 0, count - 1)))
 print(sorted(m for m in ("pandas", "pyarrow") if m in sys.modules))  # before to_pylist's imports
@@ -319,7 +319,7 @@ import json, sys, threading
 import azure.eventhub
 from azure.eventhub import EventHubConsumerClient
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
-from dagster_eventhub_ingest.resources.spark_source import PartitionRange, read_range
+from dagster_eventhub_ingest.resources.eventhubs_source import PartitionRange, read_range
 
 cs, hub = sys.argv[1], sys.argv[2]
 

@@ -14,7 +14,7 @@ from dagster_eventhub_ingest.resources.errors import (
     EventHubUnavailableError,
     RangeError,
 )
-from dagster_eventhub_ingest.resources.spark_source import (
+from dagster_eventhub_ingest.resources.eventhubs_source import (
     EVENT_COLUMNS,
     DataGap,
     PartitionRange,

@@ -23,7 +23,7 @@ class Reader(DataSourceReader):  # the next job is a read, as the run's is
     def read(self, partition):
         import os, sys
         yield (os.getpid(), "azure.eventhub" in sys.modules
-               and "dagster_eventhub_ingest.resources.spark_source._read" in sys.modules)
+               and "dagster_eventhub_ingest.resources.eventhubs_source.read" in sys.modules)
 
 class Source(DataSource):
     @classmethod

@@ -44,7 +44,7 @@ def test_strategy_names_are_the_registered_strategies() -> None:
 
 
 def test_output_columns_are_the_source_schema() -> None:
-    from dagster_eventhub_ingest.resources.spark_source import eventhubs_schema
+    from dagster_eventhub_ingest.resources.eventhubs_source import eventhubs_schema
 
     assert list(OUTPUT_COLUMNS) == eventhubs_schema().fieldNames()
     assert set(PARTITION_COLUMNS) <= set(OUTPUT_COLUMNS)
@@ -179,7 +179,7 @@ def test_the_asset_run_config_override_of_zero_is_rejected() -> None:
 
 
 def test_identity_options_travel_to_the_executors_in_the_reader_options() -> None:
-    from dagster_eventhub_ingest.resources.spark_source import ReadOptions
+    from dagster_eventhub_ingest.resources.eventhubs_source import ReadOptions
 
     settings = EventHubSettings(
         eventhub_name="h",

@@ -8,16 +8,20 @@ from datetime import datetime, timezone
 import pytest
 
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
-from dagster_eventhub_ingest.resources.eventhubs_options import (
-    CONNECTOR_OPTIONS,
+from dagster_eventhub_ingest.resources.eventhubs_source.compat.bounds import (
     Bound,
+    parse_event_position,
+)
+from dagster_eventhub_ingest.resources.eventhubs_source.compat.encryption import (
     decrypt_connection_string,
     encrypt_connection_string,
-    parse_event_position,
+)
+from dagster_eventhub_ingest.resources.eventhubs_source.compat.options import (
     parse_iso_duration,
     parse_source_options,
 )
-from dagster_eventhub_ingest.resources.eventhubs_stream import EventHubsStreamReader, admit
+from dagster_eventhub_ingest.resources.eventhubs_source.compat.table import CONNECTOR_OPTIONS
+from dagster_eventhub_ingest.resources.eventhubs_source.stream import EventHubsStreamReader, admit
 
 SECRET = "c2VjcmV0LWtleS12YWx1ZQ=="
 BASE = f"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=r;SharedAccessKey={SECRET}"

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
+from dagster_eventhub_ingest.resources.azure.hub_client import (
+    EventHubClient,
+    partition_info_from_properties,
+    sort_partition_ids,
+)
 from dagster_eventhub_ingest.resources.errors import (
     ConfigurationError,
     EventHubUnavailableError,
     RangeError,
-)
-from dagster_eventhub_ingest.resources.hub_client import (
-    EventHubClient,
-    partition_info_from_properties,
-    sort_partition_ids,
 )
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
 

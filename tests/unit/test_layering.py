@@ -102,16 +102,14 @@ def test_layers_import_only_downward(package: str, forbidden: set[str]) -> None:
     assert not bad, f"{package}/ imports upward: {sorted(bad)}"
 
 
-@pytest.mark.parametrize(
-    "package", ["resources", "ops", "dagster_project", "cli", "airflow_provider", "bench"]
-)
+@pytest.mark.parametrize("package", [*PARTS, "bench"])
 def test_no_import_cycle_in(package: str) -> None:
     """No module of the package imports itself back, however indirectly.
 
     Function-level imports count too (only ``TYPE_CHECKING`` ones do not): a lazy import that
     closes a cycle works until someone hoists it. The graph is module to module: importing
-    ``dagster_eventhub_ingest.resources.spark_source._plan`` is an edge to that module, not to the
-    package's face.
+    ``dagster_eventhub_ingest.resources.eventhubs_source.plan`` is an edge to that module, not to
+    the package's face.
     """
     modules = _modules(package)
     graph = {module: {n for n in names if n in modules} for module, names in modules.items()}
@@ -137,12 +135,12 @@ def test_no_import_cycle_in(package: str) -> None:
 
 
 def test_the_cycle_check_sees_package_modules_and_relative_imports() -> None:
-    """The graph knows the spark_source package's private modules and its face's imports."""
+    """The graph knows the source package's nested modules and its face's imports."""
     modules = _modules("resources")
-    assert "dagster_eventhub_ingest.resources.spark_source._plan" in modules
+    assert "dagster_eventhub_ingest.resources.eventhubs_source.compat.resolve" in modules
     assert (
-        "dagster_eventhub_ingest.resources.spark_source._source"
-        in modules["dagster_eventhub_ingest.resources.spark_source"]
+        "dagster_eventhub_ingest.resources.eventhubs_source.source"
+        in modules["dagster_eventhub_ingest.resources.eventhubs_source"]
     )
 
 
@@ -157,8 +155,8 @@ def test_executor_modules_do_not_import_driver_only_packages() -> None:
     """
     ns = NAMESPACE
     code = (
-        f"import sys, {ns}.ops.sinks.write, {ns}.resources.spark_source, "
-        f"{ns}.resources.eventhubs_stream, {ns}.resources.eventhubs_positions\n"
+        f"import sys, {ns}.ops.sinks.write, {ns}.resources.eventhubs_source, "
+        f"{ns}.resources.eventhubs_source.stream, {ns}.resources.eventhubs_source.compat.resolve\n"
         f"print(','.join(m for m in ('pydantic', 'dagster', '{ns}.resources.config', "
         f"'{ns}.ops.run') if m in sys.modules))"
     )
@@ -241,25 +239,7 @@ def _private_imports(path: Path, module: str) -> set[str]:
     return {n for n in found if n.startswith(f"{NAMESPACE}.") and _owner(n) is not None}
 
 
-_READER_PRIVATES = pytest.mark.xfail(
-    strict=True,
-    reason="the reader's private modules (resources/spark_source/_*) are read from outside "
-    "its package: resources/eventhubs_*.py, ops/run/warm_up.py, ops/run/ingestor.py, "
-    "ops/sinks/ (statistics), cli/build_reader.py",
-)
-
-
-@pytest.mark.parametrize(
-    "part",
-    [
-        pytest.param("resources", marks=_READER_PRIVATES),
-        pytest.param("ops", marks=_READER_PRIVATES),
-        "dagster_project",
-        pytest.param("cli", marks=_READER_PRIVATES),
-        "airflow_provider",
-        "emulator",
-    ],
-)
+@pytest.mark.parametrize("part", [*PARTS, "bench"])
 def test_no_private_name_crosses_packages(part: str) -> None:
     """A ``_name`` or ``_module`` is its package's own: another package imports the public
     names, so a package can change its insides without breaking its neighbours."""
@@ -280,21 +260,18 @@ def test_no_private_name_crosses_packages(part: str) -> None:
     ("name", "owner"),
     [
         (
-            "dagster_eventhub_ingest.resources.spark_source._stats.SubRangeKey",
-            "dagster_eventhub_ingest.resources.spark_source",
+            "dagster_eventhub_ingest.resources.eventhubs_source.fastpath._amqp_columns",
+            "dagster_eventhub_ingest.resources.eventhubs_source.fastpath",
         ),
         (
-            "dagster_eventhub_ingest.resources.spark_source._schema._arrow_schema",
-            "dagster_eventhub_ingest.resources.spark_source",
+            "dagster_eventhub_ingest.resources.eventhubs_source.receiver._PartitionPull",
+            "dagster_eventhub_ingest.resources.eventhubs_source",
         ),
         (
             "dagster_eventhub_ingest.ops.sinks.statistics._SPLIT_FROM_PARTITIONS",
             "dagster_eventhub_ingest.ops.sinks",
         ),
-        (
-            "dagster_eventhub_ingest.resources.spark_source._native",
-            "dagster_eventhub_ingest.resources.spark_source",
-        ),
+        ("dagster_eventhub_ingest.resources.eventhubs_source.stats.SubRangeKey", None),
         ("dagster_eventhub_ingest.ops.sinks.statistics.choose_stats_method", None),
     ],
 )

@@ -1,9 +1,9 @@
 """The connector's values for every AMQP type, on the native and the pure-Python path.
 
 The golden corpus (tests/support/amqp_corpus.py) frame by frame: the Python path
-(``_message.decode_event``) gives each golden row; the native step gives the same row for every
+(``message.decode_event``) gives each golden row; the native step gives the same row for every
 message it takes (it may leave one to Python, never write it otherwise). The texts themselves
-(``_values``) against what the JVM writes (json4s, ``java.util.Date``, ``Double.toString``),
+(``values``) against what the JVM writes (json4s, ``java.util.Date``, ``Double.toString``),
 and messages no one should send: never an exception.
 """
 
@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dagster_eventhub_ingest.resources.amqp.framing import transfer_header
-from dagster_eventhub_ingest.resources.spark_source._events import ColumnRows, _ArrowBuilder
-from dagster_eventhub_ingest.resources.spark_source._message import decode_event
-from dagster_eventhub_ingest.resources.spark_source._schema import _arrow_schema
-from dagster_eventhub_ingest.resources.spark_source._values import (
+from dagster_eventhub_ingest.resources.eventhubs_source.events import ArrowBuilder, ColumnRows
+from dagster_eventhub_ingest.resources.eventhubs_source.message import decode_event
+from dagster_eventhub_ingest.resources.eventhubs_source.schema import source_arrow_schema
+from dagster_eventhub_ingest.resources.eventhubs_source.values import (
     java_date,
     java_double,
     json_string,
@@ -31,7 +31,7 @@ from dagster_eventhub_ingest.resources.spark_source._values import (
 from tests.support import amqp_corpus as c
 from tests.support.amqp_corpus import CORPUS, Golden, delivered
 
-SCHEMA = _arrow_schema()
+SCHEMA = source_arrow_schema()
 CHANNEL, HANDLE = 5, 1
 ENQUEUED_MS = 1_700_000_000_777
 
@@ -41,7 +41,7 @@ def _frame(payload: bytes, delivery_id: int = 0) -> bytes:
 
 
 def python_rows(payloads: list[bytes]) -> list[dict[str, Any]]:
-    builder = _ArrowBuilder("3", SCHEMA)
+    builder = ArrowBuilder("3", SCHEMA)
     for payload in payloads:
         event = decode_event(payload)
         builder.add_event(event, event.seq)
@@ -54,7 +54,7 @@ def native_rows(native: Any, payloads: list[bytes]) -> list[dict[str, Any]] | No
     got = native.scan(buf, 0, len(buf), CHANNEL, HANDLE, 10_000, set())
     if got is None or got[0] != len(payloads):
         return None
-    builder = _ArrowBuilder("3", SCHEMA)
+    builder = ArrowBuilder("3", SCHEMA)
     builder.add_rows(ColumnRows(got[5]))
     return builder.flush().to_pylist()
 
@@ -120,7 +120,7 @@ def test_the_native_step_takes_the_usual_events_and_the_whole_corpus_reads_the_s
             at += len(_frame(payloads[index]))
             index += 1
             continue
-        builder = _ArrowBuilder("3", SCHEMA)
+        builder = ArrowBuilder("3", SCHEMA)
         builder.add_rows(ColumnRows(got[5]))
         rows += builder.flush().to_pylist()
         index += got[0]
@@ -343,7 +343,7 @@ def test_any_message_reads_the_same_on_both_paths(native: Any, messages: list[by
     expected = python_rows(messages)
     if got is None:
         return
-    builder = _ArrowBuilder("3", SCHEMA)
+    builder = ArrowBuilder("3", SCHEMA)
     builder.add_rows(ColumnRows(got[5]))
     assert builder.flush().to_pylist() == expected[: got[0]]
 

@@ -11,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, RangeError
-from dagster_eventhub_ingest.resources.settings import EventHubSettings
-from dagster_eventhub_ingest.resources.spark_source import (
+from dagster_eventhub_ingest.resources.eventhubs_source import (
     EventPosition,
     PartitionRange,
     ReadOptions,
@@ -20,6 +19,7 @@ from dagster_eventhub_ingest.resources.spark_source import (
     parse_ranges,
     split_range,
 )
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
 
 SECRET = "c2VjcmV0LWtleS12YWx1ZQ=="
 CONN = f"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=r;SharedAccessKey={SECRET}"
@@ -250,7 +250,7 @@ def test_ranges_are_checked_against_known_bounds_without_asking_the_service() ->
     makes no call (the hub here does not exist: any call would fail) and still refuses what
     the bounds rule out."""
     from dagster_eventhub_ingest.resources.errors import DataLossError
-    from dagster_eventhub_ingest.resources.spark_source import plan_read
+    from dagster_eventhub_ingest.resources.eventhubs_source import plan_read
 
     nowhere = EventHubSettings(
         eventhub_name="telemetry",
@@ -342,14 +342,14 @@ def test_arrays_built_from_buffers_equal_pyarrows_own(
     same lists: nulls, empty values, non-ASCII text, empty and repeated map entries."""
     import pyarrow as pa
 
-    from dagster_eventhub_ingest.resources.spark_source._arrow import (
+    from dagster_eventhub_ingest.resources.eventhubs_source.arrow import (
         int64_array,
         map_array,
         varbinary_array,
     )
-    from dagster_eventhub_ingest.resources.spark_source._schema import _arrow_schema
+    from dagster_eventhub_ingest.resources.eventhubs_source.schema import source_arrow_schema
 
-    schema = _arrow_schema()
+    schema = source_arrow_schema()
     when, props = schema.field("enqueuedTime").type, schema.field("properties").type
     built = {
         "int64": (int64_array(ints, pa.int64()), pa.array(ints, pa.int64())),
@@ -368,26 +368,26 @@ def test_values_past_32_bit_offsets_are_refused_by_name(monkeypatch: pytest.Monk
     """Past 2 GiB of values an array's offsets would wrap; the builder says so instead."""
     import pyarrow as pa
 
-    from dagster_eventhub_ingest.resources.spark_source import _arrow
+    from dagster_eventhub_ingest.resources.eventhubs_source import arrow
 
-    monkeypatch.setattr(_arrow, "_MAX_OFFSET", 5)
-    assert _arrow.varbinary_array([b"abc", b"de"], pa.binary()).to_pylist() == [b"abc", b"de"]
+    monkeypatch.setattr(arrow, "_MAX_OFFSET", 5)
+    assert arrow.varbinary_array([b"abc", b"de"], pa.binary()).to_pylist() == [b"abc", b"de"]
     with pytest.raises(ValueError, match="6 bytes of values: past the 2 GiB of 32-bit offsets"):
-        _arrow.varbinary_array([b"abc", b"def"], pa.binary())
+        arrow.varbinary_array([b"abc", b"def"], pa.binary())
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(raw_messages(), min_size=1, max_size=30), st.integers(1, 7))
 def test_a_readers_summary_is_what_its_batches_hold(messages: list[Any], every: int) -> None:
-    """What a reader tells the driver it read (``_ArrowBuilder.summary``, sent through the
+    """What a reader tells the driver it read (``ArrowBuilder.summary``, sent through the
     accumulator) equals the statistics of the rows it yielded, however the rows were batched."""
     import pyarrow as pa
     from azure.eventhub import EventData
 
-    from dagster_eventhub_ingest.resources.spark_source._events import _ArrowBuilder
-    from dagster_eventhub_ingest.resources.spark_source._schema import _arrow_schema
+    from dagster_eventhub_ingest.resources.eventhubs_source.events import ArrowBuilder
+    from dagster_eventhub_ingest.resources.eventhubs_source.schema import source_arrow_schema
 
-    builder = _ArrowBuilder("0", _arrow_schema())
+    builder = ArrowBuilder("0", source_arrow_schema())
     batches = []
     for seq, message in enumerate(messages, start=100):
         builder.add(EventData._from_message(message), seq)  # the SDK's receive's events
@@ -412,7 +412,7 @@ def test_a_readers_summary_is_what_its_batches_hold(messages: list[Any], every: 
 
 
 def test_partition_totals_need_sub_ranges_that_tile_every_range() -> None:
-    from dagster_eventhub_ingest.resources.spark_source._stats import partition_totals
+    from dagster_eventhub_ingest.resources.eventhubs_source.stats import partition_totals
 
     def sub(n: int, first: int, last: int, t0: int, t1: int) -> tuple[Any, ...]:
         return (n, 10 * n, first, last, str(last * 100), t0, t1)

@@ -73,7 +73,7 @@ def read_stats_accumulator(spark: SparkSession) -> Iterator[Accumulator[Any] | N
     registry on exit, so a late update for it is ignored."""
     from pyspark.accumulators import _accumulatorRegistry
 
-    from dagster_eventhub_ingest.resources.spark_kind import is_connect_session
+    from dagster_eventhub_ingest.resources.spark.kind import is_connect_session
 
     acc = None
     if not is_connect_session(spark):

@@ -8,19 +8,19 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from dagster_eventhub_ingest.resources.azure.hub_client import EventHubClient, PartitionInfo
 from dagster_eventhub_ingest.resources.errors import DataLossError, RangeError
-from dagster_eventhub_ingest.resources.hub_client import EventHubClient, PartitionInfo
-from dagster_eventhub_ingest.resources.ranges import SeqRange
-from dagster_eventhub_ingest.resources.settings import EventHubSettings
-from dagster_eventhub_ingest.resources.spark_source._options import ReadOptions
-from dagster_eventhub_ingest.resources.spark_source._position import EventPosition
-from dagster_eventhub_ingest.resources.spark_source._range import (
+from dagster_eventhub_ingest.resources.eventhubs_source.options import ReadOptions
+from dagster_eventhub_ingest.resources.eventhubs_source.partition_range import (
     DataGap,
     PartitionRange,
     split_range,
 )
-from dagster_eventhub_ingest.resources.spark_source._read import EventHubsInputPartition
-from dagster_eventhub_ingest.resources.spark_source._receiver import first_event_at
+from dagster_eventhub_ingest.resources.eventhubs_source.position import EventPosition
+from dagster_eventhub_ingest.resources.eventhubs_source.read import EventHubsInputPartition
+from dagster_eventhub_ingest.resources.eventhubs_source.receiver import first_event_at
+from dagster_eventhub_ingest.resources.ranges import SeqRange
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
 
 if TYPE_CHECKING:
     from azure.eventhub import EventHubConsumerClient
@@ -219,8 +219,8 @@ def _check_retained(
 
 
 def _resolve_positions(options: ReadOptions, info: PartitionInfo) -> PartitionRange | None:
-    start = _resolve_one(options, info, options.starting_position, ending=False)
-    end = _resolve_one(options, info, options.ending_position, ending=True)
+    start = resolve_position(options, info, options.starting_position, ending=False)
+    end = resolve_position(options, info, options.ending_position, ending=True)
     if end < start - 1:
         raise RangeError(
             f"{options.spelled('ending_position')}={options.ending_position} is before "
@@ -252,7 +252,7 @@ def _past_the_end(
     )
 
 
-def _resolve_one(
+def resolve_position(
     options: ReadOptions,
     info: PartitionInfo,
     pos: EventPosition,

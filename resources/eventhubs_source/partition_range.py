@@ -6,8 +6,8 @@ import json
 import math
 from dataclasses import dataclass
 
+from dagster_eventhub_ingest.resources.azure.hub_client import partition_id_key
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, RangeError
-from dagster_eventhub_ingest.resources.hub_client import partition_id_key
 from dagster_eventhub_ingest.resources.ranges import SeqRange
 
 

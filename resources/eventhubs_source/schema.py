@@ -42,7 +42,7 @@ def eventhubs_schema() -> StructType:
     )
 
 
-def _arrow_schema() -> pa.Schema:
+def source_arrow_schema() -> pa.Schema:
     # Exactly what Spark's data source worker checks batches against.
     return arrow_schema(eventhubs_schema())
 

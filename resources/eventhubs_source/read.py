@@ -10,36 +10,36 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import InputPartition
 
+from dagster_eventhub_ingest.resources.azure.hub_client import EventHubClient
 from dagster_eventhub_ingest.resources.errors import (
     DataLossError,
     EventHubIngestError,
     EventHubUnavailableError,
 )
-from dagster_eventhub_ingest.resources.hub_client import EventHubClient
+from dagster_eventhub_ingest.resources.eventhubs_source.events import ArrowBuilder, ColumnRows
+from dagster_eventhub_ingest.resources.eventhubs_source.partition_range import PartitionRange
+from dagster_eventhub_ingest.resources.eventhubs_source.progress import (
+    ProgressTarget,
+    ProgressWriter,
+    slow_read_delay,
+)
+from dagster_eventhub_ingest.resources.eventhubs_source.receiver import (
+    _BatchReceiver,
+    _PartitionPull,
+    sdk_receive,
+)
+from dagster_eventhub_ingest.resources.eventhubs_source.schema import source_arrow_schema
 from dagster_eventhub_ingest.resources.limits import (
     DEFAULT_PREFETCH,
     DEFAULT_RECEIVE_TIMEOUT_SECONDS,
     OnDataLoss,
 )
-from dagster_eventhub_ingest.resources.read_progress import (
-    ProgressTarget,
-    ProgressWriter,
-    slow_read_delay,
-)
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
-from dagster_eventhub_ingest.resources.spark_source._events import ColumnRows, _ArrowBuilder
-from dagster_eventhub_ingest.resources.spark_source._range import PartitionRange
-from dagster_eventhub_ingest.resources.spark_source._receiver import (
-    _BatchReceiver,
-    _PartitionPull,
-    sdk_receive,
-)
-from dagster_eventhub_ingest.resources.spark_source._schema import _arrow_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from dagster_eventhub_ingest.resources.spark_source._stats import SubRangeStats
+    from dagster_eventhub_ingest.resources.eventhubs_source.stats import SubRangeStats
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def read_input_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     aid = getattr(partition, "read_stats", None)
     on_done = None
     if aid is not None:
-        from dagster_eventhub_ingest.resources.spark_source._stats import send_read_stats
+        from dagster_eventhub_ingest.resources.eventhubs_source.stats import send_read_stats
 
         rng = partition.range
         key = (rng.partition_id, rng.start, rng.end)
@@ -127,7 +127,8 @@ def read_range(
 
     Runs wherever it is called (a Spark task, a benchmark); creates and closes its own client.
     With ``progress`` the running count goes to a small blob every few seconds
-    (:mod:`dagster_eventhub_ingest.resources.read_progress`; a failed write is ignored). ``on_done``
+    (:mod:`dagster_eventhub_ingest.resources.eventhubs_source.progress`; a failed write is
+    ignored). ``on_done``
     gets what was read (events, bytes, sequence and time bounds, the last offset) after the last
     batch was taken.
 
@@ -136,7 +137,7 @@ def read_range(
         EventHubUnavailableError: nothing arrived for ``receive_timeout`` seconds, or the
             service failed after the SDK's retries.
     """
-    builder = _ArrowBuilder(rng.partition_id, _arrow_schema())
+    builder = ArrowBuilder(rng.partition_id, source_arrow_schema())
     expected = rng.start
     # Never ask for more credit than the range holds: events past the end would be wasted.
     credit = max(1, min(prefetch, rng.count))
@@ -191,7 +192,7 @@ def read_range(
                     "or overloaded"
                 )
             for event in events:
-                if type(event) is ColumnRows:  # a native run (_native): its rows in segments
+                if type(event) is ColumnRows:  # a native run (fastpath): its rows in segments
                     past_end = False
                     for a, b, lo in event.segments():
                         hi = lo + (b - a) - 1

@@ -1,6 +1,6 @@
 /*
  * Plain transfer frames straight to the columns of the `eventhubs` schema (the reader's native
- * step; resources/spark_source/_native.py builds and loads it, resources/amqp/receiver.py calls
+ * step; resources/eventhubs_source/fastpath/loader.py builds and loads it, resources/amqp/receiver.py calls
  * it on its connection's receive buffer).
  *
  * scan() walks the AMQP frames whole in a receive buffer, from `start`, while each one is a
@@ -11,7 +11,7 @@
  * The annotations with columns must be of the types Event Hubs sends; every other annotation
  * (x-opt-partition-key and x-opt-publisher too), every message property set and every
  * application property becomes a map entry whose key and value are written as
- * resources/spark_source/_values.py `text` writes them, the connector's texts: strings and
+ * resources/eventhubs_source/values.py `text` writes them, the connector's texts: strings and
  * symbols as they are, binaries as JSON arrays of signed bytes, integers and decimal bits in
  * decimal, booleans true/false, floats and doubles as Java's Double.toString, timestamps as
  * json4s's quoted dates (the message properties' two times in milliseconds), UUIDs in their
@@ -54,7 +54,7 @@ typedef struct {
     Py_ssize_t props_at, props_n, ann_at, ann_n, mprops_at, mprops_n;
 } row;
 
-/* A map entry: its key and value as their texts (resources/spark_source/_values.py `text`).
+/* A map entry: its key and value as their texts (resources/eventhubs_source/values.py `text`).
  * A text is bytes of the frame (a string or symbol), a binary's bytes written as a JSON array
  * of signed bytes, a fixed name, or formatted here (numbers, booleans, dates, UUIDs, chars). */
 enum { T_FMT = 0, T_SPAN = 1, T_BYTES = 2 };

@@ -1,16 +1,17 @@
 """The fast pull's native step (``_amqp_columns.c``): shipped compiled, or compiled once per host.
 
 The reader's pure-Python path costs ~10.5 us of CPU per 1 KB event, nearly all of it Python's
-own cost per frame (docs/run.md, session 18). ``_amqp_columns.scan`` takes the plain transfer
-frames whole in the receive buffer straight to Arrow's column buffers, with no Python object
-per event but its delivery tag; :mod:`._amqp` calls it where it would decode frame by frame.
+own cost per frame (docs/run.md). ``_amqp_columns.scan`` takes the plain transfer frames whole
+in the receive buffer straight to Arrow's column buffers, with no Python object per event but
+its delivery tag; the AMQP receiver (:mod:`dagster_eventhub_ingest.resources.amqp.receiver`)
+calls it where it would decode frame by frame.
 
 Where it comes from, first found first:
 
 1. The platform wheel (``manylinux`` for this project's CI platform) ships it compiled, as
-   ``dagster_eventhub_ingest/resources/spark_source/_amqp_columns.<abi>.so``: the wheel's build
-   hook (``hatch_build.py``) compiles it with :func:`compile_module`. Nothing is compiled on the
-   user's host, and no compiler is needed there.
+   ``dagster_eventhub_ingest/resources/eventhubs_source/fastpath/_amqp_columns.<abi>.so``: the
+   wheel's build hook (``hatch_build.py``) compiles it with :func:`compile_module`. Nothing is
+   compiled on the user's host, and no compiler is needed there.
 2. Otherwise (a pure wheel on another platform, a checkout, or executors that got the code as
    the zip the driver ships, from which Python cannot load a compiled module) the C source ships
    with the package, and the first process on a host that reads events compiles it with the
@@ -49,7 +50,8 @@ logger = logging.getLogger(__name__)
 #: ``0``/``off``: never; ``1``/``require``: an error when it cannot be loaded; else: when it can.
 NATIVE_ENV = "EHINGEST_NATIVE"
 _SOURCE = "_amqp_columns.c"
-_NAME = "dagster_eventhub_ingest.resources.spark_source._amqp_columns"  # PyInit__amqp_columns
+# Its init function is PyInit__amqp_columns.
+_NAME = "dagster_eventhub_ingest.resources.eventhubs_source.fastpath._amqp_columns"
 _FLAGS = ("-O2", "-shared", "-fPIC", "-fno-strict-aliasing")
 _COMPILE_TIMEOUT_SECONDS = 120.0
 
@@ -116,7 +118,7 @@ def target_path() -> Path:
 
 def _source() -> bytes:
     data = pkgutil.get_data(
-        __package__ or "dagster_eventhub_ingest.resources.spark_source", _SOURCE
+        __package__ or "dagster_eventhub_ingest.resources.eventhubs_source", _SOURCE
     )
     if data is None:
         raise FileNotFoundError(_SOURCE)
@@ -231,6 +233,6 @@ def reset_for_tests() -> None:
 
 if (
     __name__ == "__main__"
-):  # python -m dagster_eventhub_ingest.resources.spark_source._native: build it now
+):  # python -m dagster_eventhub_ingest.resources.eventhubs_source.fastpath.loader: build it now
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     print(prepare(retry_failed=True))

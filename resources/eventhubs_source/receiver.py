@@ -26,9 +26,9 @@ from dagster_eventhub_ingest.resources.errors import (
     EventHubUnavailableError,
     redact,
 )
+from dagster_eventhub_ingest.resources.eventhubs_source.events import ColumnRows
+from dagster_eventhub_ingest.resources.eventhubs_source.message import decode_event
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
-from dagster_eventhub_ingest.resources.spark_source._events import ColumnRows
-from dagster_eventhub_ingest.resources.spark_source._message import decode_event
 
 if TYPE_CHECKING:
     from azure.eventhub import EventData
@@ -194,9 +194,9 @@ class _PartitionPull:
     The connection, its authorization and the link are the project's own
     (:mod:`dagster_eventhub_ingest.resources.amqp`): nothing of azure-eventhub runs here, nothing
     is shared with any other receiver in the process. Each message is decoded from its bytes
-    (:func:`~dagster_eventhub_ingest.resources.spark_source._message.decode_event`); with
+    (:func:`~dagster_eventhub_ingest.resources.eventhubs_source.message.decode_event`); with
     ``columns`` (the reader's) and the native step loaded, runs of plain transfers arrive as
-    :class:`~dagster_eventhub_ingest.resources.spark_source._events.ColumnRows` among the
+    :class:`~dagster_eventhub_ingest.resources.eventhubs_source.events.ColumnRows` among the
     events, in the order received. An empty list means nothing arrived for ``wait_seconds``.
 
     A connection that fails (or a link the service detaches) is opened again at the next
@@ -230,7 +230,9 @@ class _PartitionPull:
         self._end = end
         self._native = None
         if columns:
-            from dagster_eventhub_ingest.resources.spark_source._native import amqp_columns
+            from dagster_eventhub_ingest.resources.eventhubs_source.fastpath.loader import (
+                amqp_columns,
+            )
 
             self._native = amqp_columns()
         self._endpoint = Endpoint.of(settings)

@@ -2,7 +2,7 @@
 
 :func:`decode_event` reads the sections of a message as the service delivers it and returns an
 :class:`Event`: what each column holds, in the connector's terms (azure-event-hubs-spark reads
-the Java SDK's ``EventData``; ``_values`` has the text of each AMQP type):
+the Java SDK's ``EventData``; ``values`` has the text of each AMQP type):
 
 * ``body``: the data sections' bytes, joined (the connector keeps the first one only); None
   when the body is an ``amqp-value`` or ``amqp-sequence`` (the connector's ``getBytes()`` is
@@ -31,7 +31,7 @@ import struct
 from typing import Any
 
 from dagster_eventhub_ingest.resources.amqp.codec import FIXED_WIDTH
-from dagster_eventhub_ingest.resources.spark_source._values import (
+from dagster_eventhub_ingest.resources.eventhubs_source.values import (
     MalformedAMQP,
     compound_head,
     skip,
@@ -287,7 +287,7 @@ def _annotations(b: bytes, j: int, n: int, ev: Event) -> int:
 
 
 def _text(b: bytes, i: int, stop: int) -> tuple[str, int]:
-    """:func:`_values.text`, the usual key or value (a short UTF-8 string) without its calls."""
+    """:func:`.values.text`, the usual key or value (a short UTF-8 string) without its calls."""
     if b[i] == 0xA1:
         j = i + 2 + b[i + 1]
         if j <= stop:

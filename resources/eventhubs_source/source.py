@@ -13,18 +13,18 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 
+from dagster_eventhub_ingest.resources.azure.hub_client import EventHubClient
 from dagster_eventhub_ingest.resources.errors import (
     DataLossError,
     EventHubIngestError,
     EventHubUnavailableError,
     RangeError,
 )
-from dagster_eventhub_ingest.resources.hub_client import EventHubClient
+from dagster_eventhub_ingest.resources.eventhubs_source.options import ReadOptions
+from dagster_eventhub_ingest.resources.eventhubs_source.plan import ReadPlan
+from dagster_eventhub_ingest.resources.eventhubs_source.read import read_input_partition
+from dagster_eventhub_ingest.resources.eventhubs_source.schema import eventhubs_schema
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
-from dagster_eventhub_ingest.resources.spark_source._options import ReadOptions
-from dagster_eventhub_ingest.resources.spark_source._plan import ReadPlan
-from dagster_eventhub_ingest.resources.spark_source._read import read_input_partition
-from dagster_eventhub_ingest.resources.spark_source._schema import eventhubs_schema
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -59,8 +59,12 @@ class EventHubsDataSource(DataSource):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         # The connector's and Kafka's options are mapped (or refused) there; see the module.
-        from dagster_eventhub_ingest.resources.eventhubs_options import parse_source_options
-        from dagster_eventhub_ingest.resources.eventhubs_positions import plan_source_read
+        from dagster_eventhub_ingest.resources.eventhubs_source.compat.options import (
+            parse_source_options,
+        )
+        from dagster_eventhub_ingest.resources.eventhubs_source.compat.resolve import (
+            plan_source_read,
+        )
 
         self.source = parse_source_options(options)
         parsed = self.source.read
@@ -116,8 +120,8 @@ class EventHubsDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """``spark.readStream.format("eventhubs")``: see
-        :mod:`dagster_eventhub_ingest.resources.eventhubs_stream`."""
-        from dagster_eventhub_ingest.resources.eventhubs_stream import EventHubsStreamReader
+        :mod:`dagster_eventhub_ingest.resources.eventhubs_source.stream`."""
+        from dagster_eventhub_ingest.resources.eventhubs_source.stream import EventHubsStreamReader
 
         return EventHubsStreamReader(self.source)
 

@@ -8,6 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, RangeError, did_you_mean
+from dagster_eventhub_ingest.resources.eventhubs_source.partition_range import (
+    PartitionRange,
+    parse_ranges,
+)
+from dagster_eventhub_ingest.resources.eventhubs_source.position import EventPosition
+from dagster_eventhub_ingest.resources.eventhubs_source.progress import ProgressTarget
 from dagster_eventhub_ingest.resources.limits import (
     DEFAULT_PREFETCH,
     DEFAULT_READERS_PER_PARTITION,
@@ -17,12 +23,9 @@ from dagster_eventhub_ingest.resources.limits import (
     ON_DATA_LOSS,
     OnDataLoss,
 )
-from dagster_eventhub_ingest.resources.read_progress import ProgressTarget
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
-from dagster_eventhub_ingest.resources.spark_source._position import EventPosition
-from dagster_eventhub_ingest.resources.spark_source._range import PartitionRange, parse_ranges
 
-_OPTION_NAMES = (
+OPTION_NAMES = (
     "connection_string",
     "eventhub_name",
     "consumer_group",
@@ -84,8 +87,8 @@ class ReadOptions:
     min_events_per_reader: int = 10_000
     on_data_loss: OnDataLoss = "fail"
     #: Where readers write their running counts
-    #: (``dagster_eventhub_ingest.resources.read_progress``); set by the ingestion run, None for
-    #: other reads. Holds the store's secret: not in ``repr``.
+    #: (:mod:`dagster_eventhub_ingest.resources.eventhubs_source.progress`); set by the ingestion
+    #: run, None for other reads. Holds the store's secret: not in ``repr``.
     progress: ProgressTarget | None = field(default=None, repr=False)
     #: What the caller just looked up of the ranges' partitions: partition id -> (first
     #: retained, last enqueued) sequence numbers. When it covers every range, the ranges are
@@ -93,8 +96,8 @@ class ReadOptions:
     #: own look). A range that expired since is found by the readers (DataLossError).
     known_bounds: tuple[tuple[str, int, int], ...] | None = None
     #: The id of a classic driver's accumulator each reader adds what it read to
-    #: (``dagster_eventhub_ingest.resources.spark_source._stats``); set by the ingestion run, None
-    #: for other reads.
+    #: (:mod:`dagster_eventhub_ingest.resources.eventhubs_source.stats`); set by the ingestion
+    #: run, None for other reads.
     read_stats: int | None = None
     #: Options as the user spelled them, where that is not their name here (name -> as given):
     #: messages speak the user's words. Presentation only.
@@ -154,13 +157,13 @@ class ReadOptions:
         opts: dict[str, str] = {}
         spellings: dict[str, str] = {}
         for key, value in options.items():
-            name = _canonical_option(key)
+            name = canonical_option(key)
             if name is None:
                 raise ConfigurationError(
                     f"eventhubs source: unknown option {key!r}; "
                     + did_you_mean(key, own_spellings())
                     + "valid options: "
-                    + ", ".join(_OPTION_NAMES)
+                    + ", ".join(OPTION_NAMES)
                 )
             opts[name] = value
             if key != name:
@@ -279,14 +282,14 @@ def camel_case(name: str) -> str:
 
 def own_spellings() -> tuple[str, ...]:
     """The project's option names, also in camelCase (what a did-you-mean may offer)."""
-    return _OPTION_NAMES + tuple(camel_case(n) for n in _OPTION_NAMES if "_" in n)
+    return OPTION_NAMES + tuple(camel_case(n) for n in OPTION_NAMES if "_" in n)
 
 
-def _canonical_option(key: str) -> str | None:
+def canonical_option(key: str) -> str | None:
     low = key.strip().lower()
     if low.startswith("eventhubs."):
         low = low[len("eventhubs.") :]
-    if low in _OPTION_NAMES:
+    if low in OPTION_NAMES:
         return low
     return _OPTION_ALIASES.get(low.replace("_", "").replace("-", ""))
 

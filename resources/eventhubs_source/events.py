@@ -6,7 +6,7 @@ import bisect
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from dagster_eventhub_ingest.resources.spark_source._message import (
+from dagster_eventhub_ingest.resources.eventhubs_source.message import (
     _OFFSET,
     _PKEY,
     _PUBLISHER,
@@ -17,13 +17,13 @@ from dagster_eventhub_ingest.resources.spark_source._message import (
     TIME_MIN_MS,
     Event,
 )
-from dagster_eventhub_ingest.resources.spark_source._values import text_of
+from dagster_eventhub_ingest.resources.eventhubs_source.values import text_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from azure.eventhub import EventData
 
-    from dagster_eventhub_ingest.resources.spark_source._stats import SubRangeStats
+    from dagster_eventhub_ingest.resources.eventhubs_source.stats import SubRangeStats
 
 # The SDK's names of the message properties (``AmqpMessageProperties``), in field order: what
 # its public receive's events have (MESSAGE_PROPERTY_NAMES are the connector's).
@@ -73,7 +73,7 @@ def _sdk_other_body(sequence: Any, value: Any, has_value: bool) -> bytes | None:
 
 
 def _sdk_row(data: Any, other_body: bytes | None, ann: Any, app: Any, mprops: Any) -> Event:
-    """An :class:`Event` of a message the SDK decoded (see :func:`_values.text_of`)."""
+    """An :class:`Event` of a message the SDK decoded (see :func:`.values.text_of`)."""
     ev = Event()
     if data:
         parts = [bytes(d) for d in data]
@@ -102,13 +102,13 @@ def _sdk_row(data: Any, other_body: bytes | None, ann: Any, app: Any, mprops: An
 class ColumnRows:
     """Consecutive events of one partition laid out as Arrow's buffers by the native step.
 
-    What :func:`dagster_eventhub_ingest.resources.spark_source._native.amqp_columns`'s ``scan``
-    returns for a run of plain transfer frames: the sequence numbers and enqueued times (64-bit,
-    little-endian), the body and the three string columns (32-bit offsets and values, a validity
-    bitmap or None), whether the sequence numbers go up by one, and the two maps (``properties``:
-    application properties; ``systemProperties``: annotations but the three dropped, then
-    message properties), their texts as :mod:`._values` writes them. The native step takes
-    data bodies only: ``amqpBody`` is null in every row.
+    What :func:`~dagster_eventhub_ingest.resources.eventhubs_source.fastpath.loader.amqp_columns`'s
+    ``scan`` returns for a run of plain transfer frames: the sequence numbers and enqueued times
+    (64-bit, little-endian), the body and the three string columns (32-bit offsets and values, a
+    validity bitmap or None), whether the sequence numbers go up by one, and the two maps
+    (``properties``: application properties; ``systemProperties``: annotations but the three
+    dropped, then message properties), their texts as :mod:`.values` writes them. The native step
+    takes data bodies only: ``amqpBody`` is null in every row.
     """
 
     __slots__ = (
@@ -183,7 +183,7 @@ class ColumnRows:
         if self._batch is None:
             import pyarrow as pa
 
-            from dagster_eventhub_ingest.resources.spark_source._arrow import (
+            from dagster_eventhub_ingest.resources.eventhubs_source.arrow import (
                 map_array_of_buffers,
                 repeated_string,
                 string_array_of_buffers,
@@ -229,14 +229,14 @@ class ColumnRows:
         return self._batch
 
 
-class _ArrowBuilder:
+class ArrowBuilder:
     """Accumulates events column by column and emits record batches of the source schema."""
 
     def __init__(self, partition_id: str, schema: pa.Schema) -> None:
         self.partition_id = partition_id
         self.schema = schema
         # What every batch flushed so far held
-        # (``dagster_eventhub_ingest.resources.spark_source._stats``): events, body bytes, first and
+        # (:mod:`.stats`): events, body bytes, first and
         # last sequence number, the last event's offset, first and last enqueued time
         # (microseconds).
         self.rows = 0
@@ -252,7 +252,7 @@ class _ArrowBuilder:
         self._reset()
 
     def summary(self) -> SubRangeStats:
-        """The statistics of every event flushed so far (``_stats.SubRangeStats``)."""
+        """The statistics of every event flushed so far (``stats.SubRangeStats``)."""
         return (
             self.rows,
             self.total_bytes,
@@ -307,7 +307,7 @@ class _ArrowBuilder:
         )
 
     def add_event(self, event: Event, seq: int) -> None:
-        """One decoded event (:func:`._message.decode_event`)."""
+        """One decoded event (:func:`.message.decode_event`)."""
         body = event.body
         self.body.append(body)
         if body is not None:
@@ -370,7 +370,7 @@ class _ArrowBuilder:
         """The events added one by one, as a batch of the source schema."""
         import pyarrow as pa
 
-        from dagster_eventhub_ingest.resources.spark_source._arrow import (
+        from dagster_eventhub_ingest.resources.eventhubs_source.arrow import (
             int64_array,
             map_array,
             repeated_string,

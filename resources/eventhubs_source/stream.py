@@ -12,8 +12,8 @@ always the same events, so a replay with an idempotent sink (the file sink's met
 lands every event once.
 
 Each batch's ranges are read on executors by the same code as the batch source
-(:func:`~dagster_eventhub_ingest.resources.spark_source.read_range`); only the frozen settings and
-ranges travel.
+(:func:`~dagster_eventhub_ingest.resources.eventhubs_source.read_range`); only the frozen
+settings and ranges travel.
 """
 
 from __future__ import annotations
@@ -30,17 +30,18 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from dagster_eventhub_ingest.resources.azure.hub_client import EventHubClient, PartitionInfo
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, DataLossError
-from dagster_eventhub_ingest.resources.eventhubs_options import Bound, SourceOptions
-from dagster_eventhub_ingest.resources.eventhubs_positions import (
+from dagster_eventhub_ingest.resources.eventhubs_source.compat.bounds import Bound
+from dagster_eventhub_ingest.resources.eventhubs_source.compat.options import SourceOptions
+from dagster_eventhub_ingest.resources.eventhubs_source.compat.resolve import (
     resolve_bound,
     resolve_start_sequence_numbers,
     with_deadline,
 )
-from dagster_eventhub_ingest.resources.hub_client import EventHubClient, PartitionInfo
-from dagster_eventhub_ingest.resources.spark_source._plan import input_partitions
-from dagster_eventhub_ingest.resources.spark_source._range import PartitionRange
-from dagster_eventhub_ingest.resources.spark_source._read import read_input_partition
+from dagster_eventhub_ingest.resources.eventhubs_source.partition_range import PartitionRange
+from dagster_eventhub_ingest.resources.eventhubs_source.plan import input_partitions
+from dagster_eventhub_ingest.resources.eventhubs_source.read import read_input_partition
 
 if TYPE_CHECKING:
     import pyarrow as pa

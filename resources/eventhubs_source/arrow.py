@@ -123,7 +123,7 @@ def map_array(values: Sequence[Sequence[tuple[str, str | None]]], type: pa.MapTy
     )
 
 
-# -- from buffers laid out elsewhere (the native step, resources/spark_source/_amqp_columns.c) --
+# -- from buffers laid out elsewhere (the native step, fastpath/_amqp_columns.c) --
 
 
 def string_array_of_buffers(

@@ -31,38 +31,47 @@ How it reads (see docs/spark_source.md):
   parts from :attr:`ReadPlan.gaps` (retention, known before reading) or from the write statistics
   (an event count below the range size, see ``dagster_eventhub_ingest.ops.sinks.statistics``).
 
-The package keeps one concept per private module; this face re-exports the public names:
+One concept per module; this face re-exports the public names:
 
-* ``_range``: :class:`PartitionRange`, :class:`DataGap`, parsing and splitting ranges;
-* ``_position``: :class:`EventPosition`; ``_options``: :class:`ReadOptions`;
-* ``_plan``: :class:`ReadPlan`, :func:`plan_read` (driver side);
-* ``_receiver``, ``_events``, ``_read``: the bounded receive into Arrow batches (executor side);
-* ``_schema``: the DataFrame schema; ``_source``: the data source and its registration.
+* ``partition_range``: :class:`PartitionRange`, :class:`DataGap`, parsing and splitting ranges;
+* ``position``: :class:`EventPosition`; ``options``: :class:`ReadOptions`;
+* ``plan``: :class:`ReadPlan`, :func:`plan_read` (driver side);
+* ``receiver``, ``events``, ``read``: the bounded receive into Arrow batches (executor side), with
+  ``message`` and ``values`` (an AMQP message as one row, the connector's text of a value) and
+  ``arrow`` (Arrow arrays without pandas);
+* ``schema``: the DataFrame schema; ``source``: the data source and its registration;
+  ``stream``: ``spark.readStream``; ``stats``: what readers tell the driver they read;
+  ``progress``: live read progress through the partition store;
+* ``compat/``: azure-event-hubs-spark's and Kafka's options and positions, mapped onto ours;
+* ``fastpath/``: the native step (``_amqp_columns.c``) and its loader.
 """
 
-from dagster_eventhub_ingest.resources.settings import EVENT_COLUMNS
-from dagster_eventhub_ingest.resources.spark_source._options import ReadOptions
-from dagster_eventhub_ingest.resources.spark_source._plan import (
-    ReadPlan,
-    input_partitions,
-    plan_read,
-)
-from dagster_eventhub_ingest.resources.spark_source._position import EventPosition
-from dagster_eventhub_ingest.resources.spark_source._range import (
+from dagster_eventhub_ingest.resources.eventhubs_source.options import ReadOptions
+from dagster_eventhub_ingest.resources.eventhubs_source.partition_range import (
     DataGap,
     PartitionRange,
     parse_ranges,
     split_range,
 )
-from dagster_eventhub_ingest.resources.spark_source._read import EventHubsInputPartition, read_range
-from dagster_eventhub_ingest.resources.spark_source._schema import eventhubs_schema
-from dagster_eventhub_ingest.resources.spark_source._source import (
+from dagster_eventhub_ingest.resources.eventhubs_source.plan import (
+    ReadPlan,
+    input_partitions,
+    plan_read,
+)
+from dagster_eventhub_ingest.resources.eventhubs_source.position import EventPosition
+from dagster_eventhub_ingest.resources.eventhubs_source.read import (
+    EventHubsInputPartition,
+    read_range,
+)
+from dagster_eventhub_ingest.resources.eventhubs_source.schema import eventhubs_schema
+from dagster_eventhub_ingest.resources.eventhubs_source.source import (
     SOURCE_NAME,
     EventHubsDataSource,
     read_eventhubs,
     register_eventhubs_source,
     register_python_source,
 )
+from dagster_eventhub_ingest.resources.settings import EVENT_COLUMNS
 
 __all__ = [
     "EVENT_COLUMNS",

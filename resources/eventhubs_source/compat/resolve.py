@@ -1,7 +1,7 @@
 """Positions of the connector's and Kafka's forms, resolved on the driver to sequence numbers.
 
 :func:`plan_source_read` is the batch plan of
-:class:`~dagster_eventhub_ingest.resources.eventhubs_options.SourceOptions`;
+:class:`~dagster_eventhub_ingest.resources.eventhubs_source.compat.options.SourceOptions`;
 :func:`resolve_start_sequence_numbers` gives a new stream its initial offsets. A position becomes
 the sequence number of the first event at it (``EventHubsClient.translate`` in
 azure-event-hubs-spark): as a start that event is read, as an end it is the first one not read.
@@ -16,18 +16,22 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from dagster_eventhub_ingest.resources.azure.hub_client import EventHubClient, PartitionInfo
 from dagster_eventhub_ingest.resources.errors import EventHubUnavailableError, RangeError
-from dagster_eventhub_ingest.resources.eventhubs_options import (
+from dagster_eventhub_ingest.resources.eventhubs_source.compat.bounds import (
     Bound,
     PositionSpec,
-    SourceOptions,
     own_to_bound,
 )
-from dagster_eventhub_ingest.resources.hub_client import EventHubClient, PartitionInfo
-from dagster_eventhub_ingest.resources.spark_source._options import ReadOptions
-from dagster_eventhub_ingest.resources.spark_source._plan import ReadPlan, _resolve_one, plan_read
-from dagster_eventhub_ingest.resources.spark_source._range import PartitionRange
-from dagster_eventhub_ingest.resources.spark_source._receiver import first_event_at
+from dagster_eventhub_ingest.resources.eventhubs_source.compat.options import SourceOptions
+from dagster_eventhub_ingest.resources.eventhubs_source.options import ReadOptions
+from dagster_eventhub_ingest.resources.eventhubs_source.partition_range import PartitionRange
+from dagster_eventhub_ingest.resources.eventhubs_source.plan import (
+    ReadPlan,
+    plan_read,
+    resolve_position,
+)
+from dagster_eventhub_ingest.resources.eventhubs_source.receiver import first_event_at
 
 if TYPE_CHECKING:
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
@@ -169,7 +173,8 @@ def plan_source_read(source: SourceOptions) -> ReadPlan:
     """The batch plan of ``source``: per-partition positions resolved, then checked.
 
     Without connector or Kafka positions this is
-    :func:`~dagster_eventhub_ingest.resources.spark_source.plan_read` of the project's own options.
+    :func:`~dagster_eventhub_ingest.resources.eventhubs_source.plan_read` of the project's own
+    options.
     With them, every partition's ``[start, end)`` is resolved as the connector does (start
     inclusive, end exclusive; defaults: the first retained event and the end of the stream), turned
     into inclusive ranges (empty ones left out) and planned like explicit ``ranges``, so retention
@@ -287,4 +292,4 @@ def _check_order(
 
 def _own_end_exclusive(read: ReadOptions, info: PartitionInfo) -> int:
     """Our own ``ending_position`` (inclusive forms) as an exclusive sequence number."""
-    return _resolve_one(read, info, read.ending_position, ending=True) + 1
+    return resolve_position(read, info, read.ending_position, ending=True) + 1
