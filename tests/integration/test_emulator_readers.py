@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from dagster_eventhub_ingest.emulator.server import MAX_CONCURRENT_READERS
 from dagster_eventhub_ingest.emulator.testing import EmulatedHub, EmulatorHandle
+from dagster_eventhub_ingest.emulator.wire import MAX_CONCURRENT_READERS
 
 pytestmark = pytest.mark.integration
 

@@ -163,7 +163,7 @@ def test_messages_of_any_sections_are_stored_as_sent() -> None:
     """Value and sequence bodies, described values, arrays, maps with binary keys, chars and
     decimals: the stored event is the message as sent, the service's annotations added; a
     send's partition key is found even among annotation keys no dict can hold (lists)."""
-    from dagster_eventhub_ingest.emulator.server import _split_batch
+    from dagster_eventhub_ingest.emulator.wire import split_batch
     from tests.support import amqp_corpus as c
     from tests.support.amqp_corpus import CORPUS
 
@@ -182,4 +182,4 @@ def test_messages_of_any_sections_are_stored_as_sent() -> None:
             (c.symbol("x-opt-partition-key"), c.string("device-1")),
         ),
     ) + c.section(0x77, c.map_((c.binary(b"\x00"), c.char(0x1F600))))
-    assert _split_batch(odd, 0) == ([odd], "device-1")
+    assert split_batch(odd, 0) == ([odd], "device-1")
