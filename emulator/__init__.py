@@ -4,7 +4,8 @@ Start one in-process with :func:`dagster_eventhub_ingest.emulator.testing.runnin
 the command line with ``ehingest emulator serve``. See ``docs/emulator.md``.
 """
 
-from dagster_eventhub_ingest.emulator.hub import Hub, Namespace, Partition, partition_for_key
+from dagster_eventhub_ingest.emulator.hub import Hub, Namespace, Partition
+from dagster_eventhub_ingest.emulator.partition_key import partition_for_key
 from dagster_eventhub_ingest.emulator.server import EmulatorServer
 from dagster_eventhub_ingest.emulator.testing import (
     EmulatedHub,

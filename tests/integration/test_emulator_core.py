@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from azure.eventhub import EventData
 
-from dagster_eventhub_ingest.emulator.hub import partition_for_key
+from dagster_eventhub_ingest.emulator.partition_key import partition_for_key
 from dagster_eventhub_ingest.emulator.testing import EmulatedHub, EmulatorHandle
 
 pytestmark = pytest.mark.integration

@@ -27,7 +27,7 @@ from dagster_eventhub_ingest.emulator.auth import (
     TestTokenCredential,
     make_test_jwt,
 )
-from dagster_eventhub_ingest.emulator.hub import partition_for_key
+from dagster_eventhub_ingest.emulator.partition_key import partition_for_key
 from dagster_eventhub_ingest.emulator.testing import (
     KEY_NAME,
     KEY_VALUE,

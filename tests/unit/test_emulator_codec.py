@@ -12,7 +12,8 @@ from azure.eventhub._pyamqp.message import Message, Properties
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dagster_eventhub_ingest.emulator.hub import _lookup3, build_stored_payload, partition_for_key
+from dagster_eventhub_ingest.emulator.hub import build_stored_payload
+from dagster_eventhub_ingest.emulator.partition_key import lookup3, partition_for_key
 from dagster_eventhub_ingest.resources.amqp import framing
 from dagster_eventhub_ingest.resources.amqp.codec import (
     AMQPDecodeError,
@@ -150,10 +151,10 @@ def test_split_list_spans() -> None:
     assert [decode(data, s)[0] for s, _ in spans] == [1, "two", [3]]
 
 
-def test_partition_key_hash_is_lookup3() -> None:
+def test_partition_key_hash_islookup3() -> None:
     # Published test vectors of Bob Jenkins' lookup3.c (hashlittle2, zero seeds).
-    assert _lookup3(b"") == (0xDEADBEEF, 0xDEADBEEF)
-    assert _lookup3(b"Four score and seven years ago") == (0x17770551, 0xCE7226E6)
+    assert lookup3(b"") == (0xDEADBEEF, 0xDEADBEEF)
+    assert lookup3(b"Four score and seven years ago") == (0x17770551, 0xCE7226E6)
     spread = {partition_for_key(f"k{i}", 8) for i in range(200)}
     assert spread == set(range(8))
     assert partition_for_key("same", 8) == partition_for_key("same", 8)
