@@ -23,8 +23,8 @@ Then one hot partition (``--hot``, default 500k events): one SDK receiver ((a) w
 partition, exactly one receiver) vs the pipeline with ``--hot-readers`` sub-range readers on
 ``local[P]``.
 
-Every local Spark JVM starts from the driver's class-data archive (resources/jvm_archive.py), as
-every run on a machine does once it is written; ``--jvm-archive write`` (the default) writes it
+Every local Spark JVM starts from the driver's class-data archive (resources/spark/jvm_archive.py),
+as every run on a machine does once it is written; ``--jvm-archive write`` (the default) writes it
 first and prints what that costs once, ``off`` measures without it (a fresh host's first run).
 bench/fresh_host.py measures runs on an empty cache.
 
@@ -668,7 +668,7 @@ def prepare_jvm_archive(mode: str) -> dict[str, Any]:
     once it is written, or in an image that has it baked in), per ``--jvm-archive``: with
     ``write``, ``ehingest spark-archive --rebuild`` first, its time printed (what writing it
     costs once: an image build step, or the background writer after a host's first run)."""
-    from dagster_eventhub_ingest.resources.jvm_archive import ARCHIVE_ENV
+    from dagster_eventhub_ingest.resources.spark.jvm_archive import ARCHIVE_ENV
 
     if mode == "off":
         os.environ[ARCHIVE_ENV] = "off"
@@ -971,8 +971,9 @@ def main() -> None:
         "--jvm-archive",
         choices=("write", "keep", "off"),
         default="write",
-        help="the local driver JVM's class-data archive (resources/jvm_archive.py): 'write' it "
-        "first with ehingest spark-archive and print what that costs once (default); 'keep' "
+        help="the local driver JVM's class-data archive (resources/spark/jvm_archive.py): "
+        "'write' it first with ehingest spark-archive and print what that costs once (default); "
+        "'keep' "
         "whatever the cache has; 'off' for every variant",
     )
     parser.add_argument("--repeat", type=int, default=1, help="runs of each variant per size")

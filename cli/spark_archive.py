@@ -1,11 +1,11 @@
 """``ehingest spark-archive``: write the local Spark driver's class-data archive now.
 
 A local run's JVM starts from a class-data archive
-(:mod:`dagster_eventhub_ingest.resources.jvm_archive`). On a host whose cache outlives its runs, a
-run's process starts this command detached when it exits (``--background``); where every run
-starts on a fresh host (a Kubernetes pod, Dagster+ Hybrid, most CI) nothing writes one unless
-this command does it ahead of time, e.g. while building the image or in a CI set-up step, with the
-same ``spark:`` settings as the runs (``--config``).
+(:mod:`dagster_eventhub_ingest.resources.spark.jvm_archive`). On a host whose cache outlives its
+runs, a run's process starts this command detached when it exits (``--background``); where every run
+starts on a fresh host (a Kubernetes pod, Dagster+ Hybrid, most CI) nothing writes one unless this
+command does it ahead of time, e.g. while building the image or in a CI set-up step, with the same
+``spark:`` settings as the runs (``--config``).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def spark_archive(
     from dagster_eventhub_ingest.cli.exit_codes import EXIT_CONFIG, EXIT_FAILED
     from dagster_eventhub_ingest.ops.run.warm_up import warm_up
     from dagster_eventhub_ingest.resources.errors import ConfigurationError
-    from dagster_eventhub_ingest.resources.jvm_archive import (
+    from dagster_eventhub_ingest.resources.spark.jvm_archive import (
         REBUILD,
         WRITE,
         adopt_lock,

@@ -414,7 +414,7 @@ def spark_resource(config: SparkConfig) -> LocalPySparkResource:
     Unset ``master`` keeps the local default (``local[*]`` with loopback pins); ``app_name``
     is set only when given; ``ship_code: false`` tells the source the cluster has the package.
     """
-    from dagster_eventhub_ingest.resources.code_shipping import SHIP_CODE_CONF
+    from dagster_eventhub_ingest.resources.spark.code_shipping import SHIP_CODE_CONF
 
     conf: dict[str, Any] = dict(config.conf)
     if config.master is not None:

@@ -7,7 +7,7 @@ bench/cluster_throughput.py.
 The executors' Python is a separate venv built from the lock WITHOUT this project (and without
 pyspark, which Spark puts on its workers' path itself, nor Dagster, which no executor imports):
 like the executors of any real cluster, it has the dependencies and never the repository, so the
-project's code reaches it only by being shipped (resources/code_shipping.py).
+project's code reaches it only by being shipped (resources/spark/code_shipping.py).
 
 Every process started here binds 127.0.0.1 and is stopped (its process group) on exit.
 """

@@ -23,7 +23,7 @@ export EHINGEST_TEST_JAVA_OPTS="${EHINGEST_TEST_JAVA_OPTS--XX:TieredStopAtLevel=
 export SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:-$EHINGEST_TEST_JAVA_OPTS}"
 export SPARK_DAEMON_JAVA_OPTS="${SPARK_DAEMON_JAVA_OPTS:-$EHINGEST_TEST_JAVA_OPTS}"
 
-# Local Spark JVMs start from a class-data archive (resources/jvm_archive.py) once it exists.
+# Local Spark JVMs start from a class-data archive (resources/spark/jvm_archive.py) once it exists.
 # The tests only ever map it: it is written once, by `ehingest spark-archive` beside the lint
 # (below), not by every short-lived test JVM at its exit (~20 s each until one had written it).
 export EHINGEST_JVM_ARCHIVE="${EHINGEST_JVM_ARCHIVE:-use}"

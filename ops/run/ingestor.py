@@ -510,7 +510,6 @@ class _Tags:
 
 def _unwrap(exc: Exception) -> Exception:
     """The package error a Spark planner error carries, rebuilt with its message, or ``exc``."""
-    from dagster_eventhub_ingest.resources.code_shipping import missing_module_error
     from dagster_eventhub_ingest.resources.errors import (
         ConfigurationError,
         DataLossError,
@@ -518,6 +517,7 @@ def _unwrap(exc: Exception) -> Exception:
         EventHubUnavailableError,
         RangeError,
     )
+    from dagster_eventhub_ingest.resources.spark.code_shipping import missing_module_error
 
     if isinstance(exc, EventHubIngestError):
         return exc

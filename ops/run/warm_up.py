@@ -1,8 +1,8 @@
 """A run's Spark path in miniature, to warm a session up or record what its JVM loads.
 
 * :func:`warm_up`: ``ehingest spark-archive`` runs it in a JVM that writes a class-data archive
-  at exit (:mod:`dagster_eventhub_ingest.resources.jvm_archive`): the archive then holds the classes
-  of a real run's path (a Python data source of the ``eventhubs`` schema read into Arrow,
+  at exit (:mod:`dagster_eventhub_ingest.resources.spark.jvm_archive`): the archive then holds the
+  classes of a real run's path (a Python data source of the ``eventhubs`` schema read into Arrow,
   :func:`dagster_eventhub_ingest.ops.sinks.write.write_batch`'s observed, filtered, batch-keyed and
   partitioned write and its read-back verification) without a hub to read from.
 * :func:`warm_session`: a running session's executors start their Python workers, with the
@@ -222,7 +222,7 @@ def warm_session(spark: SparkSession, *, with_planners: bool = False) -> None:
         return
     _WARMED.add(id(spark))
     try:
-        from dagster_eventhub_ingest.resources.code_shipping import ship_code
+        from dagster_eventhub_ingest.resources.spark.code_shipping import ship_code
         from dagster_eventhub_ingest.resources.spark.session import make_active
 
         make_active(spark)

@@ -206,7 +206,7 @@ def write_batch(
     """
     from pyspark.sql import Observation
 
-    from dagster_eventhub_ingest.resources.code_shipping import missing_module_error
+    from dagster_eventhub_ingest.resources.spark.code_shipping import missing_module_error
 
     check_sink_layout(sink)
     rng = _normalise_ranges(ranges)

@@ -102,7 +102,7 @@ class SparkConfig(StrictModel):
         """A function starting this SparkSession (a run calls it when it has something to read)."""
 
         def start() -> Any:
-            from dagster_eventhub_ingest.resources.code_shipping import SHIP_CODE_CONF
+            from dagster_eventhub_ingest.resources.spark.code_shipping import SHIP_CODE_CONF
             from dagster_eventhub_ingest.resources.spark.session import spark_session
 
             conf = dict(self.conf)

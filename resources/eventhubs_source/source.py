@@ -133,12 +133,12 @@ def register_python_source(spark: SparkSession, source: type[DataSource]) -> Non
     """Register ``source`` on ``spark`` once (Spark warns on every re-registration).
 
     On a non-local session this first ships the project's code to the executors
-    (:func:`dagster_eventhub_ingest.resources.code_shipping.ship_code`), which unpickle ``source``
-    by reference.
+    (:func:`dagster_eventhub_ingest.resources.spark.code_shipping.ship_code`), which unpickle
+    ``source`` by reference.
     """
     key = (id(spark), source.name())
     if key not in _REGISTERED:
-        from dagster_eventhub_ingest.resources.code_shipping import ship_code
+        from dagster_eventhub_ingest.resources.spark.code_shipping import ship_code
 
         ship_code(spark)
         spark.dataSource.register(source)

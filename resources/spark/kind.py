@@ -2,7 +2,7 @@
 
 Plain predicates over a session or a master URL (no project imports): the session builder
 (:mod:`dagster_eventhub_ingest.resources.spark.session`), code shipping
-(:mod:`dagster_eventhub_ingest.resources.code_shipping`) and the sink checks ask them.
+(:mod:`dagster_eventhub_ingest.resources.spark.code_shipping`) and the sink checks ask them.
 """
 
 from __future__ import annotations

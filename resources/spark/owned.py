@@ -162,7 +162,7 @@ def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECOND
 
     The JVM's stdin is closed (PySpark's own way of telling its gateway the driver is gone; the
     JVM then exits, writing its class-data archive if it was to, see
-    :mod:`dagster_eventhub_ingest.resources.jvm_archive`); whatever of it and its children is
+    :mod:`dagster_eventhub_ingest.resources.spark.jvm_archive`); whatever of it and its children is
     still running after ``wait`` seconds is terminated, then killed. ``keep_archive=False`` (in
     a hurry): what still runs after one second is killed, an archive being written with it.
     Only for a JVM this process launched (``SparkContext._gateway.proc``); a no-op without
@@ -174,7 +174,7 @@ def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECOND
     import psutil
     from pyspark import SparkContext
 
-    from dagster_eventhub_ingest.resources import jvm_archive
+    from dagster_eventhub_ingest.resources.spark import jvm_archive
 
     log = logging.getLogger(__name__)
     proc = jvm_archive.gateway_process()

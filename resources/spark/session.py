@@ -9,7 +9,7 @@ A deployment may build its own session (``SparkSession.builder`` or dagster-pysp
 ``PySparkResource``, ``spark.remote`` included); registering the ``eventhubs`` source
 (:func:`dagster_eventhub_ingest.resources.eventhubs_source.register_eventhubs_source`) also
 ships the project's code to non-local sessions
-(:mod:`dagster_eventhub_ingest.resources.code_shipping`).
+(:mod:`dagster_eventhub_ingest.resources.spark.code_shipping`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dagster_eventhub_ingest.resources.spark.kind import DEFAULT_SPARK_MASTER, i
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from dagster_eventhub_ingest.resources.jvm_archive import ArchivePlan
+    from dagster_eventhub_ingest.resources.spark.jvm_archive import ArchivePlan
 
 __all__ = [
     "SPARK_CONF_DIR",
@@ -202,7 +202,7 @@ def start_classic_driver(settings: Mapping[str, str]) -> SparkSession:
     """``getOrCreate()`` of a classic session with ``settings`` (``spark.master`` among them),
     whose JVM this package launches with :func:`driver_environment` when none is up yet; a
     local master's JVM starts from the class-data archive of
-    :mod:`dagster_eventhub_ingest.resources.jvm_archive` when one can be used (or written).
+    :mod:`dagster_eventhub_ingest.resources.spark.jvm_archive` when one can be used (or written).
 
     A process whose JVM is already up (an earlier session), that ``spark-submit`` started
     (``PYSPARK_GATEWAY_PORT``), or on Windows, gets pyspark's own start as it is. A context
@@ -211,7 +211,7 @@ def start_classic_driver(settings: Mapping[str, str]) -> SparkSession:
     """
     from pyspark import SparkContext
 
-    from dagster_eventhub_ingest.resources.jvm_archive import plan_archive, start_with_archive
+    from dagster_eventhub_ingest.resources.spark.jvm_archive import plan_archive, start_with_archive
 
     local = is_local_master(settings.get("spark.master"))
     java_options = settings.get("spark.driver.extraJavaOptions", "")

@@ -22,13 +22,13 @@ from dagster_eventhub_ingest.ops.sinks.delta_writer import (
 )
 from dagster_eventhub_ingest.ops.sinks.verify import verify_written
 from dagster_eventhub_ingest.ops.sinks.write import write_batch
-from dagster_eventhub_ingest.resources.code_shipping import (
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, SinkError
+from dagster_eventhub_ingest.resources.sink import SinkSettings
+from dagster_eventhub_ingest.resources.spark.code_shipping import (
     build_code_zip,
     missing_module_error,
     ship_code,
 )
-from dagster_eventhub_ingest.resources.errors import ConfigurationError, SinkError
-from dagster_eventhub_ingest.resources.sink import SinkSettings
 from dagster_eventhub_ingest.resources.spark.kind import is_local_master, session_is_local
 from tests.integration.test_sinks import events
 
@@ -93,7 +93,7 @@ def test_a_platform_wheel_s_compiled_step_is_not_shipped_its_source_is(tmp_path:
     native.write_bytes(b"\x7fELF not loaded here")
     code = (
         "import json, sys, zipfile; sys.path.insert(0, sys.argv[1])\n"
-        "from dagster_eventhub_ingest.resources.code_shipping import build_code_zip\n"
+        "from dagster_eventhub_ingest.resources.spark.code_shipping import build_code_zip\n"
         "names = zipfile.ZipFile(build_code_zip(sys.argv[2])).namelist()\n"
         "import dagster_eventhub_ingest\n"
         "print(json.dumps([dagster_eventhub_ingest.__file__, names]))"

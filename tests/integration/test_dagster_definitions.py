@@ -41,9 +41,9 @@ from dagster_eventhub_ingest.dagster_project.schedules import (
 )
 from dagster_eventhub_ingest.dagster_project.sensors import partitions_to_add
 from dagster_eventhub_ingest.ops.run.report import PartitionReport
-from dagster_eventhub_ingest.resources.code_shipping import SHIP_CODE_CONF
 from dagster_eventhub_ingest.resources.config import LagCheckOptions, SparkConfig
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.spark.code_shipping import SHIP_CODE_CONF
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "c2VjcmV0LWtleS1uZXZlci1zaG93bg=="

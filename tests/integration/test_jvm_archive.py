@@ -1,6 +1,6 @@
-"""The local driver JVM's class-data archive (dagster_eventhub_ingest.resources.jvm_archive): when
-it is planned, used or written, how a JVM that refuses it is restarted, how an archive is put in
-place; then real JVMs (``ehingest spark-archive``, a session mapping the archive, a user's conf
+"""The local driver JVM's class-data archive (dagster_eventhub_ingest.resources.spark.jvm_archive):
+when it is planned, used or written, how a JVM that refuses it is restarted, how an archive is put
+in place; then real JVMs (``ehingest spark-archive``, a session mapping the archive, a user's conf
 dir)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from dagster_eventhub_ingest.resources import jvm_archive
-from dagster_eventhub_ingest.resources.jvm_archive import (
+from dagster_eventhub_ingest.resources.spark import jvm_archive
+from dagster_eventhub_ingest.resources.spark.jvm_archive import (
     ArchivePlan,
     finish_dump,
     plan_archive,
@@ -414,7 +414,7 @@ def test_orphaned_dumps_are_removed_a_live_writers_kept(tmp_path: Path) -> None:
 _WRITER = """
 import subprocess, sys
 from pathlib import Path
-from dagster_eventhub_ingest.resources import jvm_archive
+from dagster_eventhub_ingest.resources.spark import jvm_archive
 from dagster_eventhub_ingest.resources.spark.session import SPARK_CONF_DIR
 
 plan = jvm_archive.plan_archive(

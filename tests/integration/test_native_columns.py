@@ -520,14 +520,14 @@ def test_a_host_that_cannot_compile_reads_in_python_and_says_so(
 
 
 def test_an_executor_builds_and_loads_it_from_the_shipped_zip(tmp_path: Path) -> None:
-    """Executors import the package from the zip the driver ships (resources/code_shipping.py),
-    with no checkout beside them: the C source is read through the zip and built into that
-    host's own cache."""
+    """Executors import the package from the zip the driver ships
+    (resources/spark/code_shipping.py), with no checkout beside them: the C source is read through
+    the zip and built into that host's own cache."""
     import os
     import subprocess
     import sys
 
-    from dagster_eventhub_ingest.resources.code_shipping import build_code_zip
+    from dagster_eventhub_ingest.resources.spark.code_shipping import build_code_zip
 
     code = build_code_zip(tmp_path / "code")
     probe = (
