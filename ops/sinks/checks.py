@@ -16,6 +16,7 @@ from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN
 from dagster_eventhub_ingest.ops.sinks.failures import failure_cause
 from dagster_eventhub_ingest.ops.sinks.storage import delta_uri, is_local_path
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.failures import error_condition
 from dagster_eventhub_ingest.resources.sink import BUILTIN_FORMATS, DELTALAKE_FORMAT, SinkSettings
 
 if TYPE_CHECKING:
@@ -181,14 +182,4 @@ def check_sink_format(sink: SinkSettings, spark: SparkSession | Callable[[], Spa
 
 
 def _source_missing(exc: BaseException) -> bool:
-    error_class = None
-    get = getattr(exc, "getErrorClass", None) or getattr(exc, "getCondition", None)
-    if callable(get):
-        try:
-            error_class = get()
-        except Exception:
-            error_class = None
-    if error_class == "DATA_SOURCE_NOT_FOUND":
-        return True
-    text = str(exc)
-    return "DATA_SOURCE_NOT_FOUND" in text or "Failed to find the data source" in text
+    return error_condition(exc) == "DATA_SOURCE_NOT_FOUND"

@@ -41,6 +41,7 @@ from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN
 from dagster_eventhub_ingest.ops.sinks.checks import sink_location
 from dagster_eventhub_ingest.ops.sinks.storage import delta_uri, is_local_path
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.failures import already_exists
 from dagster_eventhub_ingest.resources.sink import DELTALAKE_FORMAT, SinkSettings
 
 if TYPE_CHECKING:
@@ -344,7 +345,7 @@ class TablePlace:
         try:
             writer.create()
         except AnalysisException as exc:
-            if "ALREADY_EXISTS" not in str(exc) and "already exists" not in str(exc):
+            if not already_exists(exc):
                 raise
 
     def batch_keys(self) -> list[str] | None:
@@ -406,7 +407,7 @@ class SparkPathPlace:
         try:
             frame.write.mode("errorifexists").text(self.record)
         except Exception as exc:
-            if "already exists" not in str(exc).lower():
+            if not already_exists(exc):
                 raise
 
     def batch_keys(self) -> list[str] | None:

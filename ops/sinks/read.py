@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN, SOURCE_COLUMN
 from dagster_eventhub_ingest.ops.sinks.failures import failure_cause, sink_error
 from dagster_eventhub_ingest.ops.sinks.storage import delta_uri
+from dagster_eventhub_ingest.resources.failures import error_condition
 from dagster_eventhub_ingest.resources.sink import (
     BUILTIN_FORMATS,
     DELTALAKE_FORMAT,
@@ -211,4 +212,4 @@ def _glob_directories(spark: SparkSession, pattern: str) -> list[str] | None:
 
 def nothing_there(exc: BaseException) -> bool:
     """Whether ``exc`` is Spark's answer to a path or glob that matches nothing."""
-    return "PATH_NOT_FOUND" in str(exc) or "Path does not exist" in str(exc)
+    return error_condition(exc) == "PATH_NOT_FOUND"

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN
 from dagster_eventhub_ingest.resources.errors import SinkError, redact
+from dagster_eventhub_ingest.resources.failures import already_exists
 from dagster_eventhub_ingest.resources.sink import SinkSettings
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def _write_table(df: DataFrame, table: str, fmt: str, partition_cols: list[str])
             return
         except AnalysisException as exc:
             # A peer run created it between the check and the write: insert like any later run.
-            if "ALREADY_EXISTS" not in str(exc) and "already exists" not in str(exc):
+            if not already_exists(exc):
                 raise
     existing = [c.name for c in spark.catalog.listColumns(table)]
     if BATCH_COLUMN not in existing:

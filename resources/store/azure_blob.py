@@ -250,9 +250,7 @@ async def alist_blobs(settings: StoreSettings, prefix: str) -> list[BlobRecord]:
 def _container_missing(exc: ResourceNotFoundError) -> bool:
     # error_code is a StorageErrorCode enum or a plain string depending on the call.
     code = getattr(exc, "error_code", None)
-    return str(getattr(code, "value", code)) == "ContainerNotFound" or (
-        "ContainerNotFound" in str(exc.message or "")
-    )
+    return str(getattr(code, "value", code)) == "ContainerNotFound"
 
 
 def _translate(

@@ -382,25 +382,6 @@ def test_skip_keeps_a_partly_expired_intent_the_crashed_attempt_already_wrote() 
     assert store.list_checkpoints()["0"].sequence_number == 99
 
 
-def test_write_errors_bring_the_operating_system_cause_forward() -> None:
-    pytest.importorskip("pyspark")
-    from dagster_eventhub_ingest.ops.sinks.failures import failure_cause
-
-    jvm = RuntimeError(
-        "[TASK_WRITE_FAILED] Task failed while writing rows to file:/data/out.\n"
-        "  at org.apache.spark.sql.errors...\n"
-        "Caused by: java.io.IOException: No space left on device\n  at java.io..."
-    )
-    assert failure_cause(jvm).startswith(
-        "the disk is full: Caused by: java.io.IOException: No space"
-    )
-    assert "TASK_WRITE_FAILED" in failure_cause(jvm)
-    denied = RuntimeError(
-        "[TASK_WRITE_FAILED] x\nCaused by: java.nio.file.AccessDeniedException: /o"
-    )
-    assert failure_cause(denied).startswith("permission denied: ")
-
-
 def test_messages_do_not_repeat_words() -> None:
     from azure.core.exceptions import ServiceRequestError
 
