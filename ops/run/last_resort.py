@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from dagster_eventhub_ingest.ops.run.plan import (
-    Bound,
+    PartitionTarget,
     Step,
     next_step,
     sink_coverage,
@@ -67,7 +67,7 @@ class Adjusted:
 
     step: Step
     generation: int | None
-    bound: Bound
+    bound: PartitionTarget
     moved: Checkpoint | None = None
     note: str | None = None
 
@@ -134,7 +134,7 @@ class LastResort:
         pid: str,
         cp: Checkpoint | None,
         step: Step,
-        bound: Bound,
+        bound: PartitionTarget,
         info: PartitionInfo,
         generation: int | None,
         *,

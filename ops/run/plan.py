@@ -17,7 +17,7 @@ from dagster_eventhub_ingest.resources.ranges import SeqRange
 from dagster_eventhub_ingest.resources.store.records import Checkpoint, Intent
 
 __all__ = [
-    "Bound",
+    "PartitionTarget",
     "Step",
     "checkpoint_problem",
     "effective_checkpoint",
@@ -31,7 +31,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class Bound:
+class PartitionTarget:
     """A run's target for one partition: bring the checkpoint to ``end`` (inclusive).
 
     ``start`` is where reading would begin at snapshot time; ``end < start`` means there is
@@ -52,7 +52,7 @@ class Bound:
         return self.checkpoint
 
 
-def satisfied(bound: Bound, cp: Checkpoint | None) -> bool:
+def satisfied(bound: PartitionTarget, cp: Checkpoint | None) -> bool:
     """Whether the checkpoint ``cp`` reached the bound (a bound with no target always is)."""
     target = bound.target
     return target is None or (cp is not None and cp.sequence_number >= target)
@@ -156,7 +156,7 @@ def snapshot_bound(
     max_events: int,
     on_data_loss: OnDataLoss,
     hub: str = "",
-) -> Bound:
+) -> PartitionTarget:
     """The bound ``end_p = min(last_enqueued, checkpoint_p + max_events)`` of one partition.
 
     A partition never checkpointed starts at its earliest retained event (nothing was lost).
@@ -180,7 +180,7 @@ def snapshot_bound(
     end = min(last, start - 1 + max_events)
     if end < start and gap is None:
         end = start - 1
-    return Bound(info.partition_id, start, end, cp, gap)
+    return PartitionTarget(info.partition_id, start, end, cp, gap)
 
 
 @dataclass(frozen=True)
@@ -247,7 +247,7 @@ def cycle_size(
 
 
 def next_step(
-    bound: Bound,
+    bound: PartitionTarget,
     checkpoint: Checkpoint | None,
     intent: Intent | None,
     begin_sequence_number: int,

@@ -37,7 +37,7 @@ from dagster_eventhub_ingest.ops.run.last_resort import LastResort
 from dagster_eventhub_ingest.ops.run.lease import LeaseKeeper
 from dagster_eventhub_ingest.ops.run.log import TeeLog
 from dagster_eventhub_ingest.ops.run.plan import (
-    Bound,
+    PartitionTarget,
     Step,
     cycle_size,
     effective_checkpoint,
@@ -189,7 +189,7 @@ class Processor:
         self, partition_ids: Sequence[str] | None
     ) -> tuple[
         list[str],
-        dict[str, Bound],
+        dict[str, PartitionTarget],
         dict[str, PartitionInfo],
         dict[str, PartitionReport],
         dict[str, Checkpoint],
@@ -240,7 +240,7 @@ class Processor:
     def _loop(
         self,
         targets: list[str],
-        bounds: dict[str, Bound],
+        bounds: dict[str, PartitionTarget],
         infos: dict[str, PartitionInfo],
         reports: dict[str, PartitionReport],
         started: datetime,
@@ -410,7 +410,7 @@ class Processor:
         self,
         keeper: LeaseKeeper,
         claimed: Mapping[str, Ownership],
-        bounds: dict[str, Bound],
+        bounds: dict[str, PartitionTarget],
         infos: dict[str, PartitionInfo],
         reports: dict[str, PartitionReport],
     ) -> None:
@@ -496,7 +496,7 @@ class Processor:
         self,
         keeper: LeaseKeeper,
         claimed: Mapping[str, Ownership],
-        bounds: dict[str, Bound],
+        bounds: dict[str, PartitionTarget],
         infos: dict[str, PartitionInfo],
         reports: dict[str, PartitionReport],
     ) -> tuple[dict[str, Step], dict[str, tuple[int, int, str]], dict[str, int]]:
@@ -616,7 +616,7 @@ class Processor:
         pid: str,
         own: Ownership,
         sdk_cp: Checkpoint | None,
-        bounds: dict[str, Bound],
+        bounds: dict[str, PartitionTarget],
         infos: Mapping[str, PartitionInfo],
         generation: int | None,
         report: PartitionReport,
@@ -689,9 +689,9 @@ class Processor:
         self,
         pid: str,
         cp: Checkpoint,
-        bound: Bound,
+        bound: PartitionTarget,
         note: str | None,
-        bounds: dict[str, Bound],
+        bounds: dict[str, PartitionTarget],
         report: PartitionReport,
     ) -> None:
         """The checkpoint was moved past what the sink holds (``note`` says so): the bound,
@@ -837,7 +837,7 @@ class Processor:
     def _final_report(
         self,
         targets: Sequence[str],
-        bounds: Mapping[str, Bound],
+        bounds: Mapping[str, PartitionTarget],
         snapshot: Mapping[str, PartitionInfo],
         reports: dict[str, PartitionReport],
         cycles: int,

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from dagster_eventhub_ingest.ops.lag import age_seconds, partition_lag
 from dagster_eventhub_ingest.ops.run.hub import PartitionInfo
-from dagster_eventhub_ingest.ops.run.plan import Bound, satisfied
+from dagster_eventhub_ingest.ops.run.plan import PartitionTarget, satisfied
 from dagster_eventhub_ingest.ops.sinks.batch import PartitionWriteStats
 from dagster_eventhub_ingest.resources.ranges import SeqRange
 from dagster_eventhub_ingest.resources.store.records import Checkpoint
@@ -124,7 +124,7 @@ def record_end_state(
     targets: Sequence[str],
     infos: Mapping[str, PartitionInfo],
     cps: Mapping[str, Checkpoint],
-    bounds: Mapping[str, Bound],
+    bounds: Mapping[str, PartitionTarget],
     *,
     now: datetime,
     replay: bool,
