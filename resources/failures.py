@@ -109,7 +109,7 @@ BY_STATUS: dict[int, FailureKind] = {
     504: UNAVAILABLE,
 }
 
-#: Kinds by AMQP error condition (``EventHubError`` and its ``details``).
+#: Kinds by AMQP error condition (the AMQP error an ``azure-eventhub`` error keeps).
 BY_AMQP_CONDITION: dict[str, FailureKind] = {
     "amqp:not-found": NOT_FOUND,
     "amqp:unauthorized-access": UNAUTHORIZED,
@@ -160,6 +160,7 @@ BY_JAVA_CLASS: dict[str, FailureKind] = {
 #: optional libraries (PySpark, deltalake) need no import.
 BY_PYTHON_CLASS: dict[str, FailureKind] = {
     "ClientAuthenticationError": UNAUTHORIZED,
+    "AuthenticationError": UNAUTHORIZED,  # azure-eventhub's, when no deeper cause explains it
     "ResourceNotFoundError": NOT_FOUND,
     "ResourceExistsError": ALREADY_EXISTS,
     "ServiceRequestError": UNAVAILABLE,
@@ -219,12 +220,17 @@ UNKNOWN = None
 
 
 def exception_chain(exc: BaseException) -> list[BaseException]:
-    """``exc`` and its ``__cause__``/``__context__`` chain, outer first, without cycles."""
+    """``exc`` and its ``__cause__``/``__context__`` chain, outer first, without cycles; an
+    ``azure-eventhub`` error with neither leads to the AMQP error it keeps as ``details``."""
     chain: list[BaseException] = []
     current: BaseException | None = exc
     while current is not None and all(current is not c for c in chain):
         chain.append(current)
-        current = current.__cause__ or current.__context__
+        following = current.__cause__ or current.__context__
+        if following is None:
+            details = getattr(current, "details", None)
+            following = details if isinstance(details, BaseException) else None
+        current = following
     return chain
 
 
@@ -328,17 +334,11 @@ def _rust_errno(text: str) -> int | None:
 
 
 def _amqp_condition(exc: BaseException) -> str | None:
-    for holder in (exc, getattr(exc, "details", None)):
-        condition = getattr(holder, "condition", None)
-        condition = getattr(condition, "value", condition)
-        if isinstance(condition, bytes):
-            condition = condition.decode("utf-8", "replace")
-        if isinstance(condition, str):
-            return condition
-    error = getattr(exc, "error", None)  # EventHubError keeps the part after "amqp:"
-    if isinstance(error, str) and error and type(exc).__name__.endswith("Error"):
-        return error if ":" in error else f"amqp:{error}"
-    return None
+    condition = getattr(exc, "condition", None)
+    condition = getattr(condition, "value", condition)
+    if isinstance(condition, bytes):
+        condition = condition.decode("utf-8", "replace")
+    return condition if isinstance(condition, str) else None
 
 
 def _spark_condition(exc: Any) -> str | None:

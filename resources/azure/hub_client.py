@@ -30,6 +30,13 @@ from dagster_eventhub_ingest.resources.errors import (
     RangeError,
     redact,
 )
+from dagster_eventhub_ingest.resources.failures import (
+    NOT_FOUND,
+    PERMISSION_DENIED,
+    UNAUTHORIZED,
+    classify,
+    exception_chain,
+)
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
 
 if TYPE_CHECKING:
@@ -120,32 +127,16 @@ def _service_message(exc: BaseException) -> str:
 
 
 def _is_not_found(exc: BaseException) -> bool:
-    text = str(exc)
-    return (
-        "amqp:not-found" in text
-        or "NotFound" in text
-        or "could not be found" in text
-        or "Status code: 404" in text
-    )
+    """Whether the service said the hub or consumer group is not there (``amqp:not-found``)."""
+    failure = classify(exc)
+    return failure is not None and failure.kind is NOT_FOUND
 
 
 _STATUS_RE = re.compile(r"Status code: (\d{3})")
 
-#: An SDK authentication error with one of these is the service or the network failing during
-#: the handshake (``Authorization timeout.``, a CBS link that did not open), not a refusal.
-_TRANSIENT_AUTH = ("timeout", "timed out", "timed-out", "failed to open cbs", "due to exception")
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    out: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in out:
-        out.append(current)
-        current = current.__cause__ or current.__context__
-    return out
-
 
 def _status(exc: BaseException) -> int | None:
+    """The status an SDK error names, for its message."""
     status = getattr(exc, "status_code", None)
     if isinstance(status, int):
         return status
@@ -157,33 +148,19 @@ def _is_unauthorized(exc: BaseException) -> bool:
     """Whether the service refused the credential (retrying cannot help), by type and status.
 
     An ``azure.core`` ``ClientAuthenticationError`` (a credential that cannot get a token,
-    e.g. ``DefaultAzureCredential`` with nothing configured), an ``azure.eventhub``
-    ``AuthenticationError`` (the CBS handshake refused a SAS token or a JWT), or a 401/403
-    status anywhere in the chain. An authentication error that is a timeout or a 5xx is not
-    a refusal: the caller reports it as unavailable.
+    e.g. ``DefaultAzureCredential`` with nothing configured), an AMQP ``unauthorized-access``
+    (a management request refused), a CBS handshake answered 401 or 403, or an
+    ``azure.eventhub`` ``AuthenticationError`` nothing deeper explains. An authentication error
+    whose cause is a timeout, an internal error or a 5xx is not a refusal: the caller reports
+    it as unavailable.
     """
-    from azure.core.exceptions import ClientAuthenticationError
-    from azure.eventhub.exceptions import AuthenticationError
-
-    for err in _chain(exc):
-        status = _status(err)
-        text = str(err)
-        if status in (401, 403) or "amqp:unauthorized-access" in text:
-            return True
-        if isinstance(err, ClientAuthenticationError):
-            return True
-        if isinstance(err, AuthenticationError):
-            low = text.lower()
-            transient = (status is not None and status >= 500) or any(
-                marker in low for marker in _TRANSIENT_AUTH
-            )
-            return not transient
-    return False
+    failure = classify(exc)
+    return failure is not None and failure.kind in (UNAUTHORIZED, PERMISSION_DENIED)
 
 
 def _refusal(exc: BaseException) -> str:
     """What the service said when it refused a credential: status and description, redacted."""
-    status = next((s for s in map(_status, _chain(exc)) if s is not None), None)
+    status = next((s for s in map(_status, exception_chain(exc)) if s is not None), None)
     text = redact(str(exc))
     described = re.search(r"Description: ([^\n]+)", text)
     detail = described.group(1) if described else _service_message(exc)

@@ -135,16 +135,37 @@ def test_async_snapshot_names_unknown_partitions_as_the_sync_client_does(
     assert fake.asked == []  # nothing is read for a request that names a missing partition
 
 
+def _sdk_error(amqp: Exception) -> Exception:
+    """The ``azure-eventhub`` error its transport raises for an AMQP error (it keeps it as
+    ``details`` and raises while handling it)."""
+    from azure.eventhub._transport._pyamqp_transport import PyamqpTransport
+
+    try:
+        try:
+            raise amqp
+        except Exception as caught:
+            raise PyamqpTransport._create_eventhub_exception(caught)  # noqa: B904 (as the SDK)
+    except Exception as err:
+        return err
+
+
+def _not_found(description: str) -> Exception:
+    from azure.eventhub._pyamqp import error as amqp
+
+    return _sdk_error(
+        amqp.AMQPConnectionError(amqp.ErrorCondition.NotFound, description=description)
+    )
+
+
 @pytest.mark.parametrize(
     ("error", "kind", "message"),
     [
         (
-            RuntimeError("amqp:not-found: The messaging entity could not be found"),
+            _not_found("The messaging entity could not be found"),
             ConfigurationError,
             "eventhub.eventhub_name: Event Hubs ns.servicebus.windows.net/telemetry: the hub "
-            "does not exist (reading the hub's properties: amqp:not-found: The messaging "
-            "entity could not be found). Check eventhub_name and the namespace of the "
-            "connection string.",
+            "does not exist (reading the hub's properties: The messaging entity could not be "
+            "found). Check eventhub_name and the namespace of the connection string.",
         ),
         (
             ConnectionError("refused SharedAccessKey=S3CRET;"),
@@ -195,23 +216,29 @@ def _raised_from(outer: Exception, inner: Exception) -> Exception:
 
 
 def test_a_refused_credential_is_a_configuration_error_by_type_and_status() -> None:
-    """What the SDK raises when a credential is refused, as types and statuses, not only text."""
+    """What the SDK raises when a credential is refused: told by type, status, AMQP condition."""
     from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
-    from azure.eventhub.exceptions import AuthenticationError, EventHubError
+    from azure.eventhub._pyamqp import error as amqp
+    from azure.eventhub.exceptions import EventHubError
 
     forbidden = HttpResponseError(message="Forbidden")
     forbidden.status_code = 403
     refusals = {
         # A wrong SAS key: the CBS handshake answers 401 (what the emulator and Azure say).
         "HTTP 401 AuthenticationError: InvalidSignature: The token has an invalid signature.": (
-            AuthenticationError(
-                "CBS Token authentication failed.\nStatus code: 401\nDescription: "
-                "InvalidSignature: The token has an invalid signature. TrackingId:abc"
+            _sdk_error(
+                amqp.TokenAuthFailure(
+                    401, b"InvalidSignature: The token has an invalid signature. TrackingId:abc"
+                )
             )
         ),
-        # An SDK authentication error without any status or known text: refused by its type.
-        "AuthenticationError: Management authentication failed.": AuthenticationError(
-            "Management authentication failed."
+        # A management request refused: the AMQP condition says so.
+        "HTTP 401 AuthenticationError: 'Unauthorized'": _sdk_error(
+            amqp.AuthenticationException(
+                amqp.ErrorCondition.UnauthorizedAccess,
+                description="Management authentication failed. Status code: 401, "
+                "Description: 'Unauthorized'",
+            )
         ),
         # No token at all (DefaultAzureCredential with nothing set up), wrapped by the SDK.
         "EventHubError: DefaultAzureCredential failed to retrieve a token": _raised_from(
@@ -234,12 +261,37 @@ def test_a_refused_credential_is_a_configuration_error_by_type_and_status() -> N
 
 
 def test_an_authentication_timeout_or_5xx_stays_retryable() -> None:
-    from azure.eventhub.exceptions import AuthenticationError
+    from azure.eventhub._pyamqp import error as amqp
 
     for exc in (
-        AuthenticationError("Authorization timeout."),
-        AuthenticationError("CBS Token authentication failed.\nStatus code: 503\nDescription: x"),
+        # What the transport raises when the CBS handshake times out, and a 503 answer; the
+        # text says "unauthorized" to show that it is not read.
+        _sdk_error(
+            amqp.AuthenticationException(
+                amqp.ErrorCondition.InternalError, description="Authorization timeout."
+            )
+        ),
+        _sdk_error(amqp.TokenAuthFailure(503, b"unauthorized, busy")),
         ConnectionRefusedError(111, "Connection refused"),
     ):
         err = _sync_client()._unavailable("reading the hub's properties", exc)
         assert isinstance(err, EventHubUnavailableError) and err.retryable, exc
+
+
+def test_a_missing_hub_is_told_by_its_amqp_condition() -> None:
+    from azure.eventhub._pyamqp import error as amqp
+
+    missing = _sdk_error(
+        amqp.AMQPConnectionError(
+            amqp.ErrorCondition.NotFound,
+            description="Management connection failed. Status code: 404, Description: 'x'",
+        )
+    )
+    err = _sync_client()._unavailable("reading the hub's properties", missing)
+    assert isinstance(err, ConfigurationError) and "the hub does not exist" in str(err)
+    busy = _sdk_error(
+        amqp.AMQPConnectionError(
+            amqp.ErrorCondition.ResourceLimitExceeded, description="could not be found, NotFound"
+        )
+    )
+    assert isinstance(_sync_client()._unavailable("x", busy), EventHubUnavailableError)
