@@ -212,7 +212,7 @@ _MAX_GROWTH = 16
 #: What a lone run's only pending partition is read at from its first cycle (1,280,000 events
 #: by default): a peer can take no share of it, so a bound only limits what a crash replays,
 #: and every cycle costs a Spark job (~1 s on 2 cores: planning, reader connections, the
-#: readers' tails, commit, verification; docs/run.md, session 13).
+#: readers' tails, commit, verification).
 _LONE_PARTITION_GROWTH = 64
 #: A cycle also reads the rest of its partition's range when the rest is at most
 #: ``max_events_per_cycle // _TAIL`` events (``next_step``).

@@ -27,7 +27,7 @@ __all__ = ["format_options", "write_spark"]
 #: value, so parquet-mr's dictionary only costs a hash insert per value until it gives up on
 #: the page. ``body`` gives up within ~1,000 rows and is left to Parquet (repeated bodies do
 #: compress into a dictionary). The files are the same size; JVM CPU of a plain Parquet write
-#: of 300k 1 KB events 6.5-6.8 -> 5.1-5.3 us per event (docs/run.md, session 9).
+#: of 300k 1 KB events 6.5-6.8 -> 5.1-5.3 us per event.
 _PLAIN_PARQUET_COLUMNS = ("sequenceNumber", "offset", "enqueuedTime")
 
 
