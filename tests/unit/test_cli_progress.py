@@ -102,8 +102,9 @@ def _raised_from(outer: BaseException, inner: BaseException) -> BaseException:
 
 
 def test_a_sink_errors_exit_code_follows_its_cause() -> None:
-    """The exit code follows the cause's type and errno (tests/test_failures.py classifies
-    real Spark, JVM and Azure failures); text around it does not count."""
+    """The exit code follows the cause's type and errno; text around it does not count (real
+    Spark, JVM and Azure failures: tests/unit/test_failures.py,
+    tests/integration/test_spark_failures.py)."""
     import errno
     import os
 
