@@ -15,19 +15,12 @@ import pytest
 from dagster_eventhub_ingest.ops.sinks.failures import failure_cause, sink_failure_retryable
 from dagster_eventhub_ingest.resources import failures as f
 from dagster_eventhub_ingest.resources.failures import FailureKind, classify
+from tests.support.raising import raised
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 pytestmark = pytest.mark.spark
-
-
-def _raised(make: Callable[[], object]) -> BaseException:
-    try:
-        make()
-    except BaseException as exc:
-        return exc
-    raise AssertionError("expected a failure")
 
 
 def _jvm(spark: SparkSession) -> Any:
@@ -39,7 +32,7 @@ def _jvm(spark: SparkSession) -> Any:
 def _worker(spark: SparkSession, raise_it: Callable[[int], int]) -> BaseException:
     from pyspark.sql.functions import udf
 
-    return _raised(lambda: spark.range(1).select(udf(raise_it, "int")("id")).collect())
+    return raised(lambda: spark.range(1).select(udf(raise_it, "int")("id")).collect())
 
 
 def _fail_with(exc: BaseException) -> Callable[[int], int]:
@@ -52,34 +45,34 @@ def _fail_with(exc: BaseException) -> Callable[[int], int]:
 SPARK_CASES: list[tuple[str, Callable[[SparkSession, Path], BaseException], FailureKind | None]] = [
     (
         "a file where a parent directory should be",
-        lambda s, tmp: _raised(lambda: s.range(1).write.parquet(str(tmp / "blocker" / "out"))),
+        lambda s, tmp: raised(lambda: s.range(1).write.parquet(str(tmp / "blocker" / "out"))),
         f.NOT_A_DIRECTORY,
     ),
     (
         "a missing table",
-        lambda s, tmp: _raised(lambda: s.range(1).write.insertInto("no_such_table_here")),
+        lambda s, tmp: raised(lambda: s.range(1).write.insertInto("no_such_table_here")),
         f.NOT_FOUND,
     ),
     (
         "an unknown data source",
-        lambda s, tmp: _raised(
+        lambda s, tmp: raised(
             lambda: s.range(1).write.format("com.example.NoSuchSource").save(str(tmp / "x"))
         ),
         f.NOT_FOUND,
     ),
     (
         "a path that does not exist",
-        lambda s, tmp: _raised(lambda: s.read.parquet(str(tmp / "nothing")).collect()),
+        lambda s, tmp: raised(lambda: s.read.parquet(str(tmp / "nothing")).collect()),
         f.NOT_FOUND,
     ),
     (
         "an unresolved column",
-        lambda s, tmp: _raised(lambda: s.range(1).select("nope").collect()),
+        lambda s, tmp: raised(lambda: s.range(1).select("nope").collect()),
         f.MISMATCH,
     ),
     (
         "a text dataset written twice",
-        lambda s, tmp: _raised(
+        lambda s, tmp: raised(
             lambda: [
                 s.createDataFrame([("a",)], "value string").write.text(str(tmp / "t"))
                 for _ in range(2)
@@ -89,14 +82,12 @@ SPARK_CASES: list[tuple[str, Callable[[SparkSession, Path], BaseException], Fail
     ),
     (
         "the JVM writes to a full disk",
-        lambda s, tmp: _raised(lambda: _jvm(s).java.io.FileOutputStream("/dev/full").write(1)),
+        lambda s, tmp: raised(lambda: _jvm(s).java.io.FileOutputStream("/dev/full").write(1)),
         f.DISK_FULL,
     ),
     (
         "the JVM may not write",
-        lambda s, tmp: _raised(
-            lambda: _jvm(s).java.io.FileOutputStream(str(tmp / "blocker" / "x"))
-        ),
+        lambda s, tmp: raised(lambda: _jvm(s).java.io.FileOutputStream(str(tmp / "blocker" / "x"))),
         f.NOT_A_DIRECTORY,
     ),
     (
@@ -137,7 +128,7 @@ def test_spark_failures(
 def test_the_buried_operating_system_cause_leads_the_message(spark: SparkSession) -> None:
     jvm = spark.sparkContext._jvm
     assert jvm is not None
-    full = _raised(lambda: jvm.java.io.FileOutputStream("/dev/full").write(1))
+    full = raised(lambda: jvm.java.io.FileOutputStream("/dev/full").write(1))
     assert failure_cause(full).startswith(
         "the disk is full: java.io.IOException: No space left on device"
     )

@@ -26,6 +26,7 @@ from dagster_eventhub_ingest.resources.errors import (
     StoreUnavailableError,
 )
 from dagster_eventhub_ingest.resources.ranges import SeqRange
+from tests.support.raising import raised_from
 
 
 def _progress(phase: str, landed: int) -> RunProgress:
@@ -91,16 +92,6 @@ def test_exit_codes_are_one_table_and_docs_run_md_shows_it() -> None:
     assert codes <= set(EXIT_CODES) and len(codes) == 2
 
 
-def _raised_from(outer: BaseException, inner: BaseException) -> BaseException:
-    try:
-        try:
-            raise inner
-        except BaseException as cause:
-            raise outer from cause
-    except BaseException as exc:
-        return exc
-
-
 def test_a_sink_errors_exit_code_follows_its_cause() -> None:
     """The exit code follows the cause's type and errno; text around it does not count (real
     Spark, JVM and Azure failures: tests/unit/test_failures.py,
@@ -116,7 +107,7 @@ def test_a_sink_errors_exit_code_follows_its_cause() -> None:
         FileNotFoundError(errno.ENOENT, "x"),
         OSError("Generic LocalFileSystem error: (os error 13)"),  # delta-rs
         TypeError("unsupported operand"),
-        _raised_from(
+        raised_from(
             RuntimeError("An error occurred while calling o81.save"), PermissionError(13, "x")
         ),
     ]
@@ -126,7 +117,7 @@ def test_a_sink_errors_exit_code_follows_its_cause() -> None:
         RuntimeError("Python worker exited unexpectedly (crashed)"),  # nothing typed: retried
         # A full disk or quota, whatever the text around it: freeing space helps.
         *(
-            _raised_from(RuntimeError("file does not exist"), OSError(code, os.strerror(code)))
+            raised_from(RuntimeError("file does not exist"), OSError(code, os.strerror(code)))
             for code in (errno.ENOSPC, errno.EDQUOT)
         ),
     ]

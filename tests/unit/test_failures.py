@@ -18,14 +18,7 @@ import pytest
 from dagster_eventhub_ingest.ops.sinks.failures import sink_failure_retryable
 from dagster_eventhub_ingest.resources import failures as f
 from dagster_eventhub_ingest.resources.failures import FailureKind, classify
-
-
-def _raised(make: Callable[[], object]) -> BaseException:
-    try:
-        make()
-    except BaseException as exc:
-        return exc
-    raise AssertionError("expected a failure")
+from tests.support.raising import raised, raised_from
 
 
 def _storage_error(status: int, code: str | None) -> BaseException:
@@ -47,17 +40,7 @@ def _storage_error(status: int, code: str | None) -> BaseException:
             "<Message>it worked fine, please retry</Message></Error>"
         ).encode()
     response = RequestsTransportResponse(HttpRequest("PUT", "https://a.blob/c/b"), raw)
-    return _raised(lambda: process_storage_error(HttpResponseError(response=response)))
-
-
-def _chained(outer: BaseException, cause: BaseException) -> BaseException:
-    try:
-        try:
-            raise cause
-        except BaseException as inner:
-            raise outer from inner
-    except BaseException as exc:
-        return exc
+    return raised(lambda: process_storage_error(HttpResponseError(response=response)))
 
 
 PYTHON_CASES: list[tuple[str, Callable[[], BaseException], FailureKind | None]] = [
@@ -96,12 +79,12 @@ PYTHON_CASES: list[tuple[str, Callable[[], BaseException], FailureKind | None]] 
     # The innermost known cause decides: a full disk under a wrapper that is a ValueError.
     (
         "ENOSPC under ValueError",
-        lambda: _chained(ValueError("x"), OSError(errno.ENOSPC, "x")),
+        lambda: raised_from(ValueError("x"), OSError(errno.ENOSPC, "x")),
         f.DISK_FULL,
     ),
     (
         "EACCES under RuntimeError",
-        lambda: _chained(RuntimeError("x"), PermissionError(errno.EACCES, "x")),
+        lambda: raised_from(RuntimeError("x"), PermissionError(errno.EACCES, "x")),
         f.PERMISSION_DENIED,
     ),
 ]

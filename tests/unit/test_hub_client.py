@@ -21,6 +21,7 @@ from dagster_eventhub_ingest.resources.errors import (
     RangeError,
 )
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
+from tests.support.raising import raised_from
 
 
 def test_partition_ids_sort_numerically_then_by_name() -> None:
@@ -205,16 +206,6 @@ def _sync_client(credential: str = "connection_string") -> EventHubClient:
     )
 
 
-def _raised_from(outer: Exception, inner: Exception) -> Exception:
-    try:
-        try:
-            raise inner
-        except Exception as cause:
-            raise outer from cause
-    except Exception as err:
-        return err
-
-
 def test_a_refused_credential_is_a_configuration_error_by_type_and_status() -> None:
     """What the SDK raises when a credential is refused: told by type, status, AMQP condition."""
     from azure.core.exceptions import ClientAuthenticationError, HttpResponseError
@@ -241,7 +232,7 @@ def test_a_refused_credential_is_a_configuration_error_by_type_and_status() -> N
             )
         ),
         # No token at all (DefaultAzureCredential with nothing set up), wrapped by the SDK.
-        "EventHubError: DefaultAzureCredential failed to retrieve a token": _raised_from(
+        "EventHubError: DefaultAzureCredential failed to retrieve a token": raised_from(
             EventHubError("DefaultAzureCredential failed to retrieve a token"),
             ClientAuthenticationError("DefaultAzureCredential failed to retrieve a token"),
         ),
