@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
+    "concat_batches",
     "int64_array",
     "map_array",
     "map_array_of_buffers",
@@ -154,3 +155,16 @@ def map_array_of_buffers(n: int, buffers: tuple[bytes, ...], type: pa.MapType) -
         string_array_of_buffers(count, value_offsets, values, valid),
         type=type,
     )
+
+
+def concat_batches(pieces: Sequence[pa.RecordBatch]) -> pa.RecordBatch:
+    """One record batch of ``pieces`` (same schema), in order. ``pa.concat_batches`` where the
+    installed pyarrow has it (19 and later); through a table's combined chunks before."""
+    import pyarrow as pa
+
+    concat = getattr(pa, "concat_batches", None)
+    if concat is not None:
+        return cast("pa.RecordBatch", concat(list(pieces)))
+    table = pa.Table.from_batches(list(pieces)).combine_chunks()
+    batches = table.to_batches()
+    return batches[0] if len(batches) == 1 else pieces[0].slice(0, 0)

@@ -352,7 +352,7 @@ class ArrowBuilder:
         if not segments:
             batch = lists
         else:
-            import pyarrow as pa
+            from dagster_eventhub_ingest.resources.eventhubs_source.arrow import concat_batches
 
             if listed > self._listed:
                 segments.append((None, self._listed, listed))
@@ -361,7 +361,7 @@ class ArrowBuilder:
                 whole = lists if rows is None else rows.record_batch(self.partition_id, self.schema)
                 assert whole is not None  # events added one by one made the lists' batch
                 pieces.append(whole if a == 0 and b == whole.num_rows else whole.slice(a, b - a))
-            batch = pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
+            batch = pieces[0] if len(pieces) == 1 else concat_batches(pieces)
         self._count(batch)
         self._reset()
         return batch

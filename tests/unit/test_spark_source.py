@@ -441,3 +441,23 @@ def test_partition_totals_need_sub_ranges_that_tile_every_range() -> None:
     assert partition_totals(gap, ranges) is None  # a sub-range without all its events
     overlap = {**found, ("0", 9, 14): sub(6, 9, 14, 0, 0)}
     assert partition_totals(overlap, ranges) is None
+
+
+@pytest.mark.parametrize("has_concat", [True, False])
+def test_batches_concatenate_in_order_on_every_supported_pyarrow(
+    has_concat: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pa.concat_batches`` exists from pyarrow 19; the range starts at 18 (the wheel tier's
+    oldest projects run it), where the table route gives the same batch."""
+    import pyarrow as pa
+
+    from dagster_eventhub_ingest.resources.eventhubs_source.arrow import concat_batches
+
+    if not has_concat:
+        monkeypatch.delattr(pa, "concat_batches", raising=False)
+    first = pa.record_batch({"seq": [1, 2], "body": [b"a", b"b"]})
+    second = pa.record_batch({"seq": [3], "body": [b"c"]})
+    joined = concat_batches([first, second.slice(0, 1), first.slice(0, 0)])
+    assert joined.to_pydict() == {"seq": [1, 2, 3], "body": [b"a", b"b", b"c"]}
+    empty = concat_batches([first.slice(0, 0), second.slice(0, 0)])
+    assert empty.num_rows == 0 and empty.schema == first.schema

@@ -1057,7 +1057,9 @@ static PyObject *columns(const uint8_t *b, const row *rows, Py_ssize_t n, const 
     int contiguous = 1;
     for (Py_ssize_t k = 0; k < n; k++) {
         total += rows[k].body_len;
-        if (k && rows[k].seq != rows[k - 1].seq + 1) contiguous = 0;
+        /* seq + 1 only below INT64_MAX: signed overflow is undefined */
+        if (k && (rows[k - 1].seq == INT64_MAX || rows[k].seq != rows[k - 1].seq + 1))
+            contiguous = 0;
         timed += rows[k].has_time;
     }
     if (total > INT32_MAX) {
