@@ -28,15 +28,13 @@ from dagster_eventhub_ingest.cli.exit_codes import EXIT_TERMINATED
 from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 from dagster_eventhub_ingest.resources.store.settings import StoreSettings
-from tests.support.cli import CLI
+from tests.support.cli import start_ehingest
 from tests.support.landed import assert_exactly_once, landed_events, sent_events
 from tests.support.processes import STOPPED_PROMPTLY_SECONDS, descendants, still_running
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
 LEASE_EXPIRY = 120  # a takeover that waited for it would show
-RUN = [*CLI, "-v", "run"]
 
 
 def wait_for(what: str, condition: Callable[[], bool], proc: subprocess.Popen, log: Path) -> None:
@@ -91,13 +89,10 @@ def test_sigterm_mid_read_stops_cleanly_and_the_next_run_takes_over_at_once(
 
     def spawn(owner: str, extra: dict[str, str]) -> tuple[subprocess.Popen, Path]:
         log = tmp_path / f"{owner}.log"
-        proc = subprocess.Popen(
-            [*RUN, "--config", str(cfg), "--owner", owner, "--no-progress"],
-            cwd=ROOT,
+        proc = start_ehingest(
+            *("-v", "run", "--config", str(cfg), "--owner", owner, "--no-progress"),
             env={**env, **extra},
-            stdout=log.open("wb"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own group: cleaned up whatever happens
+            log=log,
         )
         return proc, log
 

@@ -15,12 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.cli import CLI
+from tests.support.cli import start_ehingest
 from tests.support.landed import assert_exactly_once, landed_events, sent_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _spawn(config: Path, owner: str, log: Path, fault: str | None = None) -> subprocess.Popen:
@@ -28,22 +26,7 @@ def _spawn(config: Path, owner: str, log: Path, fault: str | None = None) -> sub
     env.pop("EHINGEST_FAULT", None)
     if fault:
         env["EHINGEST_FAULT"] = fault
-    return subprocess.Popen(
-        [
-            *CLI,
-            "-v",
-            "run",
-            "--config",
-            str(config),
-            "--owner",
-            owner,
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    return start_ehingest("-v", "run", "--config", str(config), "--owner", owner, env=env, log=log)
 
 
 def _reap(proc: subprocess.Popen) -> None:

@@ -25,12 +25,11 @@ import pytest
 import yaml
 
 from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
-from tests.support.cli import CLI
+from tests.support.cli import start_ehingest
 from tests.support.landed import assert_exactly_once, landed_events, sent_events
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.spark]
 
-ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 8
 CONCURRENT = 3
 # The chaos phase lasts at least CHAOS_SECONDS and goes on (at most CHAOS_MAX_SECONDS) until
@@ -99,22 +98,15 @@ def _spawn(config: Path, owner: str, fault: str | None, log_dir: Path) -> subpro
     env.pop("EHINGEST_FAULT", None)
     if fault:
         env["EHINGEST_FAULT"] = fault
-    log = open(log_dir / f"{owner}.log", "wb")  # noqa: SIM115 - closed by the OS with the child
-    return subprocess.Popen(
-        [
-            *CLI,
-            "-v",
-            "run",
-            "--config",
-            str(config),
-            "--owner",
-            owner,
-        ],
-        cwd=ROOT,
+    return start_ehingest(
+        "-v",
+        "run",
+        "--config",
+        str(config),
+        "--owner",
+        owner,
         env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own group: the JVM child is ended with it
+        log=log_dir / f"{owner}.log",
     )
 
 

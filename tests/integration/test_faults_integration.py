@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
-from tests.support.cli import CLI
+from tests.support.cli import start_ehingest
 from tests.support.faultproxy import FaultProxy
 from tests.support.landed import assert_exactly_once, landed_events, sent_events
 
@@ -138,25 +138,11 @@ def test_a_driver_killed_mid_write_leaves_staging_that_the_rerun_removes(
             }
         )
     )
-    root = Path(__file__).resolve().parents[2]
 
     def spawn(name: str) -> subprocess.Popen:
         env = {k: v for k, v in os.environ.items() if k != "EHINGEST_FAULT"}
-        return subprocess.Popen(
-            [
-                *CLI,
-                "-v",
-                "run",
-                "--config",
-                str(cfg),
-                "--owner",
-                "n",
-            ],
-            cwd=root,
-            env=env,
-            stdout=(tmp_path / f"{name}.log").open("wb"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        return start_ehingest(
+            "-v", "run", "--config", str(cfg), "--owner", "n", env=env, log=tmp_path / f"{name}.log"
         )
 
     def staged() -> list[Path]:
@@ -194,7 +180,6 @@ def test_runs_at_20_percent_throttling_finish_and_land_every_event_once(
     chance of a 429 or 503 (with and without Retry-After): both finish (exit 0), in several
     cycles each, and the sink holds every event once."""
     import os
-    import subprocess
 
     import yaml
 
@@ -206,7 +191,6 @@ def test_runs_at_20_percent_throttling_finish_and_land_every_event_once(
         hub.send(pid, bodies)
     out = tmp_path / "out"
     upstream = _port(azurite_connection_string, "BlobEndpoint")
-    root = Path(__file__).resolve().parents[2]
     with HttpFaultProxy(("127.0.0.1", upstream), throttle=0.2, retry_after=0.5, seed=5) as proxy:
         proxy.statuses = (429, 503)
         env = {
@@ -235,20 +219,11 @@ def test_runs_at_20_percent_throttling_finish_and_land_every_event_once(
             )
         )
         procs = [
-            subprocess.Popen(
-                [
-                    *CLI,
-                    "run",
-                    "--config",
-                    str(cfg),
-                    "--owner",
-                    f"throttled-{i}",
-                    "--no-progress",
-                ],
-                cwd=root,
+            start_ehingest(
+                *("run", "--config", str(cfg), "--owner", f"throttled-{i}", "--no-progress"),
                 env=env,
-                stdout=(tmp_path / f"run{i}.log").open("wb"),
-                stderr=subprocess.STDOUT,
+                log=tmp_path / f"run{i}.log",
+                own_session=False,
             )
             for i in range(2)
         ]

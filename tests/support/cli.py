@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["CLI", "CLI_TIMEOUT", "ROOT", "ehingest"]
+__all__ = ["CLI", "CLI_TIMEOUT", "ROOT", "ehingest", "start_ehingest"]
 
 #: The repository root (the tests run the CLI from there, as the README does).
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,3 +41,20 @@ def ehingest(
         text=True,
         timeout=timeout,
     )
+
+
+def start_ehingest(
+    *args: str, env: Mapping[str, str], log: Path, own_session: bool = True
+) -> subprocess.Popen[bytes]:
+    """Start ``ehingest *args`` in the background with exactly ``env`` (no variable of this
+    process added), its output and errors into ``log``. In its own session by default, so a test
+    can end it with its JVM and workers by its process group, whatever happens."""
+    with log.open("wb") as out:  # the child holds its own copy of the descriptor
+        return subprocess.Popen(
+            [*CLI, *args],
+            cwd=ROOT,
+            env=dict(env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=own_session,
+        )
