@@ -40,11 +40,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
 
 from dagster_eventhub_ingest.airflow_provider._form import CONN_TYPE, WASB_CONN_TYPE
-from dagster_eventhub_ingest.ops.run.settings import IngestConfig
+from dagster_eventhub_ingest.ops.run.settings import IngestSettings
 from dagster_eventhub_ingest.resources.azure.credentials import CredentialOptions, CredentialType
 from dagster_eventhub_ingest.resources.config import (
     EventHubIdentityCredential,
-    RunOptions,
+    IngestConfig,
     SinkConfig,
     SparkConfig,
     StoreIdentityCredential,
@@ -63,7 +63,7 @@ __all__ = [
     "check_run_options",
     "connection_role",
     "eventhub_settings",
-    "ingest_config",
+    "ingest_settings",
     "sink_settings",
     "spark_settings",
     "store_settings",
@@ -81,8 +81,8 @@ _STORE_EXTRA = {"container", "create_container", "account_url", "credential"}
 # The sink's keys of resources/config/ SinkConfig (storage options are for delta-rs on abfss,
 # whose secrets have no place in an extra), and the task's SparkSession.
 _SINK_EXTRA = (set(SinkConfig.model_fields) - {"storage_options"}) | {"spark"}
-# Run options a DAG may set on the operator: resources/config/ RunOptions.
-RUN_OPTIONS = tuple(RunOptions.model_fields)
+# Run options a DAG may set on the operator: resources/config/ IngestConfig.
+RUN_OPTIONS = tuple(IngestConfig.model_fields)
 # Where Jinja starts in a string Airflow renders (its default delimiters).
 _TEMPLATE_STARTS = ("{{", "{%", "{#")
 
@@ -453,14 +453,14 @@ def check_run_options(options: Any) -> None:
 
     ``options`` is a templated field, so a value Airflow may still change (a string with a
     Jinja template in it, a mapping or list holding one, an ``XComArg``) is checked once
-    rendered, by :func:`ingest_config` in ``execute``; every key and every other value is
+    rendered, by :func:`ingest_settings` in ``execute``; every key and every other value is
     checked now. The message is the CLI's: ``options.<key>: what is wrong; what is valid``.
     """
     if not isinstance(options, Mapping):
         return  # rendered as a whole (an XComArg): checked in execute
     known = set(RUN_OPTIONS)
     now = {k: v for k, v in options.items() if k not in known or not _rendered_later(v)}
-    RunOptions.from_dict(now, where="options")
+    IngestConfig.from_dict(now, where="options")
 
 
 def _rendered_later(value: Any) -> bool:
@@ -474,15 +474,15 @@ def _rendered_later(value: Any) -> bool:
     return not isinstance(value, bool | int | float | None)
 
 
-def ingest_config(
+def ingest_settings(
     eventhub: EventHubSettings,
     store: StoreSettings,
     sink: SinkSettings,
     options: Mapping[str, Any] | None = None,
-) -> IngestConfig:
-    """The run's ``IngestConfig``; ``options`` are the operator's run options (validated)."""
-    run = RunOptions.from_dict(dict(options or {}), where="options")
-    return IngestConfig(eventhub=eventhub, store=store, sink=sink, **run.model_dump())
+) -> IngestSettings:
+    """The run's ``IngestSettings``; ``options`` are the operator's run options (validated)."""
+    run = IngestConfig.from_dict(dict(options or {}), where="options")
+    return IngestSettings(eventhub=eventhub, store=store, sink=sink, **run.model_dump())
 
 
 def partition_list(partition_ids: Sequence[str | int] | str | None) -> list[str] | None:

@@ -17,7 +17,7 @@ from dagster_eventhub_ingest.airflow_provider._connections import (
     ConnectionLike,
     connection_role,
     eventhub_settings,
-    ingest_config,
+    ingest_settings,
     sink_settings,
     spark_settings,
     store_settings,
@@ -27,7 +27,7 @@ from dagster_eventhub_ingest.airflow_provider._form import (
     FORM_FIELDS,
     UI_FIELD_BEHAVIOUR,
 )
-from dagster_eventhub_ingest.ops.run.settings import IngestConfig
+from dagster_eventhub_ingest.ops.run.settings import IngestSettings
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, EventHubIngestError, redact
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
 from dagster_eventhub_ingest.resources.sink import SinkSettings
@@ -76,7 +76,7 @@ def _missing(conn_id: str, role: str) -> ConfigurationError:
 
 
 class EventHubIngestHook(BaseHook):
-    """Reads the three connections of an ingestion and builds the run's ``IngestConfig``.
+    """Reads the three connections of an ingestion and builds the run's ``IngestSettings``.
 
     The configuration is the one the ``ehingest`` CLI and the Dagster resources build (the same
     settings classes, the same validation); secrets come only from the connections' password
@@ -96,7 +96,7 @@ class EventHubIngestHook(BaseHook):
     Example::
 
         hook = EventHubIngestHook()
-        config = hook.get_ingest_config({"max_events_per_partition": 50_000})
+        config = hook.get_ingest_settings({"max_events_per_partition": 50_000})
     """
 
     conn_name_attr = "eventhub_conn_id"
@@ -132,9 +132,9 @@ class EventHubIngestHook(BaseHook):
         except AirflowNotFoundException:
             raise _missing(conn_id, role) from None
 
-    def get_conn(self) -> IngestConfig:
+    def get_conn(self) -> IngestSettings:
         """The validated run configuration with default run options."""
-        return self.get_ingest_config()
+        return self.get_ingest_settings()
 
     def get_eventhub_settings(self) -> EventHubSettings:
         """Where to read events."""
@@ -152,9 +152,9 @@ class EventHubIngestHook(BaseHook):
         """Starts the SparkSession the sink connection asks for (local[2] by default)."""
         return spark_settings(self._connection(self.sink_conn_id, "sink")).session_factory()
 
-    def get_ingest_config(self, options: Mapping[str, Any] | None = None) -> IngestConfig:
+    def get_ingest_settings(self, options: Mapping[str, Any] | None = None) -> IngestSettings:
         """The run configuration: the three connections plus the operator's run options."""
-        return ingest_config(
+        return ingest_settings(
             self.get_eventhub_settings(),
             self.get_store_settings(),
             self.get_sink_settings(),

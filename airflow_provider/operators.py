@@ -195,7 +195,7 @@ class EventHubIngestOperator(BaseOperator):
             self.eventhub_conn_id, self.store_conn_id, self.sink_conn_id, self.store_container
         )
         try:
-            config = hook.get_ingest_config(self.options)
+            config = hook.get_ingest_settings(self.options)
             spark_factory = hook.get_spark_factory()
         except ConfigurationError as exc:
             raise AirflowFailException(f"{type(exc).__name__}: {exc}") from None

@@ -528,7 +528,7 @@ def mode_pipeline(
     compiled the write. The cold run pays that in its timed Spark job.
     """
     from dagster_eventhub_ingest.ops.run.entry import run_ingestion
-    from dagster_eventhub_ingest.ops.run.settings import IngestConfig
+    from dagster_eventhub_ingest.ops.run.settings import IngestSettings
     from dagster_eventhub_ingest.resources.sink import SinkSettings
     from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
@@ -538,7 +538,7 @@ def mode_pipeline(
     if join_grace is not None:
         extra["join_grace_seconds"] = join_grace
     if warm:
-        warmup = IngestConfig(
+        warmup = IngestSettings(
             eventhub=_settings(conn),
             store=StoreSettings(container=f"warm-{uuid.uuid4().hex[:12]}", connection_string=store),
             sink=SinkSettings(format="parquet", path=os.path.join(workdir, "warm-up")),
@@ -547,7 +547,7 @@ def mode_pipeline(
             **extra,
         )
         assert run_ingestion(warmup, spark, owner_id="bench-warm-up").complete
-    cfg = IngestConfig(
+    cfg = IngestSettings(
         eventhub=_settings(conn),
         store=StoreSettings(container=f"bench-{uuid.uuid4().hex[:12]}", connection_string=store),
         sink=SinkSettings(format="parquet", path=os.path.join(workdir, "pipeline")),

@@ -1,6 +1,6 @@
 """The ``--config`` YAML file of ``ehingest run`` / ``ehingest status``.
 
-The file is :class:`dagster_eventhub_ingest.resources.config.IngestSpec` (the same keys as a
+The file is :class:`dagster_eventhub_ingest.resources.config.PipelineConfig` (the same keys as a
 Component's defs.yaml) plus a ``spark`` section; it is validated completely before any Azure call.
 Secrets come only from the environment: credentials name their environment variable
 (``connection_string_env``), and any other value may contain ``${ENV_VAR}`` (read by
@@ -27,17 +27,12 @@ Example (docs/example-config.yaml has every key)::
     strategy: balanced
     max_events_per_partition: 100000
     lease_expiry_seconds: 60
-
-Deprecated (accepted for one release, with a warning): ``connection_string: ${VAR}`` in the
-eventhub and store sections, and ``credential: default_azure_credential`` beside
-``fully_qualified_namespace`` / ``account_url``.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,18 +40,17 @@ from typing import Any
 
 from pydantic import Field
 
-from dagster_eventhub_ingest.ops.run.settings import IngestConfig
+from dagster_eventhub_ingest.ops.run.settings import IngestSettings
 from dagster_eventhub_ingest.resources.config import (
     ENV_REFERENCE,
-    ConfigDeprecationWarning,
-    IngestSpec,
+    PipelineConfig,
     SparkConfig,
     expand_env,
     load_yaml,
 )
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, redact
 
-__all__ = ["CliConfig", "CliSpec", "load_config", "parse_config"]
+__all__ = ["CliConfig", "CliSettings", "load_config", "parse_config"]
 
 # Secret-bearing keys of Azure connection strings and SAS query strings (as
 # dagster_eventhub_ingest.resources.errors).
@@ -64,20 +58,18 @@ _SECRET_RE = re.compile(
     r"(?i)\b(SharedAccessKey|AccountKey|SharedAccessSignature|sig)=([^;&\s'\"]*)"
 )
 
-_SECTIONS = ("eventhub", "store")
 
-
-class CliSpec(IngestSpec):
-    """The config file: the pipeline's :class:`IngestSpec` plus how the CLI starts Spark."""
+class CliConfig(PipelineConfig):
+    """The config file: the pipeline's :class:`PipelineConfig` plus how the CLI starts Spark."""
 
     spark: SparkConfig = Field(default_factory=SparkConfig, description="How to start Spark.")
 
 
 @dataclass(frozen=True)
-class CliConfig:
+class CliSettings:
     """A parsed config file: the run settings plus how to start Spark."""
 
-    ingest: IngestConfig
+    ingest: IngestSettings
     spark: SparkConfig = field(default_factory=SparkConfig)
 
     def spark_factory(self) -> Callable[[], Any]:
@@ -131,32 +123,7 @@ def _check_storage_options_from_env(raw: Mapping[str, Any]) -> None:
             )
 
 
-def _old_connection_string(doc: dict[str, Any], section: str) -> str | None:
-    """The pre-1-shape ``connection_string: ${VAR}`` key: still read, with a warning."""
-    value = doc.get(section)
-    if not isinstance(value, Mapping) or "connection_string" not in value:
-        return None
-    value = dict(value)
-    raw = value.pop("connection_string")
-    if value.get("credential") is not None:
-        raise ConfigurationError(
-            f"{section}: give either connection_string or credential, not both"
-        )
-    match = ENV_REFERENCE.fullmatch(raw) if isinstance(raw, str) else None
-    new = f"connection_string_env: {match.group(1)}" if match else "connection_string_env: VAR"
-    warnings.warn(
-        f"{section}.connection_string is deprecated; write {section}.credential: {{{new}}} "
-        "(the old key stops working in the next release)",
-        ConfigDeprecationWarning,
-        stacklevel=3,
-    )
-    doc[section] = value
-    if not isinstance(raw, str):
-        raise ConfigurationError(f"{section}.connection_string: {_show(raw)} must be a string")
-    return raw
-
-
-def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> CliConfig:
+def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> CliSettings:
     """Validate a loaded YAML document and build the run settings from it."""
     if not isinstance(raw, Mapping):
         raise ConfigurationError(
@@ -166,17 +133,9 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> CliConfig:
     _check_no_literal_secret(raw, "")
     _check_storage_options_from_env(raw)
     env_map = os.environ if env is None else env
-    doc = dict(raw)
-    old = {section: _old_connection_string(doc, section) for section in _SECTIONS}
-    conns = {
-        section: expand_env(value, f"{section}.connection_string", env_map)
-        for section, value in old.items()
-        if value is not None
-    }
-    doc = expand_env(doc, "", env_map)
-    spec = CliSpec.from_dict(doc)
-    ingest = IngestConfig.from_spec(spec, env_map, connection_strings=conns)
-    spark = spec.spark
+    config = CliConfig.from_dict(expand_env(dict(raw), "", env_map))
+    ingest = IngestSettings.from_config(config, env_map)
+    spark = config.spark
     from dagster_eventhub_ingest.ops.sinks.checks import check_sink_reachable
 
     # Before anything is claimed or a JVM starts: a local sink path a cluster cannot share.
@@ -184,10 +143,10 @@ def parse_config(raw: Any, env: Mapping[str, str] | None = None) -> CliConfig:
         check_sink_reachable(ingest.sink, local=spark.is_local, engine=spark.engine)
     except ConfigurationError as exc:
         raise ConfigurationError(f"sink.path: {exc}") from None
-    return CliConfig(ingest=ingest, spark=spark)
+    return CliSettings(ingest=ingest, spark=spark)
 
 
-def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> CliConfig:
+def load_config(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> CliSettings:
     """Read and validate the YAML config file at ``path``."""
     p = Path(path)
     try:

@@ -5,8 +5,7 @@ Import the pieces from here to build your own Definitions, or declare the
 """
 
 from dagster_eventhub_ingest.dagster_project.assets import (
-    IngestOptions,
-    IngestRunConfig,
+    ReplayConfig,
     ResourceKeys,
     build_eventhub_ingest_asset,
     dagster_run_is_dead,
@@ -32,6 +31,7 @@ from dagster_eventhub_ingest.dagster_project.schedules import (
     build_ingest_schedule,
 )
 from dagster_eventhub_ingest.dagster_project.sensors import build_partition_sync_sensor
+from dagster_eventhub_ingest.resources.config import IngestAssetConfig
 
 __all__ = [
     "LAG_CHECK_NAME",
@@ -39,10 +39,10 @@ __all__ = [
     "EventHubIdentity",
     "EventHubIngestComponent",
     "EventHubResource",
-    "IngestOptions",
-    "IngestRunConfig",
+    "IngestAssetConfig",
     "LocalPySparkResource",
     "PartitionStoreResource",
+    "ReplayConfig",
     "ResourceKeys",
     "SinkResource",
     "StoreConnectionString",

@@ -18,7 +18,6 @@ Leases held by a run that Dagster knows to be failed or canceled are taken over 
 """
 
 import time
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,20 +44,16 @@ from dagster_eventhub_ingest.dagster_project.resources import (
 from dagster_eventhub_ingest.ops.run.cancel import Cancellation
 from dagster_eventhub_ingest.ops.run.entry import run_ingestion
 from dagster_eventhub_ingest.ops.run.report import RunReport
-from dagster_eventhub_ingest.ops.run.settings import IngestConfig, ReplaySpec
+from dagster_eventhub_ingest.ops.run.settings import IngestSettings, ReplaySettings
 from dagster_eventhub_ingest.resources.config import (
-    AssetPolicies,
-    ConfigDeprecationWarning,
-    LagCheckOptions,
-    OneLineErrors,
-    RunOptions,
+    IngestAssetConfig,
+    IngestConfig,
 )
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, EventHubIngestError
 from dagster_eventhub_ingest.resources.ranges import SeqRange
 
 __all__ = [
-    "IngestOptions",
-    "IngestRunConfig",
+    "ReplayConfig",
     "ResourceKeys",
     "build_eventhub_ingest_asset",
     "build_partitions_def",
@@ -105,64 +100,11 @@ class ResourceKeys:
         return {self.eventhub, self.partition_store, self.sink, self.pyspark}
 
 
-class IngestOptions(OneLineErrors, RunOptions, AssetPolicies):
-    """How runs ingest (:class:`dagster_eventhub_ingest.resources.config.RunOptions`), the asset's
-    pool and freshness (:class:`dagster_eventhub_ingest.resources.config.AssetPolicies`) and its lag
-    check (:class:`dagster_eventhub_ingest.resources.config.LagCheckOptions`; a check exists only
-    when a threshold is set).
+class ReplayConfig(dg.Config):
+    """One run's config (the launchpad's, a backfill's): a replay, and this run's event cap.
 
-    Bad values raise ConfigurationError naming the key. Example::
-
-        IngestOptions(strategy="balanced", lag_check=LagCheckOptions(max_lag_events=10_000))
-    """
-
-    lag_check: LagCheckOptions | None = Field(
-        default=None, description="The lag check: thresholds, severity and its sensor."
-    )
-
-    @classmethod
-    def upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:
-        """Accept the old flat lag keys (one release): moved into ``lag_check``."""
-        old = {k: data.pop(k) for k in _OLD_LAG_KEYS if k in data}
-        if not old:
-            return data
-        if data.get("lag_check") is not None:
-            raise ValueError(
-                f"give the lag check in one place: move {', '.join(old)} into lag_check"
-            )
-        warnings.warn(
-            f"IngestOptions({', '.join(old)}) is deprecated; pass lag_check=LagCheckOptions(...) "
-            "(the old keys stop working in the next release)",
-            ConfigDeprecationWarning,
-            stacklevel=2,
-        )
-        # The old keys' sensor started switched off (build_eventhub_ingest_defs' old default).
-        data["lag_check"] = {_OLD_LAG_KEYS[k]: v for k, v in old.items()} | {"running": False}
-        return data
-
-    @property
-    def lag_thresholds(self) -> LagCheckOptions | None:
-        """The lag check when it has a threshold (None: the asset has no lag check)."""
-        check = self.lag_check
-        return check if check is not None and check.has_thresholds else None
-
-    @property
-    def has_lag_check(self) -> bool:
-        """True when a lag threshold is configured."""
-        return self.lag_thresholds is not None
-
-
-_OLD_LAG_KEYS = {
-    "max_lag_events": "max_lag_events",
-    "max_lag_seconds": "max_lag_seconds",
-    "lag_check_severity": "severity",
-}
-
-
-class IngestRunConfig(dg.Config):
-    """Per-run options (launchpad / run config). Empty for normal catch-up runs.
-
-    Replay re-reads a range into the sink and never moves the live checkpoint.
+    Empty for normal catch-up runs. A replay re-reads a range into the sink and never moves the
+    live checkpoint; :meth:`replay_settings` turns it into the run's :class:`ReplaySettings`.
     """
 
     replay_ranges: dict[str, list[int]] = Field(
@@ -186,12 +128,12 @@ class IngestRunConfig(dg.Config):
     max_events_per_partition: int | None = Field(
         default=None,
         description="This run only: "
-        + str(RunOptions.model_fields["max_events_per_partition"].description)
+        + str(IngestConfig.model_fields["max_events_per_partition"].description)
         + " Unset keeps the asset's.",
     )
 
-    def replay_spec(self, partition_keys: Sequence[str]) -> ReplaySpec | None:
-        """The :class:`ReplaySpec` this config asks for, or None; bad input raises a clear error."""
+    def replay_settings(self, partition_keys: Sequence[str]) -> ReplaySettings | None:
+        """The replay this config asks for, or None; bad input raises a clear error."""
         if self.replay_ranges and (self.replay_from or self.replay_to):
             raise ConfigurationError(
                 "replay: give either replay_ranges or replay_from/replay_to, not both"
@@ -212,9 +154,11 @@ class IngestRunConfig(dg.Config):
                         "0 <= first <= last (inclusive sequence numbers)"
                     )
                 ranges[pid] = SeqRange(int(bounds[0]), int(bounds[1]))
-            return ReplaySpec(ranges=ranges)
+            return ReplaySettings(ranges=ranges)
         if self.replay_from:
-            return ReplaySpec(starting_position=self.replay_from, ending_position=self.replay_to)
+            return ReplaySettings(
+                starting_position=self.replay_from, ending_position=self.replay_to
+            )
         return None
 
 
@@ -317,7 +261,7 @@ def build_eventhub_ingest_asset(
     key: str | Sequence[str] | dg.AssetKey = "eventhub_events",
     partition_ids: Sequence[str] | None = None,
     dynamic_partitions_name: str | None = None,
-    options: IngestOptions | None = None,
+    options: IngestAssetConfig | None = None,
     resource_keys: ResourceKeys | None = None,
     group_name: str | None = None,
     description: str | None = None,
@@ -354,7 +298,7 @@ def build_eventhub_ingest_asset(
         asset = build_eventhub_ingest_asset(key="telemetry", partition_ids=["0", "1"])
         defs = dg.Definitions(assets=[asset], resources={...})
     """
-    opts = options or IngestOptions()
+    opts = options or IngestAssetConfig()
     keys = resource_keys or ResourceKeys()
     asset_key = dg.AssetKey.from_coercible(key)
     pdef = build_partitions_def(
@@ -385,7 +329,7 @@ def build_eventhub_ingest_asset(
         or "Events from an Azure Event Hub, landed exactly once; one partition per hub partition.",
     )
     def _ingest(
-        context: dg.AssetExecutionContext, config: IngestRunConfig
+        context: dg.AssetExecutionContext, config: ReplayConfig
     ) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
         targets = list(context.partition_keys)
         resources = context.resources
@@ -396,31 +340,31 @@ def build_eventhub_ingest_asset(
             eventhub = getattr(resources, keys.eventhub)
             store = getattr(resources, keys.partition_store)
             sink = getattr(resources, keys.sink)
-            replay = config.replay_spec(targets)
+            replay = config.replay_settings(targets)
             sink_settings = sink.settings()
             # An override of 0 is an error, not "use the default" (is not None, not `or`).
-            run_options = opts.run_options().with_overrides(
+            run_options = opts.ingest_config().with_overrides(
                 max_events_per_partition=config.max_events_per_partition
             )
-            ingest_config = IngestConfig(
+            ingest_settings = IngestSettings(
                 eventhub=eventhub.settings(),
                 store=store.settings(),
                 sink=sink_settings,
                 **run_options.model_dump(),
             )
             pyspark = getattr(resources, keys.pyspark)
-            spark, spark_factory = session_or_factory(pyspark, ingest_config.sink)
+            spark, spark_factory = session_or_factory(pyspark, ingest_settings.sink)
             if isinstance(pyspark, LocalPySparkResource):
                 # A stopped run that does not wind down in time is unblocked by ending the
                 # session it waits on (ops/run/cancel.py).
                 cancel.on_force(lambda: pyspark.stop_session(keep_archive=False))
             context.log.info(
                 f"run {context.run.run_id} ingesting "
-                f"{ingest_config.eventhub.hub_ref().describe()} partitions {targets} "
+                f"{ingest_settings.eventhub.hub_ref().describe()} partitions {targets} "
                 f"(strategy {opts.strategy}{', replay' if replay else ''})"
             )
             report: RunReport = run_ingestion(
-                ingest_config,
+                ingest_settings,
                 spark,
                 # This package's resource starts its session only when there is something to
                 # read: a run with nothing to read starts no JVM.
@@ -475,8 +419,8 @@ def build_eventhub_ingest_asset(
         check, summary = measure(
             asset_key,
             opts.lag_thresholds,
-            ingest_config.eventhub,
-            store.store(ingest_config.eventhub.hub_ref()),
+            ingest_settings.eventhub,
+            store.store(ingest_settings.eventhub.hub_ref()),
             partition_ids=partition_ids,
             lease_expiry_seconds=opts.lease_expiry_seconds,
             instance=context.instance,

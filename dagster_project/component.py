@@ -37,7 +37,6 @@ from pydantic import BaseModel, ValidationError, field_validator
 from typing_extensions import Self
 
 from dagster_eventhub_ingest.dagster_project.assets import (
-    IngestOptions,
     ResourceKeys,
     build_eventhub_ingest_asset,
 )
@@ -65,8 +64,9 @@ from dagster_eventhub_ingest.dagster_project.sensors import build_partition_sync
 from dagster_eventhub_ingest.resources.config import (
     AssetOptions,
     EventHubConfig,
+    IngestAssetConfig,
+    IngestConfig,
     LagCheckOptions,
-    RunOptions,
     ScheduleOptions,
     SinkConfig,
     SparkConfig,
@@ -203,7 +203,7 @@ ResolvedPartitionIds = Annotated[
 
 
 @dg.scaffold_with(EventHubIngestScaffolder)
-class EventHubIngestComponent(_Block, dg.Component, dg.Model, RunOptions, AssetOptions):
+class EventHubIngestComponent(_Block, dg.Component, dg.Model, IngestConfig, AssetOptions):
     """Land an Azure Event Hub into a Spark sink, exactly once, in scheduled Dagster batches.
 
     Builds a partitioned asset (one partition per hub partition) with its lag check, its job, a
@@ -240,8 +240,8 @@ class EventHubIngestComponent(_Block, dg.Component, dg.Model, RunOptions, AssetO
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         """The asset, checks, job, schedule, sensors and resources this component declares."""
-        options = IngestOptions(
-            **self.run_options().model_dump(),
+        options = IngestAssetConfig(
+            **self.ingest_config().model_dump(),
             pool=self.pool,
             freshness_fail_minutes=self.freshness_fail_minutes,
             lag_check=self.lag_check,
@@ -270,7 +270,7 @@ def build_eventhub_ingest_defs(
     sink: SinkResource,
     pyspark: Any | None = None,
     partition_ids: Sequence[str] | None = None,
-    options: IngestOptions | None = None,
+    options: IngestAssetConfig | None = None,
     group_name: str | None = None,
     description: str | None = None,
     schedule: ScheduleOptions | None = None,
@@ -301,7 +301,7 @@ def build_eventhub_ingest_defs(
     """
     asset_key = dg.AssetKey.from_coercible(key)
     keys = ResourceKeys.prefixed(asset_key.to_python_identifier())
-    opts = options or IngestOptions()
+    opts = options or IngestAssetConfig()
     if schedule is not None and opts.freshness_fail_minutes is None:
         # Fresh means caught up with the hub as of three schedule periods ago.
         opts = opts.replace(freshness_fail_minutes=3.0 * schedule.every_minutes)

@@ -20,16 +20,16 @@ from dagster_eventhub_ingest.resources.lazy import lazy_face
 if TYPE_CHECKING:
     from dagster_eventhub_ingest.ops.run.entry import run_ingestion
     from dagster_eventhub_ingest.ops.run.report import PartitionReport, RunReport
-    from dagster_eventhub_ingest.ops.run.settings import IngestConfig, ReplaySpec
+    from dagster_eventhub_ingest.ops.run.settings import IngestSettings, ReplaySettings
     from dagster_eventhub_ingest.ops.sinks.batch import PartitionWriteStats
     from dagster_eventhub_ingest.ops.sinks.read import read_sink
     from dagster_eventhub_ingest.ops.sinks.write import WriteResult, write_batch
     from dagster_eventhub_ingest.ops.status import PartitionStatus, partition_status
 
 _HOMES = {
-    "IngestConfig": ".run",
+    "IngestSettings": ".run",
     "PartitionReport": ".run",
-    "ReplaySpec": ".run",
+    "ReplaySettings": ".run",
     "RunReport": ".run",
     "run_ingestion": ".run",
     "PartitionStatus": ".status",
@@ -41,11 +41,11 @@ _HOMES = {
 }
 
 __all__ = [
-    "IngestConfig",
+    "IngestSettings",
     "PartitionReport",
     "PartitionStatus",
     "PartitionWriteStats",
-    "ReplaySpec",
+    "ReplaySettings",
     "RunReport",
     "WriteResult",
     "partition_status",

@@ -1,7 +1,7 @@
 """One ingestion run: the entry point, the loop, and the steps it takes.
 
 - :mod:`.entry`: :func:`run_ingestion`, the one call the CLI, Dagster and Airflow make;
-- :mod:`.settings`: what a run is given (:class:`IngestConfig`, :class:`ReplaySpec`);
+- :mod:`.settings`: what a run is given (:class:`IngestSettings`, :class:`ReplaySettings`);
 - :mod:`.processor`: the loop (snapshot, claim, intent, read, write, checkpoint, release);
 - :mod:`.plan`: pure planning (bounds, the next range, replays); :mod:`.lease`: leases kept
   alive while Spark reads; :mod:`.last_resort`: the sink as checkpoint of last resort;
@@ -27,15 +27,15 @@ if TYPE_CHECKING:
     from dagster_eventhub_ingest.ops.run.ingestor import Ingestor, SparkIngestor
     from dagster_eventhub_ingest.ops.run.processor import Processor
     from dagster_eventhub_ingest.ops.run.report import PartitionReport, RunReport
-    from dagster_eventhub_ingest.ops.run.settings import IngestConfig, ReplaySpec
+    from dagster_eventhub_ingest.ops.run.settings import IngestSettings, ReplaySettings
 
 _HOMES = {
     "Cancellation": ".cancel",
-    "IngestConfig": ".settings",
+    "IngestSettings": ".settings",
     "Ingestor": ".ingestor",
     "PartitionReport": ".report",
     "Processor": ".processor",
-    "ReplaySpec": ".settings",
+    "ReplaySettings": ".settings",
     "RunReport": ".report",
     "SparkIngestor": ".ingestor",
     "run_ingestion": ".entry",
@@ -43,11 +43,11 @@ _HOMES = {
 
 __all__ = [
     "Cancellation",
-    "IngestConfig",
+    "IngestSettings",
     "Ingestor",
     "PartitionReport",
     "Processor",
-    "ReplaySpec",
+    "ReplaySettings",
     "RunReport",
     "SparkIngestor",
     "run_ingestion",

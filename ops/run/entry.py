@@ -23,7 +23,7 @@ from dagster_eventhub_ingest.ops.run.log import TeeLog
 from dagster_eventhub_ingest.ops.run.processor import Processor
 from dagster_eventhub_ingest.ops.run.progress import PhaseClock, ProgressFn, ReadCounter
 from dagster_eventhub_ingest.ops.run.report import RunReport
-from dagster_eventhub_ingest.ops.run.settings import IngestConfig, ReplaySpec
+from dagster_eventhub_ingest.ops.run.settings import IngestSettings, ReplaySettings
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 from dagster_eventhub_ingest.resources.store.records import Ownership
 
@@ -53,7 +53,7 @@ class DefaultClaim:
 
     def __init__(
         self,
-        config: IngestConfig,
+        config: IngestSettings,
         store: PartitionStore,
         owner_id: str,
         is_owner_dead: Callable[[str], bool] | None,
@@ -114,12 +114,12 @@ class _Membership:
 
 
 def run_ingestion(
-    config: IngestConfig,
+    config: IngestSettings,
     spark: SparkSession | None,
     *,
     owner_id: str,
     partition_ids: Sequence[str] | None = None,
-    replay: ReplaySpec | None = None,
+    replay: ReplaySettings | None = None,
     is_owner_dead: Callable[[str], bool] | None = None,
     log: Any = None,
     spark_factory: Callable[[], SparkSession] | None = None,
@@ -201,12 +201,12 @@ def run_ingestion(
 
 
 def _run(
-    config: IngestConfig,
+    config: IngestSettings,
     spark: SparkSession | None,
     *,
     owner_id: str,
     partition_ids: Sequence[str] | None,
-    replay: ReplaySpec | None,
+    replay: ReplaySettings | None,
     is_owner_dead: Callable[[str], bool] | None,
     log: Any,
     spark_factory: Callable[[], SparkSession] | None,
@@ -320,7 +320,7 @@ def _import_store_client() -> None:
 
 
 def _run_parts(
-    config: IngestConfig,
+    config: IngestSettings,
     spark: SparkSession | None,
     spark_factory: Callable[[], SparkSession] | None,
     attempt: int | None,

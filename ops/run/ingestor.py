@@ -144,7 +144,7 @@ class SparkIngestor(Ingestor):
         eventhub: the hub to read.
         sink: where to write.
         receive_timeout_seconds / prefetch / max_readers_per_partition: the reader settings
-            (:class:`dagster_eventhub_ingest.resources.config.RunOptions`; their defaults are
+            (:class:`dagster_eventhub_ingest.resources.config.IngestConfig`; their defaults are
             ``dagster_eventhub_ingest.resources.limits``').
         spark_factory: starts the session when ``spark`` is None (default: a local one).
         read_counter: live read progress (the readers' running counts in the store); None

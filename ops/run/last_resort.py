@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from dagster_eventhub_ingest.ops.run.hub import PartitionInfo
     from dagster_eventhub_ingest.ops.run.ingestor import Ingestor, SinkEvent
     from dagster_eventhub_ingest.ops.run.lease import LeaseKeeper
-    from dagster_eventhub_ingest.ops.run.settings import IngestConfig
+    from dagster_eventhub_ingest.ops.run.settings import IngestSettings
     from dagster_eventhub_ingest.ops.sinks.batch import BatchKey
 
 __all__ = ["Adjusted", "LastResort"]
@@ -83,7 +83,7 @@ class LastResort:
 
     def __init__(
         self,
-        config: IngestConfig,
+        config: IngestSettings,
         store: PartitionStore,
         owner_id: str,
         hub_desc: str,

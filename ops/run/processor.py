@@ -55,7 +55,7 @@ from dagster_eventhub_ingest.ops.run.progress import (
     progress_targets,
 )
 from dagster_eventhub_ingest.ops.run.report import PartitionReport, RunReport, record_end_state
-from dagster_eventhub_ingest.ops.run.settings import IngestConfig, ReplaySpec
+from dagster_eventhub_ingest.ops.run.settings import IngestSettings, ReplaySettings
 from dagster_eventhub_ingest.ops.sinks.batch import PartitionWriteStats
 from dagster_eventhub_ingest.resources.errors import (
     CheckpointRegressionError,
@@ -103,7 +103,7 @@ class Processor:
 
     def __init__(
         self,
-        config: IngestConfig,
+        config: IngestSettings,
         store: PartitionStore,
         hub: HubClient,
         ingestor: Ingestor,
@@ -320,7 +320,7 @@ class Processor:
                 targets, bounds, infos, reports, cycles, started, replay=False
             )
 
-    def replay(self, spec: ReplaySpec, partition_ids: Sequence[str] | None = None) -> RunReport:
+    def replay(self, spec: ReplaySettings, partition_ids: Sequence[str] | None = None) -> RunReport:
         """Write the ranges of ``spec`` to the sink; leases and checkpoints are not touched."""
         started = datetime.now(timezone.utc)
         self._preflight()

@@ -4,29 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import ConfigDict, InstanceOf
 
-from dagster_eventhub_ingest.resources.config import IngestSpec, OneLineErrors, RunOptions
+from dagster_eventhub_ingest.resources.config import IngestConfig, OneLineErrors, PipelineConfig
 from dagster_eventhub_ingest.resources.ranges import SeqRange
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
 from dagster_eventhub_ingest.resources.sink import SinkSettings
 from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
-__all__ = ["IngestConfig", "ReplaySpec"]
+__all__ = ["IngestSettings", "ReplaySettings"]
 
 
-class IngestConfig(OneLineErrors, RunOptions):
-    """Everything one run needs: the three places plus
-    :class:`~dagster_eventhub_ingest.resources.config.RunOptions`.
+class IngestSettings(OneLineErrors, IngestConfig):
+    """Everything one run needs: the three places' settings plus
+    :class:`~dagster_eventhub_ingest.resources.config.IngestConfig`.
 
-    The run options (strategy, bounds, timeouts, ...) are declared, described and validated
-    once, in ``dagster_eventhub_ingest.resources.config.RunOptions``; this adds the resolved
-    settings and two internal knobs. The CLI builds it from YAML (:meth:`from_spec`), Dagster from
-    its resources, tests and benchmarks directly::
+    How a run claims, reads and waits (strategy, bounds, timeouts, ...) is declared, described
+    and validated once, in ``dagster_eventhub_ingest.resources.config.IngestConfig``; this adds
+    the places' resolved settings and two internal knobs. The CLI builds it from its YAML
+    (:meth:`from_config`), Dagster and Airflow from their resources and connections, tests and
+    benchmarks directly::
 
-        IngestConfig(eventhub=hub, store=store, sink=sink, strategy="greedy")
+        IngestSettings(eventhub=hub, store=store, sink=sink, strategy="greedy")
 
     Bad values raise :class:`~dagster_eventhub_ingest.resources.errors.ConfigurationError` naming
     the key.
@@ -44,32 +44,24 @@ class IngestConfig(OneLineErrors, RunOptions):
     poll_max_seconds: float = 5.0
 
     @classmethod
-    def from_spec(
-        cls,
-        spec: IngestSpec,
-        env: Mapping[str, str] | None = None,
-        *,
-        connection_strings: Mapping[str, str] | None = None,
-        **internals: Any,
-    ) -> IngestConfig:
-        """The config for a loaded :class:`~dagster_eventhub_ingest.resources.config.IngestSpec`
-        (the CLI's file, Airflow's connections).
+    def from_config(
+        cls, config: PipelineConfig, env: Mapping[str, str] | None = None
+    ) -> IngestSettings:
+        """The settings of a loaded
+        :class:`~dagster_eventhub_ingest.resources.config.PipelineConfig` (the CLI's file).
 
-        Reads the credentials' environment variables now (``env``: default ``os.environ``);
-        ``connection_strings`` (``"eventhub"`` / ``"store"``) are given ones instead.
+        Reads the credentials' environment variables now (``env``: default ``os.environ``).
         """
-        given = connection_strings or {}
         return cls(
-            eventhub=spec.eventhub.settings(env, connection_string=given.get("eventhub")),
-            store=spec.store.settings(env, connection_string=given.get("store")),
-            sink=spec.sink.settings(),
-            **spec.run_options().model_dump(),
-            **internals,
+            eventhub=config.eventhub.settings(env),
+            store=config.store.settings(env),
+            sink=config.sink.settings(),
+            **config.ingest_config().model_dump(),
         )
 
 
 @dataclass(frozen=True)
-class ReplaySpec:
+class ReplaySettings:
     """Re-read a range into the sink without touching the live checkpoint.
 
     Either ``ranges`` (partition id -> inclusive ``(start_seq, end_seq)``) or a

@@ -1,21 +1,22 @@
 """The one configuration model: every setting declared once, with its default, limits and help.
 
 Every surface reads these classes: the ``ehingest`` YAML (``cli/config.py``), the Dagster
-Component's ``defs.yaml`` and resources (``dagster_project/``), the asset's run config, and the run
-itself (:class:`dagster_eventhub_ingest.ops.run.settings.IngestConfig` extends :class:`RunOptions`).
-Everything that can be checked without the network is checked here, at load: names of strategies and
-formats, the sink's ``partition_by`` columns against the output schema, reader limits, numbers.
-Unknown keys are rejected with a did-you-mean.
+Component's ``defs.yaml`` and resources (``dagster_project/``), the asset's run config, and the
+run itself (:class:`dagster_eventhub_ingest.ops.run.settings.IngestSettings`, the value a run
+gets, extends :class:`IngestConfig`). Everything that can be checked without the network is
+checked here, at load: names of strategies and formats, the sink's ``partition_by`` columns
+against the output schema, reader limits, numbers. Unknown keys are rejected with a
+did-you-mean, or with the block they belong in.
 
-Build from a plain dict (YAML, an Airflow connection, a test)::
+Build from a plain dict (YAML, a test)::
 
-    spec = IngestSpec.from_dict({
+    config = PipelineConfig.from_dict({
         "eventhub": {"eventhub_name": "telemetry"},        # connection string from
         "store": {"container": "ehingest-state"},          # EVENTHUB_CONNECTION_STRING and
         "sink": {"path": "/data/telemetry"},               # AZURE_STORAGE_CONNECTION_STRING
         "strategy": "balanced",
     })
-    config = IngestConfig.from_spec(spec) # dagster_eventhub_ingest.ops.run.settings.IngestConfig
+    settings = IngestSettings.from_config(config)  # from dagster_eventhub_ingest.ops.run
 
 Credentials have one shape everywhere: a connection string named by an environment variable, or
 ``DefaultAzureCredential`` with its options::
@@ -50,12 +51,12 @@ from dagster_eventhub_ingest.resources.config._credentials import (
 from dagster_eventhub_ingest.resources.config._dagster import (
     AssetOptions,
     AssetPolicies,
+    IngestAssetConfig,
     LagCheckOptions,
     LagSeverity,
     ScheduleOptions,
 )
 from dagster_eventhub_ingest.resources.config._model import (
-    ConfigDeprecationWarning,
     OneLineErrors,
     StrictModel,
     format_validation_error,
@@ -68,9 +69,9 @@ from dagster_eventhub_ingest.resources.config._run import (
     STRATEGY_NAMES,
     STRATEGY_OPTIONS,
     DelayRaceOptions,
-    IngestSpec,
+    IngestConfig,
     OnCheckpointAhead,
-    RunOptions,
+    PipelineConfig,
     StrategyName,
     check_strategy_options,
 )
@@ -116,19 +117,19 @@ __all__ = [
     "STRATEGY_OPTIONS",
     "AssetOptions",
     "AssetPolicies",
-    "ConfigDeprecationWarning",
     "DelayRaceOptions",
     "EventHubConfig",
     "EventHubConnectionStringCredential",
     "EventHubIdentityCredential",
     "IdentityOptions",
-    "IngestSpec",
+    "IngestAssetConfig",
+    "IngestConfig",
     "LagCheckOptions",
     "LagSeverity",
     "OnCheckpointAhead",
     "OnDataLoss",
     "OneLineErrors",
-    "RunOptions",
+    "PipelineConfig",
     "ScheduleOptions",
     "SinkConfig",
     "SparkConfig",

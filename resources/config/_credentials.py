@@ -121,10 +121,26 @@ def _pick_credential(
     ``credential_type`` defaults to ``connection_string``. (A pydantic discriminator would do
     this, but Dagster's component schema cannot carry one.)
     """
+    classes = {"connection_string": by_string, "default_azure_credential": by_identity}
+    if isinstance(value, str):
+        shown = value if value in classes else "connection_string"
+        raise ValueError(
+            f"{_show(value)} must be a mapping; write credential: {{credential_type: {shown}, "
+            "...} (valid credential_type: connection_string, default_azure_credential)"
+        )
     if not isinstance(value, Mapping):
         return value
+    if "credential_type" not in value:
+        # Keys only DefaultAzureCredential takes, without the type that selects it.
+        identity_only = sorted(
+            set(value) - set(by_string.model_fields) & set(by_identity.model_fields)
+        )
+        if identity_only:
+            raise ValueError(
+                f"{', '.join(identity_only)}: a key of credential_type default_azure_credential; "
+                "add credential_type: default_azure_credential (the default is connection_string)"
+            )
     kind = value.get("credential_type", "connection_string")
-    classes = {"connection_string": by_string, "default_azure_credential": by_identity}
     if kind not in classes:
         raise ValueError(
             f"credential_type {_show(kind)} is not valid; {_suggest(str(kind), list(classes))}"

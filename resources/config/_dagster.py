@@ -6,7 +6,14 @@ from typing import Literal
 
 from pydantic import field_validator
 
-from dagster_eventhub_ingest.resources.config._model import StrictModel, _above, _at_least, setting
+from dagster_eventhub_ingest.resources.config._model import (
+    OneLineErrors,
+    StrictModel,
+    _above,
+    _at_least,
+    setting,
+)
+from dagster_eventhub_ingest.resources.config._run import IngestConfig
 
 LagSeverity = Literal["WARN", "ERROR"]
 
@@ -124,3 +131,30 @@ class LagCheckOptions(StrictModel):
     def has_thresholds(self) -> bool:
         """True when a threshold is set (otherwise there is no check)."""
         return self.max_lag_events is not None or self.max_lag_seconds is not None
+
+
+class IngestAssetConfig(OneLineErrors, IngestConfig, AssetPolicies):
+    """The ingestion asset built in Python (``build_eventhub_ingest_asset(options=...)``): how
+    its runs ingest (:class:`IngestConfig`), its pool and freshness (:class:`AssetPolicies`) and
+    its lag check (:class:`LagCheckOptions`; a check exists only when a threshold is set).
+
+    The Component declares the same keys in defs.yaml. Bad values raise
+    :class:`~dagster_eventhub_ingest.resources.errors.ConfigurationError` naming the key::
+
+        IngestAssetConfig(strategy="balanced", lag_check=LagCheckOptions(max_lag_events=10_000))
+    """
+
+    lag_check: LagCheckOptions | None = setting(
+        default=None, description="The lag check: thresholds, severity and its sensor."
+    )
+
+    @property
+    def lag_thresholds(self) -> LagCheckOptions | None:
+        """The lag check when it has a threshold (None: the asset has no lag check)."""
+        check = self.lag_check
+        return check if check is not None and check.has_thresholds else None
+
+    @property
+    def has_lag_check(self) -> bool:
+        """True when a lag threshold is configured."""
+        return self.lag_thresholds is not None

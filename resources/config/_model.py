@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
-from typing import Any, ClassVar, get_args
+from typing import Any, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from typing_extensions import Self
@@ -22,13 +21,6 @@ def setting(*args: Any, description: str, **kwargs: Any) -> Any:
     """
     extra = {"description": description, **kwargs.pop("json_schema_extra", {})}
     return Field(*args, description=description, json_schema_extra=extra, **kwargs)
-
-
-class ConfigDeprecationWarning(FutureWarning):
-    """A configuration key that still works but will be removed in the next release.
-
-    A ``FutureWarning`` so that it is shown by default to whoever runs the CLI or Dagster.
-    """
 
 
 _suggest = did_you_mean
@@ -107,9 +99,23 @@ def format_validation_error(exc: ValidationError, prefix: str = "") -> str:
     return "; ".join(lines)
 
 
-def unknown_key_message(key: str, valid: list[str]) -> str:
-    """``key: unknown key; did you mean 'x'? valid keys: ...`` (one wording everywhere)."""
-    return f"{key}: unknown key; {_suggest(key, valid)}valid keys: {', '.join(valid)}"
+def unknown_key_message(
+    key: str, valid: list[str], nested: Mapping[str, set[str]] | None = None
+) -> str:
+    """``key: unknown key; did you mean 'x'? valid keys: ...`` (one wording everywhere).
+
+    ``nested`` (a key of a block inside -> the blocks' keys, from :func:`_nested_keys`) places a
+    key written one level too high (``max_lag_events`` belongs in ``lag_check``) and lets the
+    did-you-mean name a key inside a block (``credential.connection_string_env``).
+    """
+    nested = nested or {}
+    blocks = nested.get(key, set())
+    if len(blocks) == 1:
+        (block,) = blocks
+        return f"{key}: unknown key here; it belongs in {block}: write {block}: {{{key}: ...}}"
+    inside = sorted(f"{block}.{name}" for name, owners in nested.items() for block in owners)
+    hint = _suggest(key, valid) or _suggest(key, inside)
+    return f"{key}: unknown key; {hint}valid keys: {', '.join(valid)}"
 
 
 def _field_names(cls: type[BaseModel]) -> list[str]:
@@ -117,6 +123,22 @@ def _field_names(cls: type[BaseModel]) -> list[str]:
     for name, info in cls.model_fields.items():
         names.append(info.alias or name)
     return names
+
+
+def _nested_keys(cls: type[BaseModel]) -> dict[str, set[str]]:
+    """Each key of a block nested in ``cls`` (not a key of ``cls`` itself) -> the blocks' keys
+    (``credential``, ``lag_check``)."""
+    own = set(_field_names(cls))
+    found: dict[str, set[str]] = {}
+    for name, info in cls.model_fields.items():
+        annotation = info.annotation
+        members = get_args(annotation) if get_args(annotation) else (annotation,)
+        for member in members:
+            if isinstance(member, type) and not get_args(member) and issubclass(member, BaseModel):
+                for key in _field_names(member):
+                    if key not in own:
+                        found.setdefault(key, set()).add(info.alias or name)
+    return found
 
 
 class StrictModel(BaseModel):
@@ -128,35 +150,15 @@ class StrictModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=False)
 
-    #: Old key -> new key; accepted with a :class:`ConfigDeprecationWarning` for one release.
-    renamed_keys: ClassVar[dict[str, str]] = {}
-
-    @classmethod
-    def upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:
-        """Rewrite deprecated spellings (warning once per key); the default changes nothing."""
-        return data
-
     @model_validator(mode="before")
     @classmethod
     def _check_keys(cls, data: Any) -> Any:
         if not isinstance(data, Mapping):
             return data
-        data = cls.upgrade(dict(data))
-        for old, new in cls.renamed_keys.items():
-            if old in data:
-                if new in data:
-                    raise ValueError(f"give {new} only ({old} is its old name)")
-                warnings.warn(
-                    f"{old} is deprecated; write {new} (the old key stops working in the next "
-                    "release)",
-                    ConfigDeprecationWarning,
-                    stacklevel=2,
-                )
-                data[new] = data.pop(old)
         valid = _field_names(cls)
         for key in data:
             if key not in valid:
-                raise ValueError(unknown_key_message(str(key), valid))
+                raise ValueError(unknown_key_message(str(key), valid, _nested_keys(cls)))
         for name, info in cls.model_fields.items():
             if name not in data or data[name] is None:
                 continue

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,11 +16,7 @@ from dagster_eventhub_ingest.resources.config._credentials import (
     _env_value,
     _pick_credential,
 )
-from dagster_eventhub_ingest.resources.config._model import (
-    ConfigDeprecationWarning,
-    StrictModel,
-    setting,
-)
+from dagster_eventhub_ingest.resources.config._model import StrictModel, setting
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
 from dagster_eventhub_ingest.resources.store.settings import StoreSettings, check_container_name
@@ -44,11 +39,6 @@ class EventHubConfig(StrictModel):
         description="A connection string from an environment variable (default "
         "EVENTHUB_CONNECTION_STRING), or DefaultAzureCredential with its options.",
     )
-
-    @classmethod
-    def upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:
-        """Accept the old credential keys beside the section's keys (one release)."""
-        return _move_legacy_credential(data, "eventhub", "fully_qualified_namespace")
 
     @field_validator("credential", mode="before")
     @classmethod
@@ -105,11 +95,6 @@ class StoreConfig(StrictModel):
         "AZURE_STORAGE_CONNECTION_STRING), or DefaultAzureCredential with its options.",
     )
 
-    @classmethod
-    def upgrade(cls, data: dict[str, Any]) -> dict[str, Any]:
-        """Accept the old credential keys beside the section's keys (one release)."""
-        return _move_legacy_credential(data, "store", "account_url")
-
     @field_validator("credential", mode="before")
     @classmethod
     def _tag(cls, value: Any) -> Any:
@@ -146,43 +131,3 @@ class StoreConfig(StrictModel):
         except ConfigurationError as exc:
             text = str(exc).removeprefix("store.").removeprefix("store ")
             raise ConfigurationError(f"store.{text}") from None
-
-
-def _move_legacy_credential(data: dict[str, Any], section: str, where_key: str) -> dict[str, Any]:
-    """Accept the old keys (``credential_type``/``connection_string_env``/... beside the
-    section's other keys, and the CLI's ``credential: default_azure_credential``)."""
-    legacy_keys = ("credential_type", "connection_string_env", where_key)
-    for key in legacy_keys:
-        if key in data and data[key] is None:
-            del data[key]  # an unset legacy field (the Component declares them)
-    legacy = [k for k in legacy_keys if k in data]
-    old_cli = isinstance(data.get("credential"), str)
-    if not legacy and not old_cli:
-        return data
-    data = dict(data)
-    cred: dict[str, Any] = {"credential_type": None}
-    if old_cli:
-        cred["credential_type"] = data.pop("credential")
-    elif isinstance(data.get("credential"), Mapping):
-        raise ValueError(
-            f"give the credential in one place: move {', '.join(legacy)} into {section}.credential"
-        )
-    for key in legacy:
-        cred[key] = data.pop(key)
-    if cred["credential_type"] is None:
-        identity = where_key in cred
-        cred["credential_type"] = "default_azure_credential" if identity else "connection_string"
-    if cred["credential_type"] == "connection_string":
-        cred.pop(where_key, None)
-    else:
-        cred.pop("connection_string_env", None)
-    old_keys = ["credential", *legacy] if old_cli else legacy
-    shown = ", ".join(f"{k}: {v}" for k, v in cred.items())
-    warnings.warn(
-        f"{section}: the old credential keys ({', '.join(old_keys)}) are deprecated; write "
-        f"{section}.credential: {{{shown}}} (the old keys stop working in the next release)",
-        ConfigDeprecationWarning,
-        stacklevel=2,
-    )
-    data["credential"] = cred
-    return data

@@ -1,4 +1,4 @@
-"""How runs ingest: the run options, and the whole pipeline spec the CLI and defs.yaml load."""
+"""How runs ingest (the run options), and the whole pipeline the CLI and defs.yaml declare."""
 
 from __future__ import annotations
 
@@ -83,8 +83,12 @@ def check_strategy_options(strategy: str, options: Mapping[str, Any]) -> None:
     model.from_dict(options, where="strategy_options")
 
 
-class RunOptions(StrictModel):
-    """How one run claims, reads and waits; the same keys in defs.yaml, the CLI and run config."""
+class IngestConfig(StrictModel):
+    """The run options: how one run claims, reads and waits.
+
+    The same keys in defs.yaml, the CLI's file and Airflow's ``options``; a run gets them as
+    part of :class:`dagster_eventhub_ingest.ops.run.settings.IngestSettings`.
+    """
 
     strategy: StrategyName = setting(
         default="balanced",
@@ -240,10 +244,10 @@ class RunOptions(StrictModel):
     def _grace(cls, value: float) -> float:
         return _at_least(value, 0, " (1 is the default; 0 for one owner)")
 
-    def run_options(self) -> RunOptions:
-        """Just the run options (drops what a subclass adds)."""
-        return RunOptions.model_validate(
-            {name: getattr(self, name) for name in RunOptions.model_fields}
+    def ingest_config(self) -> IngestConfig:
+        """Just the run options (drops what a subclass adds: places, asset policies)."""
+        return IngestConfig.model_validate(
+            {name: getattr(self, name) for name in IngestConfig.model_fields}
         )
 
     def with_overrides(self, **overrides: Any) -> Self:
@@ -261,10 +265,12 @@ class RunOptions(StrictModel):
             raise ConfigurationError(format_validation_error(exc)) from None
 
 
-class IngestSpec(RunOptions):
+class PipelineConfig(IngestConfig):
     """Everything one pipeline needs: where to read, where to keep state, where to write, how.
 
-    The document the CLI reads (plus ``spark``) and the core of the Component's defs.yaml.
+    The document the CLI reads (plus ``spark``) and the core of the Component's defs.yaml; a
+    run gets its value as :class:`dagster_eventhub_ingest.ops.run.settings.IngestSettings`
+    (``IngestSettings.from_config``).
     """
 
     eventhub: EventHubConfig = setting(description="The Event Hub to read.")

@@ -1,7 +1,7 @@
 """Where configuration text comes from: YAML documents and ``${VAR}`` references.
 
 Both are checked here, once, for whichever surface reads them (the ``ehingest`` config file,
-a test, a script building an :class:`~dagster_eventhub_ingest.resources.config.IngestSpec`):
+a test, a script building an :class:`~dagster_eventhub_ingest.resources.config.PipelineConfig`):
 
 * :func:`load_yaml` refuses a document whose aliases expand past :data:`MAX_YAML_VALUES`
   values (a kilobyte of nested aliases, a "billion laughs", expands to billions: every walk of

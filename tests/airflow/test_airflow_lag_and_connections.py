@@ -192,7 +192,7 @@ def test_store_connection_credentials_are_read_as_the_event_hubs_ones() -> None:
 
 def test_store_sink_and_options() -> None:
     from dagster_eventhub_ingest.airflow_provider._connections import (
-        ingest_config,
+        ingest_settings,
         sink_settings,
         store_settings,
     )
@@ -213,7 +213,7 @@ def test_store_sink_and_options() -> None:
     from dagster_eventhub_ingest.airflow_provider._connections import eventhub_settings
 
     hub = eventhub_settings(Conn(password=EH, schema="t"))
-    config = ingest_config(
+    config = ingest_settings(
         hub, store, sink, {"strategy": "jump_hash", "max_events_per_partition": 7}
     )
     assert (config.strategy, config.max_events_per_partition) == ("jump_hash", 7)
@@ -223,7 +223,7 @@ def test_store_sink_and_options() -> None:
         match=r"^options\.max_events: unknown key; did you mean 'max_events_per_cycle'\? "
         r"valid keys: strategy, strategy_options, max_events_per_partition,",
     ):
-        ingest_config(hub, store, sink, {"max_events": 7})
+        ingest_settings(hub, store, sink, {"max_events": 7})
     with pytest.raises(
         ConfigurationError,
         match=r"^Airflow connection 'sk' \(sink\): extra\.format: 'parqet' is not a known "
@@ -237,9 +237,9 @@ def test_store_sink_and_options() -> None:
     ):
         sink_settings(Conn("sk", extra={"path": "/p", "spark": {"mastr": "local[2]"}}))
     with pytest.raises(ConfigurationError, match=r"options\.strategy: 'fastest' is not valid"):
-        ingest_config(hub, store, sink, {"strategy": "fastest"})
+        ingest_settings(hub, store, sink, {"strategy": "fastest"})
     with pytest.raises(ConfigurationError, match=r"options\.max_events_per_partition: 0 must be"):
-        ingest_config(hub, store, sink, {"max_events_per_partition": 0})
+        ingest_settings(hub, store, sink, {"max_events_per_partition": 0})
 
 
 def test_owner_ids_of_tries() -> None:

@@ -62,10 +62,10 @@ def test_bad_options_fail_in_partial(options: dict[str, Any], message: str) -> N
 
 
 def test_the_message_is_the_one_execute_gives() -> None:
-    from dagster_eventhub_ingest.airflow_provider._connections import ingest_config
+    from dagster_eventhub_ingest.airflow_provider._connections import ingest_settings
 
     with pytest.raises(ConfigurationError) as err:
-        ingest_config(None, None, None, {"max_events": 7})  # type: ignore[arg-type]
+        ingest_settings(None, None, None, {"max_events": 7})  # type: ignore[arg-type]
     assert str(err.value) == UNKNOWN_KEY
 
 

@@ -18,7 +18,7 @@ import dagster as dg
 def main(args: dict) -> dict:
     from dagster_pyspark import PySparkResource
 
-    from dagster_eventhub_ingest.dagster_project.assets import IngestOptions
+    from dagster_eventhub_ingest.dagster_project import IngestAssetConfig
     from dagster_eventhub_ingest.dagster_project.component import build_eventhub_ingest_defs
     from dagster_eventhub_ingest.dagster_project.resources import (
         SinkResource,
@@ -44,7 +44,7 @@ def main(args: dict) -> dict:
         sink=SinkResource(path=args["sink"], shared=True),
         pyspark=pyspark,
         partition_ids=args["partitions"],
-        options=IngestOptions(lease_expiry_seconds=30),
+        options=IngestAssetConfig(lease_expiry_seconds=30),
     )
     job = defs.resolve_implicit_global_asset_job_def()
     tags = {

@@ -85,26 +85,46 @@ def test_missing_env_var_names_key_and_variable() -> None:
         parse_config(doc(), {"ST_CONN": ST})
 
 
-def test_old_keys_still_work_for_one_release_with_a_warning() -> None:
-    raw = doc(
-        eventhub={"connection_string": "${EH_CONN}", "eventhub_name": "telemetry"},
-        store={"connection_string": "${ST_CONN}", "container": "ehingest-state"},
-    )
-    with pytest.warns(
-        FutureWarning,
-        match=r"eventhub.connection_string is deprecated; write "
-        r"eventhub.credential: \{connection_string_env: EH_CONN\}",
-    ):
-        cfg = parse_config(raw, ENV)
-    assert cfg.ingest.eventhub.connection_string == EH
-    assert cfg.ingest.store.connection_string == ST
-    with (
-        pytest.raises(
-            ConfigurationError, match=r"eventhub.connection_string: environment variable EH_CONN"
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        # A key written one level too high: named, with the block it belongs in.
+        (
+            {"eventhub": {"eventhub_name": "h", "fully_qualified_namespace": "ns.example"}},
+            "eventhub.fully_qualified_namespace: unknown key here; it belongs in credential: "
+            "write credential: {fully_qualified_namespace: ...}",
         ),
-        pytest.warns(FutureWarning),
-    ):
-        parse_config(raw, {"ST_CONN": ST})
+        (
+            {"store": {"container": "state", "connection_string_env": "ST_CONN"}},
+            "store.connection_string_env: unknown key here; it belongs in credential: "
+            "write credential: {connection_string_env: ...}",
+        ),
+        # A key that is close to one inside a block: the did-you-mean names its path.
+        (
+            {"eventhub": {"eventhub_name": "h", "connection_string": "${EH_CONN}"}},
+            "eventhub.connection_string: unknown key; did you mean "
+            "'credential.connection_string_env'? valid keys: eventhub_name, consumer_group, "
+            "credential",
+        ),
+        # The credential is a mapping; its type selects DefaultAzureCredential.
+        (
+            {"eventhub": {"eventhub_name": "h", "credential": "default_azure_credential"}},
+            "eventhub.credential: 'default_azure_credential' must be a mapping; write "
+            "credential: {credential_type: default_azure_credential, ...}",
+        ),
+        (
+            {"store": {"container": "state", "credential": {"account_url": "https://a.example"}}},
+            "store.credential.account_url: a key of credential_type default_azure_credential; "
+            "add credential_type: default_azure_credential",
+        ),
+    ],
+)
+def test_a_key_in_the_wrong_place_is_refused_with_where_it_belongs(
+    section: dict, message: str
+) -> None:
+    with pytest.raises(ConfigurationError) as err:
+        parse_config(doc(**section), ENV)
+    assert str(err.value).startswith(message), str(err.value)
 
 
 @pytest.mark.parametrize(
@@ -127,25 +147,24 @@ def test_old_keys_still_work_for_one_release_with_a_warning() -> None:
             "sink.mode: unknown key; valid keys: format, path, table, partition_by, shared, "
             "storage_options",
         ),
-        ({"store": {"connection_string": "${ST_CONN}"}}, "store.container: required"),
         (
-            {"store": {"connection_string": "${ST_CONN}", "container": "Bad_Name"}},
+            {"store": {"credential": {"connection_string_env": "ST_CONN"}}},
+            "store.container: required",
+        ),
+        (
+            {"store": {"container": "Bad_Name"}},
             "store.container: 'Bad_Name' is not a valid Blob container name",
         ),
         (
-            {"eventhub": {"eventhub_name": "h", "credential": "password"}},
+            {"eventhub": {"eventhub_name": "h", "credential": {"credential_type": "password"}}},
             "eventhub.credential: credential_type 'password' is not valid; valid: "
             "connection_string, default_azure_credential",
         ),
         (
-            {
-                "eventhub": {
-                    "eventhub_name": "h",
-                    "connection_string": "${EH_CONN}",
-                    "credential": "default_azure_credential",
-                }
-            },
-            "eventhub: give either connection_string or credential, not both",
+            {"eventhub": {"eventhub_name": "h", "credential": "password"}},
+            "eventhub.credential: 'password' must be a mapping; write credential: "
+            "{credential_type: connection_string, ...} (valid credential_type: "
+            "connection_string, default_azure_credential)",
         ),
     ],
 )
@@ -183,30 +202,6 @@ def test_managed_identity_config_needs_no_secret() -> None:
         "tenant_id": "tid",
         "exclude_cli_credential": True,
     }
-    assert cfg.ingest.store.account_url == "https://acct.blob.core.windows.net"
-
-
-def test_old_managed_identity_keys_still_work() -> None:
-    raw = doc(
-        eventhub={
-            "fully_qualified_namespace": "ns.servicebus.windows.net",
-            "credential": "default_azure_credential",
-            "eventhub_name": "h",
-        },
-        store={
-            "account_url": "https://acct.blob.core.windows.net",
-            "credential": "default_azure_credential",
-            "container": "state",
-        },
-    )
-    with pytest.warns(
-        FutureWarning,
-        match=r"eventhub: the old credential keys \(credential, fully_qualified_namespace\) are "
-        r"deprecated; write eventhub.credential: \{credential_type: default_azure_credential, "
-        r"fully_qualified_namespace: ns.servicebus.windows.net\}",
-    ):
-        cfg = parse_config(raw, {})
-    assert cfg.ingest.eventhub.credential_type == "default_azure_credential"
     assert cfg.ingest.store.account_url == "https://acct.blob.core.windows.net"
 
 

@@ -17,8 +17,7 @@ from dagster._serdes import serialize_value
 from dagster.components.testing.utils import component_defs
 
 from dagster_eventhub_ingest.dagster_project.assets import (
-    IngestOptions,
-    IngestRunConfig,
+    ReplayConfig,
     build_eventhub_ingest_asset,
     dagster_run_is_dead,
 )
@@ -41,7 +40,7 @@ from dagster_eventhub_ingest.dagster_project.schedules import (
 )
 from dagster_eventhub_ingest.dagster_project.sensors import partitions_to_add
 from dagster_eventhub_ingest.ops.run.report import PartitionReport
-from dagster_eventhub_ingest.resources.config import LagCheckOptions, SparkConfig
+from dagster_eventhub_ingest.resources.config import IngestAssetConfig, LagCheckOptions, SparkConfig
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
 from dagster_eventhub_ingest.resources.spark.code_shipping import SHIP_CODE_CONF
 
@@ -575,35 +574,41 @@ def test_partitions_to_add_only_new_ids_in_numeric_order() -> None:
 
 
 def test_replay_run_config_is_validated_with_clear_messages() -> None:
-    assert IngestRunConfig().replay_spec(["0"]) is None
-    spec = IngestRunConfig(replay_ranges={"0": [5, 9]}).replay_spec(["0", "1"])
+    assert ReplayConfig().replay_settings(["0"]) is None
+    spec = ReplayConfig(replay_ranges={"0": [5, 9]}).replay_settings(["0", "1"])
     assert spec is not None and spec.ranges == {"0": (5, 9)}
-    spec = IngestRunConfig(replay_from="earliest").replay_spec(["0"])
+    spec = ReplayConfig(replay_from="earliest").replay_settings(["0"])
     assert spec is not None and spec.starting_position == "earliest"
     cases = [
-        (IngestRunConfig(replay_ranges={"7": [1, 2]}), "partition '7' is not among"),
-        (IngestRunConfig(replay_ranges={"0": [9, 5]}), "must be [first, last]"),
-        (IngestRunConfig(replay_ranges={"0": [1]}), "must be [first, last]"),
-        (IngestRunConfig(replay_to="10"), "replay_to: needs replay_from"),
+        (ReplayConfig(replay_ranges={"7": [1, 2]}), "partition '7' is not among"),
+        (ReplayConfig(replay_ranges={"0": [9, 5]}), "must be [first, last]"),
+        (ReplayConfig(replay_ranges={"0": [1]}), "must be [first, last]"),
+        (ReplayConfig(replay_to="10"), "replay_to: needs replay_from"),
         (
-            IngestRunConfig(replay_ranges={"0": [1, 2]}, replay_from="earliest"),
+            ReplayConfig(replay_ranges={"0": [1, 2]}, replay_from="earliest"),
             "either replay_ranges or replay_from",
         ),
     ]
     for config, message in cases:
         with pytest.raises(ConfigurationError) as info:
-            config.replay_spec(["0", "1"])
+            config.replay_settings(["0", "1"])
         assert message in str(info.value)
 
 
-def test_old_flat_lag_keys_of_ingest_options_still_work_with_a_warning() -> None:
-    with pytest.warns(FutureWarning, match=r"IngestOptions\(max_lag_events\) is deprecated"):
-        opts = IngestOptions(max_lag_events=10)
-    assert opts.lag_check == LagCheckOptions(max_lag_events=10, running=False)
-    assert opts.has_lag_check
-    assert not IngestOptions(lag_check=LagCheckOptions(severity="ERROR")).has_lag_check
+def test_asset_config_places_the_lag_check_and_names_a_misplaced_key() -> None:
+    opts = IngestAssetConfig(lag_check=LagCheckOptions(max_lag_events=10))
+    assert opts.has_lag_check and opts.lag_thresholds == LagCheckOptions(max_lag_events=10)
+    assert not IngestAssetConfig(lag_check=LagCheckOptions(severity="ERROR")).has_lag_check
     with pytest.raises(ConfigurationError, match=r"^lag_check.max_lag_events: -1 must be >= 0"):
-        IngestOptions(lag_check={"max_lag_events": -1})
+        IngestAssetConfig(lag_check={"max_lag_events": -1})
+    with pytest.raises(
+        ConfigurationError,
+        match=r"^max_lag_events: unknown key here; it belongs in lag_check: write lag_check: "
+        r"\{max_lag_events: \.\.\.\}$",
+    ):
+        IngestAssetConfig(max_lag_events=10)
+    with pytest.raises(ConfigurationError, match=r"^lag_check_severity: unknown key; did you mean"):
+        IngestAssetConfig(lag_check_severity="ERROR")
 
 
 def _report(pid: str, lag_events: int | None, lag_seconds: float | None) -> PartitionReport:

@@ -30,7 +30,7 @@ RANGE = {"dagster/asset_partition_range_start": "0", "dagster/asset_partition_ra
 
 #: The definitions as the code server loads them: the same builder, on the test's services.
 DEFS_MODULE = """
-from dagster_eventhub_ingest.dagster_project.assets import IngestOptions
+from dagster_eventhub_ingest.dagster_project import IngestAssetConfig
 from dagster_eventhub_ingest.dagster_project.component import build_eventhub_ingest_defs
 from dagster_eventhub_ingest.dagster_project.resources import (
     EventHubConnectionString, EventHubResource, PartitionStoreResource, SinkResource,
@@ -50,7 +50,7 @@ defs = build_eventhub_ingest_defs(
     ),
     sink=SinkResource(path={sink!r}),
     partition_ids={partitions!r},
-    options=IngestOptions(lag_check=LagCheckOptions(max_lag_events=5, running=False)),
+    options=IngestAssetConfig(lag_check=LagCheckOptions(max_lag_events=5, running=False)),
 )
 """
 
@@ -63,7 +63,7 @@ def ui(
     spark: Any,
     dagster_instance: dg.DagsterInstance,
 ) -> Iterator[dict[str, Any]]:
-    from dagster_eventhub_ingest.dagster_project.assets import IngestOptions
+    from dagster_eventhub_ingest.dagster_project import IngestAssetConfig
     from dagster_eventhub_ingest.dagster_project.component import build_eventhub_ingest_defs
     from dagster_eventhub_ingest.dagster_project.resources import (
         SinkResource,
@@ -96,7 +96,7 @@ def ui(
             sink=SinkResource(path=str(sink)),
             pyspark=local_pyspark_resource({"spark.master": "local[2]"}),
             partition_ids=list(hub.partition_ids),
-            options=IngestOptions(
+            options=IngestAssetConfig(
                 lag_check=LagCheckOptions(max_lag_events=5, running=False), **options
             ),
             retry_policy=FAST_RETRY,

@@ -141,7 +141,7 @@ def test_missing_hub_and_unknown_consumer_group_are_configuration_errors_before_
     import time
 
     from dagster_eventhub_ingest.ops.run.entry import run_ingestion
-    from dagster_eventhub_ingest.ops.run.settings import IngestConfig
+    from dagster_eventhub_ingest.ops.run.settings import IngestSettings
     from dagster_eventhub_ingest.resources.errors import ConfigurationError
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
     from dagster_eventhub_ingest.resources.sink import SinkSettings
@@ -156,7 +156,7 @@ def test_missing_hub_and_unknown_consumer_group_are_configuration_errors_before_
         ),
     }
     for expected, settings in cases.items():
-        cfg = IngestConfig(
+        cfg = IngestSettings(
             eventhub=settings, store=store, sink=SinkSettings(path=str(tmp_path / "out"))
         )
         started = time.monotonic()
@@ -184,7 +184,7 @@ def test_a_wrong_sas_key_is_a_configuration_error_before_any_claim(
     import re
 
     from dagster_eventhub_ingest.ops.run.entry import run_ingestion
-    from dagster_eventhub_ingest.ops.run.settings import IngestConfig
+    from dagster_eventhub_ingest.ops.run.settings import IngestSettings
     from dagster_eventhub_ingest.resources.errors import ConfigurationError
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
     from dagster_eventhub_ingest.resources.sink import SinkSettings
@@ -195,7 +195,7 @@ def test_a_wrong_sas_key_is_a_configuration_error_before_any_claim(
     conn = re.sub(r"SharedAccessKey=[^;]*", f"SharedAccessKey={wrong_key}", hub.connection_string)
     assert conn != hub.connection_string
     store = StoreSettings(container=container_name, connection_string=azurite_connection_string)
-    cfg = IngestConfig(
+    cfg = IngestSettings(
         eventhub=EventHubSettings(eventhub_name=hub.name, connection_string=conn),
         store=store,
         sink=SinkSettings(path=str(tmp_path / "out")),
@@ -224,8 +224,8 @@ class Crash(BaseException):
     """A simulated process death (no ``except Exception`` swallows it)."""
 
 
-def _ingest_config(hub, container: str, conn: str, out: Path, **kw):
-    from dagster_eventhub_ingest.ops.run.settings import IngestConfig
+def _ingest_settings(hub, container: str, conn: str, out: Path, **kw):
+    from dagster_eventhub_ingest.ops.run.settings import IngestSettings
     from dagster_eventhub_ingest.resources.sink import SinkSettings
     from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
@@ -239,7 +239,7 @@ def _ingest_config(hub, container: str, conn: str, out: Path, **kw):
         report_lag_seconds=False,
     )
     base.update(kw)
-    return IngestConfig(**base)  # type: ignore[arg-type]
+    return IngestSettings(**base)  # type: ignore[arg-type]
 
 
 def _crash_after_write(spark, cfg, owner: str) -> None:
@@ -286,7 +286,7 @@ def test_partition_by_changed_while_a_written_batch_is_pending_is_refused_and_la
     sent: dict[str, list[bytes]] = {}
     send(hub, sent, 25, "e")
     out = tmp_path / "out"
-    cfg = _ingest_config(hub, container_name, azurite_connection_string, out)
+    cfg = _ingest_settings(hub, container_name, azurite_connection_string, out)
     _crash_after_write(spark, cfg, "dead")
     store = PartitionStore(AzureBlobBackend.from_settings(cfg.store), cfg.eventhub.hub_ref())
     pending = store.list_ownership()
@@ -322,7 +322,7 @@ def test_skip_writes_the_retained_part_of_an_intent_whose_head_expired(
     # takes a while to open, and a run now reaches its read within a second).
     sent_old = time.monotonic()
     out = tmp_path / "out"
-    cfg = _ingest_config(hub, container_name, azurite_connection_string, out, on_data_loss="skip")
+    cfg = _ingest_settings(hub, container_name, azurite_connection_string, out, on_data_loss="skip")
     store = PartitionStore(AzureBlobBackend.from_settings(cfg.store), cfg.eventhub.hub_ref())
     time.sleep(retention * 0.6)
     new: dict[str, list[bytes]] = {}

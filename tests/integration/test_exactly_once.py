@@ -237,7 +237,7 @@ def test_the_fault_scenarios_keep_output_equal_to_input(
     import re
 
     from dagster_eventhub_ingest.ops.run.entry import run_ingestion
-    from dagster_eventhub_ingest.ops.run.settings import IngestConfig
+    from dagster_eventhub_ingest.ops.run.settings import IngestSettings
     from dagster_eventhub_ingest.resources.errors import (
         CheckpointAheadError,
         DuplicateOwnerError,
@@ -259,7 +259,7 @@ def test_the_fault_scenarios_keep_output_equal_to_input(
         FaultProxy(("127.0.0.1", eventhub_emulator.port)) as hub_proxy,
         FaultProxy(("127.0.0.1", store_port)) as store_proxy,
     ):
-        cfg = IngestConfig(
+        cfg = IngestSettings(
             eventhub=EventHubSettings(
                 eventhub_name=hub.name,
                 connection_string=hub.connection_string.replace(

@@ -55,7 +55,7 @@ def test_example_config_shows_every_key() -> None:
     """The file says it shows every key: each one of the model is there, set or commented."""
     import re
 
-    from dagster_eventhub_ingest.cli.config import CliSpec
+    from dagster_eventhub_ingest.cli.config import CliConfig
     from dagster_eventhub_ingest.resources.config import (
         EventHubConfig,
         SinkConfig,
@@ -65,7 +65,7 @@ def test_example_config_shows_every_key() -> None:
 
     shown = set(re.findall(r"^[\s#]*([a-z_]+):", EXAMPLE.read_text(), flags=re.M))
     wanted = {
-        "top": set(CliSpec.model_fields),
+        "top": set(CliConfig.model_fields),
         "eventhub": set(EventHubConfig.model_fields),
         "store": set(StoreConfig.model_fields),
         "sink": set(SinkConfig.model_fields),

@@ -64,7 +64,7 @@ def test_hub_dying_mid_read_is_a_hub_error_and_a_rerun_lands_every_event_once(
     spark, eventhub_emulator, azurite_connection_string: str, container_name: str, tmp_path: Path
 ) -> None:
     from dagster_eventhub_ingest.ops.run.entry import run_ingestion
-    from dagster_eventhub_ingest.ops.run.settings import IngestConfig
+    from dagster_eventhub_ingest.ops.run.settings import IngestSettings
     from dagster_eventhub_ingest.resources.errors import EventHubUnavailableError, SinkError
     from dagster_eventhub_ingest.resources.settings import EventHubSettings
     from dagster_eventhub_ingest.resources.sink import SinkSettings
@@ -78,7 +78,7 @@ def test_hub_dying_mid_read_is_a_hub_error_and_a_rerun_lands_every_event_once(
     out = tmp_path / "out"
     with FaultProxy(("127.0.0.1", eventhub_emulator.port)) as proxy:
         conn = hub.connection_string.replace(f":{eventhub_emulator.port}", f":{proxy.port}")
-        cfg = IngestConfig(
+        cfg = IngestSettings(
             eventhub=EventHubSettings(eventhub_name=hub.name, connection_string=conn),
             store=StoreSettings(
                 container=container_name, connection_string=azurite_connection_string

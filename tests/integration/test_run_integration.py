@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dagster_eventhub_ingest.ops.run.entry import run_ingestion
-from dagster_eventhub_ingest.ops.run.settings import IngestConfig, ReplaySpec
+from dagster_eventhub_ingest.ops.run.settings import IngestSettings, ReplaySettings
 from dagster_eventhub_ingest.ops.sinks.read import read_sink
 from dagster_eventhub_ingest.resources.errors import (
     DataLossError,
@@ -66,8 +66,8 @@ def hub(make_eventhub) -> Hub:
 @pytest.fixture
 def make_config(
     hub: Hub, blob_store_settings: StoreSettings, tmp_path: Path
-) -> Callable[..., IngestConfig]:
-    def make(**kw) -> IngestConfig:
+) -> Callable[..., IngestSettings]:
+    def make(**kw) -> IngestSettings:
         base = dict(
             eventhub=hub.hub.settings(),
             store=blob_store_settings,
@@ -76,12 +76,12 @@ def make_config(
             receive_timeout_seconds=10.0,
         )
         base.update(kw)
-        return IngestConfig(**base)  # type: ignore[arg-type]
+        return IngestSettings(**base)  # type: ignore[arg-type]
 
     return make
 
 
-def store_of(cfg: IngestConfig) -> PartitionStore:
+def store_of(cfg: IngestSettings) -> PartitionStore:
     return PartitionStore(AzureBlobBackend.from_settings(cfg.store), cfg.eventhub.hub_ref())
 
 
@@ -150,13 +150,15 @@ def test_replay_rewrites_a_range_and_never_moves_the_checkpoint(
     cfg = make_config(max_events_per_partition=12)
     run_ingestion(cfg, spark, owner_id="live")
     before = store_of(cfg).list_checkpoints()
-    report = run_ingestion(cfg, spark, owner_id="replay", replay=ReplaySpec(ranges={"2": (0, 11)}))
+    report = run_ingestion(
+        cfg, spark, owner_id="replay", replay=ReplaySettings(ranges={"2": (0, 11)})
+    )
     assert report.replay and report.complete and report.partitions["2"].events == 12
     assert store_of(cfg).list_checkpoints() == before
     # Same range as the live run wrote: replaced, not duplicated.
     assert sink_rows(spark, cfg.sink) == sent_rows({p: b[:12] for p, b in hub.sent.items()})
     with pytest.raises(RangeError, match="after the last enqueued event 19"):
-        run_ingestion(cfg, spark, owner_id="replay", replay=ReplaySpec(ranges={"0": (0, 50)}))
+        run_ingestion(cfg, spark, owner_id="replay", replay=ReplaySettings(ranges={"0": (0, 50)}))
 
 
 def expire_all(emulator, hub_name: str) -> None:
@@ -218,7 +220,7 @@ def test_unreachable_hub_fails_fast_with_a_clear_error(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed once the block ends: nothing listens there
     conn = f"Endpoint=sb://127.0.0.1:{port};SharedAccessKeyName=k;SharedAccessKey=hunter2;UseDevelopmentEmulator=true"
-    cfg = IngestConfig(
+    cfg = IngestSettings(
         eventhub=EventHubSettings(eventhub_name="nohub", connection_string=conn),
         store=blob_store_settings,
         sink=SinkSettings(path=str(tmp_path / "out")),

@@ -55,7 +55,7 @@ def _config(tmp_path: Path, hub: Any, store_conn_var: str, container: str, sink:
     return path
 
 
-def _ingest_config(config: Path, env: dict[str, str]):
+def _ingest_settings(config: Path, env: dict[str, str]):
     from dagster_eventhub_ingest.cli.config import load_config
 
     return load_config(config, env={**os.environ, **env}).ingest
@@ -99,7 +99,7 @@ def test_a_deleted_checkpoint_continues_after_what_the_sink_holds(
     sent: dict[str, list[bytes]] = {}
     send(hub, sent, 55, "before")
     env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
-    config = _ingest_config(
+    config = _ingest_settings(
         _config(tmp_path, hub, "ST_CONN", container_name, _sink_block(fmt, tmp_path)), env
     )
     assert run_ingestion(config, spark, owner_id="first").complete
@@ -215,7 +215,7 @@ def test_a_copy_that_lost_its_lease_in_a_store_outage_does_not_write_the_partiti
             own = store.get_ownership("0")
             assert own is not None and own.owner_id == "copy-a"
             proxy.dead = True  # A's store goes away; its lease expires on the store's clock
-            config_b = _ingest_config(
+            config_b = _ingest_settings(
                 _config(tmp_path, hub, "ST_CONN", container_name, sink, lease_expiry_seconds=9),
                 env,
             )

@@ -10,8 +10,8 @@ from dagster_eventhub_ingest.resources.config import (
     PARTITION_COLUMNS,
     STRATEGY_NAMES,
     EventHubConfig,
-    IngestSpec,
-    RunOptions,
+    IngestConfig,
+    PipelineConfig,
     SparkConfig,
     StoreConfig,
 )
@@ -27,7 +27,7 @@ ST = (
 ENV = {"EVENTHUB_CONNECTION_STRING": EH, "AZURE_STORAGE_CONNECTION_STRING": ST}
 
 
-def spec(**over: object) -> dict:
+def pipeline(**over: object) -> dict:
     base: dict = {
         "eventhub": {"eventhub_name": "telemetry"},
         "store": {"container": "state"},
@@ -51,9 +51,11 @@ def test_output_columns_are_the_source_schema() -> None:
 
 
 def test_a_plain_dict_builds_the_run_config_with_default_env_vars() -> None:
-    from dagster_eventhub_ingest.ops.run.settings import IngestConfig
+    from dagster_eventhub_ingest.ops.run.settings import IngestSettings
 
-    config = IngestConfig.from_spec(IngestSpec.from_dict(spec(strategy="greedy", prefetch=50)), ENV)
+    config = IngestSettings.from_config(
+        PipelineConfig.from_dict(pipeline(strategy="greedy", prefetch=50)), ENV
+    )
     assert (config.strategy, config.prefetch, config.max_events_per_partition) == (
         "greedy",
         50,
@@ -128,7 +130,7 @@ def test_spark_settings_accept_numbers_and_booleans() -> None:
 
 
 def test_run_override_of_zero_is_an_error_not_the_default() -> None:
-    options = RunOptions(max_events_per_partition=500)
+    options = IngestConfig(max_events_per_partition=500)
     assert options.with_overrides(max_events_per_partition=None) is options
     assert options.with_overrides(max_events_per_partition=7).max_events_per_partition == 7
     with pytest.raises(
@@ -140,10 +142,7 @@ def test_run_override_of_zero_is_an_error_not_the_default() -> None:
 def test_the_asset_run_config_override_of_zero_is_rejected() -> None:
     import dagster as dg
 
-    from dagster_eventhub_ingest.dagster_project.assets import (
-        IngestOptions,
-        build_eventhub_ingest_asset,
-    )
+    from dagster_eventhub_ingest.dagster_project.assets import build_eventhub_ingest_asset
     from dagster_eventhub_ingest.dagster_project.resources import (
         EventHubConnectionString,
         EventHubResource,
@@ -151,9 +150,10 @@ def test_the_asset_run_config_override_of_zero_is_rejected() -> None:
         SinkResource,
         StoreConnectionString,
     )
+    from dagster_eventhub_ingest.resources.config import IngestAssetConfig
 
     asset = build_eventhub_ingest_asset(
-        key="events", partition_ids=["0"], options=IngestOptions(max_events_per_partition=9)
+        key="events", partition_ids=["0"], options=IngestAssetConfig(max_events_per_partition=9)
     )
     result = dg.materialize(
         [asset],
@@ -307,7 +307,7 @@ def test_every_surface_refuses_a_dangerous_sink_path(path: str, why: str) -> Non
     from dagster_eventhub_ingest.resources.sink import SinkSettings
 
     surfaces = {
-        "yaml": lambda: IngestSpec.from_dict(spec(sink={"path": path})),
+        "yaml": lambda: PipelineConfig.from_dict(pipeline(sink={"path": path})),
         "resource": lambda: SinkResource(path=path).settings(),
         "settings": lambda: SinkSettings(path=path),
     }

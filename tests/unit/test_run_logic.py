@@ -22,7 +22,7 @@ from dagster_eventhub_ingest.ops.run.plan import (
     snapshot_bound,
 )
 from dagster_eventhub_ingest.ops.run.processor import Processor
-from dagster_eventhub_ingest.ops.run.settings import IngestConfig, ReplaySpec
+from dagster_eventhub_ingest.ops.run.settings import IngestSettings, ReplaySettings
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, DataLossError, RangeError
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
 from dagster_eventhub_ingest.resources.sink import SinkSettings
@@ -41,7 +41,7 @@ class Crash(BaseException):
     """A simulated process death (BaseException so no `except Exception` swallows it)."""
 
 
-def config(**kw) -> IngestConfig:
+def config(**kw) -> IngestSettings:
     base = dict(
         eventhub=EventHubSettings(eventhub_name="hub", connection_string=EH_CONN),
         store=StoreSettings(container="c-test", connection_string=ST_CONN),
@@ -53,7 +53,7 @@ def config(**kw) -> IngestConfig:
         poll_max_seconds=0.01,
     )
     base.update(kw)
-    return IngestConfig(**base)  # type: ignore[arg-type]
+    return IngestSettings(**base)  # type: ignore[arg-type]
 
 
 def greedy_claim(store: PartitionStore, owner: str, expiry: float = 5.0):
@@ -496,11 +496,11 @@ def test_replay_writes_but_never_moves_the_checkpoint() -> None:
     proc.run()
     before = store.list_checkpoints()
     hub.send_all(5)
-    report = proc.replay(ReplaySpec(ranges={"1": (3, 12)}))
+    report = proc.replay(ReplaySettings(ranges={"1": (3, 12)}))
     assert report.replay and report.complete and list(report.partitions) == ["1"]
     assert sink.calls[-1] == {"1": (3, 12)} and report.partitions["1"].events == 10
     assert store.list_checkpoints() == before
-    everything = proc.replay(ReplaySpec(starting_position="5", ending_position="latest"))
+    everything = proc.replay(ReplaySettings(starting_position="5", ending_position="latest"))
     assert sink.calls[-1] == {"0": (5, 14), "1": (5, 14)} and everything.events == 20
     assert store.list_checkpoints() == before
 
