@@ -61,7 +61,6 @@ from dagster_eventhub_ingest.resources.config._model import (
     StrictModel,
     format_validation_error,
     setting,
-    unknown_key_message,
 )
 from dagster_eventhub_ingest.resources.config._places import EventHubConfig, StoreConfig
 from dagster_eventhub_ingest.resources.config._run import (
@@ -144,5 +143,4 @@ __all__ = [
     "load_yaml",
     "setting",
     "spark_conf_strings",
-    "unknown_key_message",
 ]

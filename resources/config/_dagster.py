@@ -153,8 +153,3 @@ class IngestAssetConfig(OneLineErrors, IngestConfig, AssetPolicies):
         """The lag check when it has a threshold (None: the asset has no lag check)."""
         check = self.lag_check
         return check if check is not None and check.has_thresholds else None
-
-    @property
-    def has_lag_check(self) -> bool:
-        """True when a lag threshold is configured."""
-        return self.lag_thresholds is not None

@@ -99,16 +99,13 @@ def format_validation_error(exc: ValidationError, prefix: str = "") -> str:
     return "; ".join(lines)
 
 
-def unknown_key_message(
-    key: str, valid: list[str], nested: Mapping[str, set[str]] | None = None
-) -> str:
+def _unknown_key_message(key: str, valid: list[str], nested: Mapping[str, set[str]]) -> str:
     """``key: unknown key; did you mean 'x'? valid keys: ...`` (one wording everywhere).
 
     ``nested`` (a key of a block inside -> the blocks' keys, from :func:`_nested_keys`) places a
     key written one level too high (``max_lag_events`` belongs in ``lag_check``) and lets the
     did-you-mean name a key inside a block (``credential.connection_string_env``).
     """
-    nested = nested or {}
     blocks = nested.get(key, set())
     if len(blocks) == 1:
         (block,) = blocks
@@ -158,7 +155,7 @@ class StrictModel(BaseModel):
         valid = _field_names(cls)
         for key in data:
             if key not in valid:
-                raise ValueError(unknown_key_message(str(key), valid, _nested_keys(cls)))
+                raise ValueError(_unknown_key_message(str(key), valid, _nested_keys(cls)))
         for name, info in cls.model_fields.items():
             if name not in data or data[name] is None:
                 continue

@@ -272,7 +272,7 @@ def test_component_spark_block_is_the_cli_spark_block() -> None:
             "  eventhub: {eventhub_name: telemetry, credentail: {}}\n",
             "eventhub.EventHubModel.credentail at <string>:",
         ),
-        # The old spellings are no longer in the schema: refused at their line, never ignored.
+        # Keys the schema does not have: refused at their line, never ignored.
         ("  spark_config: {spark.master: 'local[2]'}\n", "spark_config at <string>:"),
         ("  spark_remote: sc://spark.example:15002\n", "spark_remote at <string>:"),
     ],
@@ -597,8 +597,8 @@ def test_replay_run_config_is_validated_with_clear_messages() -> None:
 
 def test_asset_config_places_the_lag_check_and_names_a_misplaced_key() -> None:
     opts = IngestAssetConfig(lag_check=LagCheckOptions(max_lag_events=10))
-    assert opts.has_lag_check and opts.lag_thresholds == LagCheckOptions(max_lag_events=10)
-    assert not IngestAssetConfig(lag_check=LagCheckOptions(severity="ERROR")).has_lag_check
+    assert opts.lag_thresholds == LagCheckOptions(max_lag_events=10)
+    assert IngestAssetConfig(lag_check=LagCheckOptions(severity="ERROR")).lag_thresholds is None
     with pytest.raises(ConfigurationError, match=r"^lag_check.max_lag_events: -1 must be >= 0"):
         IngestAssetConfig(lag_check={"max_lag_events": -1})
     with pytest.raises(

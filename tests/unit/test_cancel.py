@@ -22,10 +22,6 @@ from tests.support.run_fakes import FakeHub, FakeIngestor
 from tests.unit.test_run_logic import HUB, config, greedy_claim
 
 
-class Interrupt(BaseException):
-    """What a host raises in the waiting thread (Dagster's DagsterExecutionInterruptedError)."""
-
-
 def _processor(
     cancel: Cancellation, ingestor: FakeIngestor, store: PartitionStore, hub: FakeHub
 ) -> Processor:
