@@ -28,6 +28,7 @@ from pyspark.sql.datasource import (
 
 from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN
 from dagster_eventhub_ingest.ops.sinks.failures import failure_cause, sink_error
+from dagster_eventhub_ingest.ops.sinks.parquet_columns import NO_STATISTICS_COLUMNS, PLAIN_COLUMNS
 from dagster_eventhub_ingest.ops.sinks.read import delta_arrow_schema
 from dagster_eventhub_ingest.ops.sinks.storage import delta_uri
 from dagster_eventhub_ingest.resources.errors import SinkError, redact
@@ -134,19 +135,23 @@ class DeltaBatchWriter(DataSourceArrowWriter):
                 table = pa.Table.from_batches([batch]).cast(schema)
                 # Rows outside the batch ranges have no key: count them, never write them.
                 keyed = pc.is_valid(table.column(BATCH_COLUMN))
-                outside += table.num_rows - (pc.sum(keyed).as_py() or 0)
-                table = table.filter(keyed)
+                inside = pc.sum(keyed).as_py() or 0
+                outside += table.num_rows - inside
+                if inside < table.num_rows:
+                    table = table.filter(keyed)
                 if table.num_rows == 0:
                     continue
                 keys = [table.column(c).cast(pa.string()) for c in cols]
-                combos = pa.Table.from_arrays(keys, names=cols).group_by(cols).aggregate([])
-                for combo in combos.to_pylist():
-                    values = tuple(combo[c] for c in cols)
-                    mask = None
-                    for k, v in zip(keys, values, strict=True):
-                        m = pc.is_null(k) if v is None else pc.equal(k, v)
-                        mask = m if mask is None else pc.and_(mask, m)
-                    part = table.filter(mask).drop_columns(cols)
+                combos = _partition_values(keys)
+                for values in combos:
+                    if len(combos) == 1:  # the usual batch: one key, nothing to pick out
+                        part = table.drop_columns(cols)
+                    else:
+                        mask = None
+                        for k, v in zip(keys, values, strict=True):
+                            m = pc.is_null(k) if v is None else pc.equal(k, v)
+                            mask = m if mask is None else pc.and_(mask, m)
+                        part = table.filter(mask).drop_columns(cols)
                     if values not in writers:
                         rel_dir = "/".join(
                             f"{c}={_NULL_DIR if v is None else urllib.parse.quote(v)}"
@@ -156,7 +161,11 @@ class DeltaBatchWriter(DataSourceArrowWriter):
                         full = f"{root.rstrip('/')}/{rel}"
                         filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
                         writers[values] = pq.ParquetWriter(
-                            full, part.schema, filesystem=filesystem, compression="snappy"
+                            full,
+                            part.schema,
+                            filesystem=filesystem,
+                            compression="snappy",
+                            **_parquet_column_options(part.schema),
                         )
                         paths[values] = (rel, full)
                         counts[values] = 0
@@ -285,6 +294,48 @@ class DeltaBatchSource(DataSource):
             keys=json.loads(self.options["keys"]),
             storage_options=json.loads(self.options.get("storage_secret_options", "{}")),
         )
+
+
+def _partition_values(keys: list[pa.ChunkedArray]) -> list[tuple[str | None, ...]]:
+    """The distinct combinations of the partition columns' values (``keys``), in order of first
+    appearance. Through ``pc.unique`` for one column and Python for several: a table's
+    ``group_by`` imports pyarrow's query engine and pandas with it (~0.2-0.4 s of CPU in every
+    Python worker that writes)."""
+    import pyarrow.compute as pc
+
+    if len(keys) == 1:
+        return [(value,) for value in pc.unique(keys[0]).to_pylist()]
+    return list(dict.fromkeys(zip(*(k.to_pylist() for k in keys), strict=True)))
+
+
+def _leaf_paths(name: str, type: pa.DataType) -> list[str]:
+    """The Parquet column paths pyarrow writes for a field (a map's ``name.key_value.key`` and
+    ``.value``, a list's ``name.list.element``, a struct's ``name.child``): what its per-column
+    writer options name."""
+    import pyarrow as pa
+
+    if pa.types.is_map(type):
+        return [
+            *_leaf_paths(f"{name}.key_value.key", type.key_type),
+            *_leaf_paths(f"{name}.key_value.value", type.item_type),
+        ]
+    if pa.types.is_struct(type):
+        return [p for field in type for p in _leaf_paths(f"{name}.{field.name}", field.type)]
+    if pa.types.is_list(type) or pa.types.is_large_list(type):
+        return _leaf_paths(f"{name}.list.element", type.value_type)
+    return [name]
+
+
+def _parquet_column_options(schema: pa.Schema) -> dict[str, list[str]]:
+    """pyarrow's ``ParquetWriter`` options for the columns of ``schema``: a dictionary and
+    statistics for every column except those
+    :mod:`dagster_eventhub_ingest.ops.sinks.parquet_columns` names (as the Spark formats'
+    Parquet is written)."""
+    leaves = [(field.name, p) for field in schema for p in _leaf_paths(field.name, field.type)]
+    return {
+        "use_dictionary": [p for top, p in leaves if top not in PLAIN_COLUMNS],
+        "write_statistics": [p for top, p in leaves if top not in NO_STATISTICS_COLUMNS],
+    }
 
 
 def _min_opt(a: Any, b: Any) -> Any:

@@ -11,6 +11,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN
+from dagster_eventhub_ingest.ops.sinks.parquet_columns import NO_STATISTICS_COLUMNS, PLAIN_COLUMNS
 from dagster_eventhub_ingest.resources.errors import SinkError, redact
 from dagster_eventhub_ingest.resources.failures import already_exists
 from dagster_eventhub_ingest.resources.sink import SinkSettings
@@ -23,31 +24,16 @@ logger = logging.getLogger(__name__)
 __all__ = ["format_options", "write_spark"]
 
 
-#: Columns a Parquet path sink writes without dictionary encoding: each event has its own
-#: value, so parquet-mr's dictionary only costs a hash insert per value until it gives up on
-#: the page. ``body`` gives up within ~1,000 rows and is left to Parquet (repeated bodies do
-#: compress into a dictionary). The files are the same size; JVM CPU of a plain Parquet write
-#: of 300k 1 KB events 6.5-6.8 -> 5.1-5.3 us per event.
-_PLAIN_PARQUET_COLUMNS = ("sequenceNumber", "offset", "enqueuedTime")
-
-
-#: Columns a Parquet path sink writes without min/max statistics: an event's body is an opaque
-#: payload no query prunes row groups or pages by, and parquet-mr keeps the whole smallest and
-#: largest value of each column chunk in the file's footer (the truncation length is unbounded
-#: by default): two bodies per row group, up to the hub's 1 MB event each. Comparing every body
-#: with both was ~0.4 us of JVM CPU per 1 KB event of a plain Parquet write (docs/sinks.md).
-_NO_STATISTICS_PARQUET_COLUMNS = ("body",)
-
-
 def format_options(sink: SinkSettings) -> dict[str, str]:
-    """Write options of the sink's format (parquet-mr reads per-column ones as ``key#column``)."""
+    """Write options of the sink's format (parquet-mr reads per-column ones as ``key#column``;
+    the columns: :mod:`dagster_eventhub_ingest.ops.sinks.parquet_columns`)."""
     if sink.format != "parquet":
         return {}
     return {
-        **{f"parquet.enable.dictionary#{column}": "false" for column in _PLAIN_PARQUET_COLUMNS},
+        **{f"parquet.enable.dictionary#{column}": "false" for column in PLAIN_COLUMNS},
         **{
             f"parquet.column.statistics.enabled#{column}": "false"
-            for column in _NO_STATISTICS_PARQUET_COLUMNS
+            for column in NO_STATISTICS_COLUMNS
         },
     }
 

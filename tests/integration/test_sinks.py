@@ -670,13 +670,18 @@ def _column_encodings(path: Path) -> dict[str, set[str]]:
     return out
 
 
+@pytest.mark.parametrize("kind", ["parquet", "deltalake"])
 def test_parquet_writes_the_per_event_columns_without_a_dictionary(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, kind: str
 ) -> None:
     """Sequence numbers, offsets and enqueued times are unique per event, so Parquet's
     dictionary for them is work it then drops: they are written plain. Rows repeating a few
     values of each (a dictionary Parquet would keep, as the plain write of the same rows, the
-    control, shows) tell that apart; the other columns keep their dictionary."""
+    control, shows) tell that apart; the other columns keep their dictionary. Both Parquet
+    writers (parquet-mr for ``parquet``, pyarrow in ``deltalake``'s tasks) write the same way,
+    and neither keeps the bodies' smallest and largest value in the footer."""
+    import pyarrow.parquet as pq
+
     ranges = {"0": (0, 9)}
     rows = [
         (
@@ -694,9 +699,9 @@ def test_parquet_writes_the_per_event_columns_without_a_dictionary(
         for seq in list(range(10)) * 300
     ]
     df = spark.createDataFrame(rows, eventhubs_schema()).repartition(2)
-    result = write_batch(df, make_sink("parquet", tmp_path), ranges)
+    result = write_batch(df, make_sink(kind, tmp_path), ranges)
     assert result.events == 3000
-    ours = _column_encodings(tmp_path / "parquet")
+    ours = _column_encodings(tmp_path / kind)
     df.write.parquet(str(tmp_path / "control"))
     control = _column_encodings(tmp_path / "control")
     dictionary = {"PLAIN_DICTIONARY", "RLE_DICTIONARY"}
@@ -705,6 +710,16 @@ def test_parquet_writes_the_per_event_columns_without_a_dictionary(
         assert not ours[column] & dictionary, (column, ours[column])
     for column in ("body", "partition", "partitionKey"):
         assert ours[column] & dictionary, (column, ours[column])
+    stats: dict[str, set[bool]] = {}
+    for file in (tmp_path / kind).rglob("*.parquet"):
+        meta = pq.ParquetFile(file).metadata
+        for g in range(meta.num_row_groups):
+            for c in range(meta.num_columns):
+                chunk = meta.row_group(g).column(c)
+                stats.setdefault(chunk.path_in_schema, set()).add(chunk.is_stats_set)
+    assert stats["body"] == {False}
+    for column in ("sequenceNumber", "offset", "enqueuedTime", "partition"):
+        assert stats[column] == {True}, column
 
 
 def test_parquet_bodies_carry_no_statistics_and_times_are_microsecond_timestamps(
