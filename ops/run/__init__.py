@@ -2,7 +2,8 @@
 
 - :mod:`.entry`: :func:`run_ingestion`, the one call the CLI, Dagster and Airflow make;
 - :mod:`.settings`: what a run is given (:class:`IngestSettings`, :class:`ReplaySettings`);
-- :mod:`.processor`: the loop (snapshot, claim, intent, read, write, checkpoint, release);
+- :mod:`.processor`: the loop (snapshot, claim cycles, release, report);
+  :mod:`.cycle`: one claim cycle (intent, fence, read, write, checkpoint);
 - :mod:`.plan`: pure planning (bounds, the next range, replays); :mod:`.lease`: leases kept
   alive while Spark reads; :mod:`.last_resort`: the sink as checkpoint of last resort;
   :mod:`.ahead`: checkpoints the hub cannot have produced (refused, or reset);

@@ -12,13 +12,14 @@ from typing import Literal
 
 from dagster_eventhub_ingest.ops.run.hub import PartitionInfo
 from dagster_eventhub_ingest.resources.config import OnDataLoss
-from dagster_eventhub_ingest.resources.errors import DataLossError, RangeError
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, DataLossError, RangeError
 from dagster_eventhub_ingest.resources.ranges import SeqRange
 from dagster_eventhub_ingest.resources.store.records import Checkpoint, Intent
 
 __all__ = [
     "PartitionTarget",
     "Step",
+    "check_intent_layout",
     "checkpoint_problem",
     "effective_checkpoint",
     "next_step",
@@ -50,6 +51,24 @@ class PartitionTarget:
         if self.end >= self.start or self.gap is not None:
             return self.end
         return self.checkpoint
+
+
+def check_intent_layout(hub: str, partition_id: str, intent: Intent | None, layout: str) -> None:
+    """A pending intent is replayed into the sink layout it was written with, or refused.
+
+    Its batch may already be in the sink under the old layout; the replay would add it a
+    second time under the new one (and leave a folder no reader accepts).
+    """
+    if intent is None or intent.layout is None or intent.layout == layout:
+        return
+    raise ConfigurationError(
+        f"sink: hub={hub} partition={partition_id}: the pending intent [{intent.start}, "
+        f"{intent.end}] left by owner {intent.owner_id!r} was written with sink "
+        f"{intent.layout}, but the sink is now {layout}. Replaying it into another "
+        "layout would land its events twice; nothing was claimed or read. Run once more "
+        "with the previous sink settings to finish it, then change them (or write to a new "
+        "path)."
+    )
 
 
 def satisfied(bound: PartitionTarget, cp: Checkpoint | None) -> bool:

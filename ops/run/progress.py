@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dagster_eventhub_ingest.resources.eventhubs_source.progress import (
     ProgressTarget,
@@ -31,6 +31,7 @@ from dagster_eventhub_ingest.resources.eventhubs_source.progress import (
 from dagster_eventhub_ingest.resources.ranges import SeqRange
 
 if TYPE_CHECKING:
+    from dagster_eventhub_ingest.ops.run.log import TeeLog
     from dagster_eventhub_ingest.resources.store.records import BlobBackend, HubRef
     from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
@@ -38,8 +39,10 @@ __all__ = [
     "PHASES",
     "PartitionProgress",
     "PhaseClock",
+    "ProgressFeed",
     "ProgressFn",
     "ReadCounter",
+    "ReadStatus",
     "ReadTicker",
     "RunProgress",
     "phase",
@@ -357,3 +360,67 @@ class ReadCounter:
         target, self.target = self.target, None
         if target is not None and time.monotonic() - self._started >= target.interval:
             delete_progress(self.backend, target.prefix)
+
+
+class ReadStatus(Protocol):
+    """What the read step tells about the read in flight (the run's ``Ingestor`` does)."""
+
+    def task_counts(self) -> tuple[int, int] | None: ...
+
+    def read_counts(self) -> dict[str, int]: ...
+
+
+class ProgressFeed:
+    """A run's live progress and where it goes: ``on_progress``, and the log when asked.
+
+    Args:
+        progress: the run's progress, updated in place by the run's steps.
+        reads: tells the counts of the read in flight.
+        log: the run's log. hub_desc / owner_id: named in each progress line.
+        on_progress: receives ``progress`` on every :meth:`emit` (None: nobody).
+        interval: seconds between updates during a long step (0: none), see :meth:`ticker`.
+    """
+
+    def __init__(
+        self,
+        progress: RunProgress,
+        reads: ReadStatus,
+        log: TeeLog,
+        *,
+        hub_desc: str,
+        owner_id: str,
+        on_progress: ProgressFn | None,
+        interval: float,
+    ) -> None:
+        self.progress = progress
+        self.reads = reads
+        self.log = log
+        self.hub_desc = hub_desc
+        self.owner_id = owner_id
+        self.on_progress = on_progress
+        self.interval = interval
+        self._started = time.monotonic()
+
+    def emit(self, phase: str, *, log: bool = False) -> None:
+        """Send the current progress to ``on_progress`` (and the log during long reads)."""
+        progress = self.progress
+        progress.phase = phase
+        progress.elapsed_seconds = time.monotonic() - self._started
+        progress.spark_tasks = self.reads.task_counts() if phase == "reading" else None
+        if phase == "reading":
+            # Live counts the readers wrote to the store; never more than the range in flight.
+            for pid, n in self.reads.read_counts().items():
+                part = progress.partitions.get(pid)
+                if part is not None and part.reading is not None:
+                    part.read_events = max(part.read_events, n)
+        if log:
+            self.log.info(f"progress hub={self.hub_desc} owner={self.owner_id}: {progress.line()}")
+        if self.on_progress is not None:
+            try:
+                self.on_progress(progress)
+            except Exception:  # a broken progress display must not fail the run
+                logger.debug("on_progress failed", exc_info=True)
+
+    def ticker(self, tick: Callable[[], None]) -> ReadTicker:
+        """Calls ``tick()`` every :attr:`interval` seconds while the returned context is open."""
+        return ReadTicker(self.interval, tick)

@@ -101,8 +101,7 @@ def test_reset_to_earliest_reads_every_retained_event_once_and_records_the_reset
     assert cps["0"].sequence_number == 29 and "reset from 49" in str(cps["0"].reset)
     assert cps["0"].hub_created_ms == hub.created_ms
     # The next run sees nothing wrong and nothing new.
-    again = make(hub, backend, owner="later")[0]
-    again.ingestor = sink
+    again = make(hub, backend, owner="later", ingestor=sink)[0]
     assert again.run().events == 0
 
 
@@ -131,8 +130,7 @@ def test_reset_of_an_empty_recreated_hub_and_a_stale_intent() -> None:
     assert after is not None and after.intent is None  # the old hub's intent is dropped
     assert store.list_checkpoints()["0"].sequence_number == -1
     hub.send_all(3)
-    proc3 = make(hub, backend, owner="next")[0]
-    proc3.ingestor = sink
+    proc3 = make(hub, backend, owner="next", ingestor=sink)[0]
     assert proc3.run().partitions["0"].ranges_written == [(0, 2)]
 
 
@@ -174,8 +172,7 @@ def test_a_reset_after_recreation_keys_the_new_hubs_batches_apart_from_the_old_o
     assert store.list_sdk_checkpoints()["0"].generation == gen
     # Later runs (no reset) carry the generation forward.
     hub.send_all(5)
-    later = make(hub, backend, owner="later")[0]
-    later.ingestor = sink
+    later = make(hub, backend, owner="later", ingestor=sink)[0]
     assert later.run().partitions["0"].ranges_written == [(10, 14)]
     assert ("0", 10, 14, gen) in sink.sink and sink.sink[("0", 10, 19)] == [
         (s, f"0-{s}".encode()) for s in range(10, 20)
@@ -210,8 +207,9 @@ def test_a_pending_intent_is_replayed_under_the_generation_it_was_recorded_with(
         assert crashed is not None
         # A crash after the intent (recorded with intent_gen, e.g. by an older version: None).
         store.release(store.record_intent(crashed, start, start + 9, generation=intent_gen))
-        taker = make(hub, backend, owner=f"taker-{start}", max_events_per_partition=10)[0]
-        taker.ingestor = sink
+        taker = make(
+            hub, backend, owner=f"taker-{start}", max_events_per_partition=10, ingestor=sink
+        )[0]
         report = taker.run()
         assert report.partitions["0"].replayed_intents == [(start, start + 9, "crashed")]
     # The replay used the intent's generation, not the partition's: 0-10-19 has none.

@@ -94,10 +94,17 @@ def real_claim(store: PartitionStore, owner: str, strategy: str, expiry: float):
     return claim
 
 
-def make(hub: FakeHub, backend: InMemoryBackend | None = None, owner: str = "run-a", **kw):
+def make(
+    hub: FakeHub,
+    backend: InMemoryBackend | None = None,
+    owner: str = "run-a",
+    ingestor: FakeIngestor | None = None,
+    **kw,
+):
+    """A run over ``hub`` and ``backend`` writing to ``ingestor`` (a new sink by default)."""
     backend = backend or InMemoryBackend()
     store = PartitionStore(backend, HUB)
-    ingestor = FakeIngestor(hub)
+    ingestor = ingestor if ingestor is not None else FakeIngestor(hub)
     cfg = config(**kw)
     proc = Processor(
         cfg,
@@ -378,8 +385,8 @@ def test_max_events_bounds_a_run_and_the_next_run_continues() -> None:
     r = first.partitions["0"]
     assert (r.snapshot_end_sequence_number, r.checkpoint_sequence_number) == (9, 9)
     assert r.lag_events == 20 and r.lag_seconds is not None and r.lag_seconds > 0
-    proc2, _, _sink2 = make(hub, backend, owner="run-b", max_events_per_partition=10)
-    proc2.ingestor = sink  # the same sink
+    # The same sink.
+    proc2, _, _sink2 = make(hub, backend, owner="run-b", max_events_per_partition=10, ingestor=sink)
     second = proc2.run()
     assert second.partitions["0"].first_sequence_number == 10
     assert second.partitions["0"].checkpoint_sequence_number == 19
@@ -414,8 +421,7 @@ def test_pending_intent_left_by_a_crash_is_replayed_exactly() -> None:
     intents = {p: o.intent for p, o in store.list_ownership().items()}
     assert intents == {"0": Intent(0, 7, "dead"), "1": Intent(0, 7, "dead")}
     hub.send_all(10)  # more events arrive; the replay must not widen the range
-    proc2, _, _ = make(hub, backend, owner="next", max_events_per_partition=100)
-    proc2.ingestor = sink
+    proc2, _, _ = make(hub, backend, owner="next", max_events_per_partition=100, ingestor=sink)
     sink.after_write = None
     report = proc2.run()
     assert sink.calls[1] == {"0": (0, 7), "1": (0, 7)}  # exactly the recorded ranges
@@ -516,8 +522,7 @@ def test_data_loss_fails_by_default_and_skip_records_the_gap() -> None:
     with pytest.raises(DataLossError, match=r"events 10\.\.24 expired"):
         proc.run()
     assert store.list_checkpoints()["0"].sequence_number == 9  # nothing moved
-    proc2, _, _ = make(hub, backend, on_data_loss="skip")
-    proc2.ingestor = sink
+    proc2, _, _ = make(hub, backend, on_data_loss="skip", ingestor=sink)
     report = proc2.run()
     r = report.partitions["0"]
     assert report.complete and r.skipped_ranges == [(10, 24)]
@@ -754,8 +759,7 @@ def test_a_run_with_nothing_to_read_claims_nothing_and_never_looks_at_the_sink()
     assert set(second.clock.seconds) == {"snapshot", "report"}
     # With one new event the same run looks at the sink before its first claim, then reads.
     hub.send("1", 1)
-    third, _, _ = make(hub, backend, owner="run-c")
-    third.ingestor = sink
+    third, _, _ = make(hub, backend, owner="run-c", ingestor=sink)
     third.preflight = lambda: looks.append("sink")
     report = third.run()
     assert looks == ["sink"] and report.partitions["1"].events == 1

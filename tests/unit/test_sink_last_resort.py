@@ -67,8 +67,7 @@ def test_a_lost_checkpoint_continues_after_what_the_sink_holds() -> None:
     _forget_checkpoints(backend, store)
     assert store.list_checkpoints() == {}
     hub.send_all(20)
-    proc2, _, _ = make(hub, backend, owner="second")
-    proc2.ingestor = sink
+    proc2, _, _ = make(hub, backend, owner="second", ingestor=sink)
     report = proc2.run()
     assert report.complete and sink.calls[-1] == {"0": (55, 74)}
     assert sink.rows() == sink.expected()  # 0..54 once: nothing landed twice
@@ -85,8 +84,7 @@ def test_a_checkpoint_older_than_the_sink_continues_after_it() -> None:
     proc, store, sink = make(hub, backend, owner="a", max_events_per_partition=10)
     for _ in range(3):
         assert proc.run().complete
-        proc, _, _ = make(hub, backend, owner="a", max_events_per_partition=10)
-        proc.ingestor = sink
+        proc, _, _ = make(hub, backend, owner="a", max_events_per_partition=10, ingestor=sink)
     # The store restored from a copy taken after the first run: checkpoints at 9, sink at 29.
     for pid in ("0", "1"):
         own = store.get_ownership(pid)
@@ -100,8 +98,7 @@ def test_a_checkpoint_older_than_the_sink_continues_after_it() -> None:
         assert cp is not None
         backend.put(cp.name, {**cp.metadata, "sequencenumber": "9"}, etag=cp.etag)
     hub.send_all(5)
-    proc, _, _ = make(hub, backend, owner="b", max_events_per_partition=100)
-    proc.ingestor = sink
+    proc, _, _ = make(hub, backend, owner="b", max_events_per_partition=100, ingestor=sink)
     report = proc.run()
     assert report.complete
     assert sink.calls[-1] == {"0": (30, 34), "1": (30, 34)}
@@ -115,8 +112,7 @@ def test_a_batch_replayed_ahead_of_the_checkpoint_is_read_around_never_twice() -
     proc, store, sink = make(hub, backend, owner="a", max_events_per_partition=21)
     assert proc.run().complete  # 0..20
     sink.ingest({"0": (50, 60)})  # a replay run wrote [50, 60] into the live sink
-    proc, _, _ = make(hub, backend, owner="b")
-    proc.ingestor = sink
+    proc, _, _ = make(hub, backend, owner="b", ingestor=sink)
     report = proc.run()
     assert report.complete
     assert sink.calls[-2:] == [{"0": (21, 49)}, {"0": (61, 99)}]
@@ -134,8 +130,7 @@ def test_an_ownership_blob_lost_after_a_write_is_not_replayed_into_a_second_batc
     def crash(_ranges):
         raise KeyboardInterrupt  # dies after writing 0-20-39, before its checkpoint
 
-    proc, _, _ = make(hub, backend, owner="a", max_events_per_partition=20)
-    proc.ingestor = sink
+    proc, _, _ = make(hub, backend, owner="a", max_events_per_partition=20, ingestor=sink)
     sink.after_write = crash
     with pytest.raises(KeyboardInterrupt):
         proc.run()
@@ -143,8 +138,7 @@ def test_an_ownership_blob_lost_after_a_write_is_not_replayed_into_a_second_batc
     # Intent and fenced copy gone with the ownership blob; the SDK blob says 19.
     for record in backend.list(store.hub.prefix("ownership")):
         backend.delete(record.name)
-    proc, _, _ = make(hub, backend, owner="b")
-    proc.ingestor = sink
+    proc, _, _ = make(hub, backend, owner="b", ingestor=sink)
     report = proc.run()
     assert report.complete and sink.rows() == sink.expected()
     assert store.list_checkpoints()["0"].sequence_number == 39
@@ -165,22 +159,21 @@ def test_a_recreated_hub_whose_store_was_lost_is_refused_then_reset_on_request()
         p: [(s, b, day3 + timedelta(seconds=s)) for s, b, _ in evs] for p, evs in hub.events.items()
     }
     _forget_checkpoints(backend, store)
-    proc, _, _ = make(hub, backend, owner="b")
-    proc.ingestor = sink
+    proc, _, _ = make(hub, backend, owner="b", ingestor=sink)
     with pytest.raises(CheckpointAheadError) as refused:
         proc.run()
     assert "earlier hub" in str(refused.value) and "--on-checkpoint-ahead" in str(refused.value)
     assert len(sink.calls) == 1  # nothing read
-    proc, _, _ = make(hub, backend, owner="c", on_checkpoint_ahead="reset_to_earliest")
-    proc.ingestor = sink
+    proc, _, _ = make(
+        hub, backend, owner="c", on_checkpoint_ahead="reset_to_earliest", ingestor=sink
+    )
     report = proc.run()
     assert report.complete and "earlier hub" in (report.partitions["0"].checkpoint_reset or "")
     keys = sorted(sink.sink)
     assert keys == [("0", 0, 29), ("0", 0, 39, hub.created_ms)]  # both hubs' events kept
     # The generation is kept: the next run continues under the new hub's keys.
     hub.send_all(5)
-    proc, _, _ = make(hub, backend, owner="d")
-    proc.ingestor = sink
+    proc, _, _ = make(hub, backend, owner="d", ingestor=sink)
     assert proc.run().complete
     assert ("0", 40, 44, hub.created_ms) in sink.sink
 
@@ -193,13 +186,13 @@ def test_a_generation_the_store_lost_is_taken_from_the_sinks_batches() -> None:
     assert proc.run().complete
     hub.recreate()
     hub.send_all(20)
-    proc, _, _ = make(hub, backend, owner="b", on_checkpoint_ahead="reset_to_earliest")
-    proc.ingestor = sink
+    proc, _, _ = make(
+        hub, backend, owner="b", on_checkpoint_ahead="reset_to_earliest", ingestor=sink
+    )
     assert proc.run().complete  # 0-0-19-g<created>
     _forget_checkpoints(backend, store)
     hub.send_all(5)
-    proc, _, _ = make(hub, backend, owner="c")
-    proc.ingestor = sink
+    proc, _, _ = make(hub, backend, owner="c", ingestor=sink)
     report = proc.run()
     assert report.complete
     assert sink.calls[-1] == {"0": (20, 24)}
