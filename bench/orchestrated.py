@@ -129,7 +129,7 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
     import dagster as dg
 
     from dagster_eventhub_ingest.emulator.azurite import azurite
-    from dagster_eventhub_ingest.resources.spark.jvm_archive import cache_dir
+    from dagster_eventhub_ingest.resources.spark.jvm_cache import cache_dir
 
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     env.pop("EHINGEST_JVM_ARCHIVE", None)  # what a user's host does

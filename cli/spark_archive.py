@@ -53,10 +53,10 @@ def spark_archive(
         adopt_lock,
         archive_mode,
         busy_archive,
-        cache_dir,
         current_plan,
         finish_dumps,
     )
+    from dagster_eventhub_ingest.resources.spark.jvm_cache import cache_dir
     from dagster_eventhub_ingest.resources.spark.session import local_spark_session
 
     started = time.monotonic()

@@ -7,7 +7,10 @@ first job. JDK 13+ can write every class a JVM loaded into an archive when it ex
 (``-XX:SharedArchiveFile``): a cold ``ehingest run`` of 100k events is ~1.3x faster with it
 (docs/benchmarks.md).
 
-How it is used (local masters only; a cluster's or Spark Connect's JVMs are not ours to start):
+How it is used (local masters only; a cluster's or Spark Connect's JVMs are not ours to start).
+Where archives live, what they are keyed by, their locks and their bound are
+:mod:`dagster_eventhub_ingest.resources.spark.jvm_cache`'s; this module plans, launches and
+writes:
 
 * :func:`plan_archive` decides, before the JVM starts, from the driver's Java options and the
   environment: with an archive for this Java, this Spark and these options, the JVM maps it.
@@ -15,9 +18,7 @@ How it is used (local masters only; a cluster's or Spark Connect's JVMs are not 
   it: the archive is written by ``ehingest spark-archive`` (an image build, an install step,
   the test command). With ``EHINGEST_JVM_ARCHIVE=auto`` a run's process starts, when it exits,
   a detached, lowest-priority ``ehingest spark-archive --background`` (:func:`spawn_builder`)
-  that writes it (~30-40 s of CPU) for the runs after. The archive lives in :func:`cache_dir`
-  (``$EHINGEST_CACHE_DIR``, else ``$XDG_CACHE_HOME/ehingest``, else ``~/.cache/ehingest``),
-  ~150-200 MB, named by a hash of what it depends on. ``EHINGEST_JVM_ARCHIVE``
+  that writes it (~30-40 s of CPU) for the runs after. ``EHINGEST_JVM_ARCHIVE``
   (:data:`ARCHIVE_ENV`) turns it off, or has it written after a run or in the run's own JVM.
 * The JDK refuses to write an archive when the class path holds a non-empty directory, and
   Spark's launcher puts ``SPARK_CONF_DIR`` on it. So the package's quiet log4j2 config is passed
@@ -25,20 +26,12 @@ How it is used (local masters only; a cluster's or Spark Connect's JVMs are not 
   ``SPARK_CONF_DIR`` of the user's, ``HADOOP_CONF_DIR``, ``YARN_CONF_DIR``,
   ``SPARK_DIST_CLASSPATH`` or ``spark.driver.extraClassPath`` (class path entries of theirs)
   turn the archive off instead of changing them.
-* One writer per archive: a JVM that writes holds ``spark-<hash>.lock`` (``flock``; released by
-  the kernel when its process dies) from before it starts until its archive is renamed into
-  place; a process that finds the lock held starts without writing. The archive is written to
-  a temporary name; :func:`finish_dump` closes the JVM's stdin, which ends it, waits for it to
+* A JVM that writes holds the archive's lock from before it starts; the archive is written to a
+  temporary name; :func:`finish_dump` closes the JVM's stdin, which ends it, waits for it to
   write the archive and renames it into place only if the JVM exited cleanly. A JVM that
   refuses the options (an unusual class path) is restarted without them at once
   (:func:`start_with_archive`), and that key is then never tried again.
-* Bounded (:func:`tidy`, at every plan): temporary dumps no live writer holds are removed, at
-  most :data:`KEEP_ARCHIVES` archives are kept (the most recently used; a run that maps one
-  marks it used), none unused for :data:`UNUSED_SECONDS`, and notes as old go too. Removing an
-  archive another JVM has mapped is safe (the mapping stays); a JVM that finds it gone starts
-  without it.
-* Never a failure: a cache directory that cannot be written, a lock that cannot be taken, a
-  dump that fails or a builder that dies cost the gain, never the run.
+* Never a failure: a dump that fails or a builder that dies cost the gain, never the run.
 
 The JVM itself checks that an archive matches its build and class path and silently starts
 without it otherwise, so a stale or damaged archive costs the gain, never the run; the run then
@@ -49,13 +42,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import errno
-import hashlib
 import json
 import logging
 import os
-import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -66,23 +55,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dagster_eventhub_ingest.resources.spark.jvm_cache import (
+    CACHE_DIR_ENV,
+    ArchiveLock,
+    archive_key,
+    cache_dir,
+    find_java,
+    switched_off,
+    tidy,
+)
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "ARCHIVE_ENV",
     "AUTO",
     "BUILDER_COMMAND",
-    "CACHE_DIR_ENV",
-    "KEEP_ARCHIVES",
     "REBUILD",
-    "UNUSED_SECONDS",
     "USE_ONLY",
     "WRITE",
     "ArchivePlan",
     "adopt_lock",
     "archive_mode",
     "busy_archive",
-    "cache_dir",
     "current_plan",
     "finish_dump",
     "finish_dumps",
@@ -90,8 +85,6 @@ __all__ = [
     "plan_archive",
     "spawn_builder",
     "start_with_archive",
-    "switched_off",
-    "tidy",
 ]
 
 #: Unset (or ``use``): a JVM maps the archive if there is one and never writes one, so nothing
@@ -105,13 +98,6 @@ USE_ONLY = "use"
 AUTO = "auto"
 WRITE = "write"
 REBUILD = "rebuild"
-#: Where the package keeps what it caches on this machine (default: the XDG cache directory).
-CACHE_DIR_ENV = "EHINGEST_CACHE_DIR"
-#: Archives kept per cache directory (one per Java build, Spark install and JVM flags; the most
-#: recently used stay): a host with a few virtualenvs keeps theirs, not every one it ever had.
-KEEP_ARCHIVES = 3
-#: An archive (or a note) no run has used for this long is removed.
-UNUSED_SECONDS = 14 * 86400.0
 #: The command a run's process starts, detached, to write the archive after it exits: the CLI's
 #: ``spark-archive`` (it warms a session up along a run's path, which this layer cannot import).
 BUILDER_COMMAND = ("-m", "dagster_eventhub_ingest.cli.main", "spark-archive", "--background")
@@ -125,9 +111,6 @@ _OWN_SHARING = ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare", "SharedC
 #: Seconds a writer waits for its JVM to write the archive (nobody waits on a writer: it is
 #: ``ehingest spark-archive`` or the detached builder; a loaded host can take minutes).
 _DUMP_WAIT_SECONDS = 1200.0
-#: Where locks cannot be taken (some network file systems), a temporary archive older than this
-#: belongs to a JVM that is gone.
-_STALE_SECONDS = 3600.0
 #: A mapped archive's modification time is its last use, refreshed at most this often.
 _TOUCH_SECONDS = 3600.0
 #: The driver settings (with its Java options) the detached builder needs to write the archive
@@ -164,12 +147,6 @@ class ArchivePlan:
         return self.archive.with_suffix(".lock")
 
 
-def switched_off(value: str | None) -> bool:
-    """Whether an ``EHINGEST_*`` switch's value turns its feature off (``off``, ``0``,
-    ``false``, ``no``; any case)."""
-    return (value or "").strip().lower() in ("off", "0", "false", "no")
-
-
 @contextlib.contextmanager
 def archive_mode(mode: str) -> Iterator[None]:
     """Sessions started in this block (this thread) plan as if :data:`ARCHIVE_ENV` were
@@ -180,153 +157,6 @@ def archive_mode(mode: str) -> Iterator[None]:
         yield
     finally:
         _MODE.reset(token)
-
-
-def cache_dir(env: Mapping[str, str] = os.environ) -> Path:
-    """The package's cache directory on this machine (not created here)."""
-    if env.get(CACHE_DIR_ENV):
-        return Path(env[CACHE_DIR_ENV])
-    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "ehingest"
-
-
-def _java(env: Mapping[str, str]) -> Path | None:
-    """The ``java`` Spark's launcher runs: ``$JAVA_HOME/bin/java``, else the one on PATH."""
-    home = env.get("JAVA_HOME")
-    found = os.path.join(home, "bin", "java") if home else shutil.which("java")
-    if not found or not os.path.exists(found):
-        return None
-    return Path(os.path.realpath(found))
-
-
-def _fingerprint(java: Path, java_options: str, driver_memory: str, env: Mapping[str, str]) -> str:
-    """A hash of what an archive is valid for: the JVM build, Spark's jars (where they are,
-    their names and sizes), the JVM's flags and heap size (past 32 GB the JVM stops compressing
-    pointers)."""
-    import pyspark
-
-    digest = hashlib.sha256()
-    digest.update(str(java).encode())
-    release = java.parent.parent / "release"  # JAVA_HOME/release names the exact build
-    with contextlib.suppress(OSError):
-        digest.update(release.read_bytes())
-    with contextlib.suppress(OSError):
-        digest.update(str(java.stat().st_mtime_ns).encode())
-    # The archive records the class path it was written with (absolute jar paths): another
-    # install of the same Spark (a second virtualenv, a CI checkout) needs its own.
-    jars = Path(pyspark.__file__).resolve().parent / "jars"
-    digest.update(str(jars).encode())
-    with contextlib.suppress(OSError):
-        for jar in sorted(jars.iterdir()):
-            digest.update(f"{jar.name}:{jar.stat().st_size}".encode())
-    digest.update(pyspark.__version__.encode())
-    for options in (java_options, env.get("SPARK_SUBMIT_OPTS", "")):
-        digest.update(" ".join(_jvm_flags(options)).encode() + b"\0")
-    digest.update(driver_memory.encode())
-    return digest.hexdigest()[:20]
-
-
-def _jvm_flags(options: str) -> list[str]:
-    """The JVM flags of a Java options string, without system properties (``-Dkey=value``:
-    a warehouse's Derby home differs per session and does not change which classes load)."""
-    try:
-        tokens = shlex.split(options)
-    except ValueError:
-        tokens = options.split()
-    return [t for t in tokens if not t.startswith("-D")]
-
-
-class _Lock:
-    """An exclusive ``flock`` on a file, taken without waiting; released by :meth:`release` or
-    by the kernel when the process ends (a writer that dies frees its archive for the next)."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd: int | None = fd
-
-    @classmethod
-    def take(cls, path: Path) -> _Lock | None:
-        """The lock, or None while another process (or another lock of this one) holds it.
-        Raises OSError where the file cannot be opened or locks are not supported."""
-        import fcntl
-
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                return None
-            raise
-        with contextlib.suppress(OSError):
-            os.utime(fd)  # a lock file's age is its key's last write
-        return cls(fd)
-
-    def release(self) -> None:
-        if self.fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self.fd)  # closing the only descriptor releases the flock
-            self.fd = None
-
-
-def _writer_gone(directory: Path, tmp: Path, now: float) -> bool:
-    """Whether no live process writes the temporary archive ``tmp`` (its key's lock is free)."""
-    key = tmp.name.split(".jsa.", 1)[0]
-    try:
-        lock = _Lock.take(directory / f"{key}.lock")
-    except OSError:  # no locks here: judge by age
-        try:
-            return now - tmp.stat().st_mtime > _STALE_SECONDS
-        except OSError:
-            return False
-    if lock is None:
-        return False
-    lock.release()
-    return True
-
-
-def tidy(directory: Path, *, keep: Path | None = None, now: float | None = None) -> list[Path]:
-    """Keep the archive cache ``directory`` bounded; the files removed.
-
-    Temporary archives no live writer holds (a JVM or process that died mid-write), archives
-    past the :data:`KEEP_ARCHIVES` most recently used or unused for :data:`UNUSED_SECONDS`, and
-    notes (``.unusable``, ``.lock``, ``.log``; ``.wanted`` of earlier versions) as old. ``keep``
-    (the archive about to be used) stays whatever its age. Best effort: what cannot be removed
-    stays.
-    """
-    now = time.time() if now is None else now
-    removed: list[Path] = []
-
-    def remove(path: Path) -> None:
-        with contextlib.suppress(OSError):
-            path.unlink()
-            removed.append(path)
-
-    def age(path: Path) -> float:
-        try:
-            return now - path.stat().st_mtime
-        except OSError:
-            return 0.0
-
-    try:
-        names = sorted(directory.iterdir())
-    except OSError:
-        return removed
-    for tmp in (p for p in names if p.name.endswith(".tmp") and ".jsa." in p.name):
-        if _writer_gone(directory, tmp, now):
-            remove(tmp)
-    archives = sorted(
-        (p for p in names if p.suffix == ".jsa" and p != keep), key=age
-    )  # most recently used first
-    budget = KEEP_ARCHIVES - (1 if keep is not None and keep.exists() else 0)
-    for i, archive in enumerate(archives):
-        if i >= budget or age(archive) > UNUSED_SECONDS:
-            remove(archive)
-    kept = keep.stem if keep is not None else None
-    notes = (".wanted", ".unusable", ".lock", ".log")
-    for note in (p for p in names if p.suffix in notes and p.stem != kept):
-        if age(note) > UNUSED_SECONDS and not note.with_suffix(".jsa").exists():
-            remove(note)
-    return removed
 
 
 def plan_archive(
@@ -354,10 +184,10 @@ def plan_archive(
         return None  # the user's Spark conf directory: not ours to replace
     if any(env.get(name) for name in _CLASS_PATH_ENV) or conf.get("spark.driver.extraClassPath"):
         return None
-    java = _java(env)
+    java = find_java(env)
     if java is None:
         return None
-    key = _fingerprint(java, java_options, conf.get("spark.driver.memory", ""), env)
+    key = archive_key(java, java_options, conf.get("spark.driver.memory", ""), env)
     directory = cache_dir(env) / "jvm"
     empty = directory / "conf"
     try:
@@ -423,7 +253,7 @@ def start_with_archive(plan: ArchivePlan | None, start: Callable[[ArchivePlan | 
     lock = None
     if plan.dump_to is not None:
         try:
-            lock = _adopted_for(plan.lock) or _Lock.take(plan.lock)
+            lock = _adopted_for(plan.lock) or ArchiveLock.take(plan.lock)
         except OSError as exc:
             logger.debug("cannot lock %s (%s); writing without a lock", plan.lock, exc)
         else:
@@ -485,7 +315,7 @@ def _mapped(archive: Path) -> bool:
 #: Plans whose JVM writes an archive at exit, not put in place yet (:func:`finish_dumps`).
 _PENDING: list[ArchivePlan] = []
 #: The locks of those plans, by ``dump_to``.
-_LOCKS: dict[Path, _Lock] = {}
+_LOCKS: dict[Path, ArchiveLock] = {}
 #: Plans whose archive a detached builder writes once this process exits.
 _LATER: list[ArchivePlan] = []
 #: The plan this process's JVM started with (None: without an archive, or no JVM yet).
@@ -493,7 +323,7 @@ _CURRENT: ArchivePlan | None = None
 #: The archive another process was writing when this one wanted to (None: none).
 _BUSY: Path | None = None
 #: A lock :func:`spawn_builder` passed this process (:func:`adopt_lock`), not used yet.
-_ADOPTED: _Lock | None = None
+_ADOPTED: ArchiveLock | None = None
 
 
 def current_plan() -> ArchivePlan | None:
@@ -582,7 +412,7 @@ def spawn_builder(
     if plan.archive.exists():
         return None
     try:
-        lock = _Lock.take(plan.lock)
+        lock = ArchiveLock.take(plan.lock)
     except OSError:
         lock = None  # no locks here: the builder's own start decides
     else:
@@ -627,10 +457,10 @@ def adopt_lock(fd: int) -> None:
     next plan to write that archive uses it instead of taking the lock again (which a second
     open file would be refused)."""
     global _ADOPTED
-    _ADOPTED = _Lock(fd)
+    _ADOPTED = ArchiveLock(fd)
 
 
-def _adopted_for(path: Path) -> _Lock | None:
+def _adopted_for(path: Path) -> ArchiveLock | None:
     """The adopted lock if it is ``path``'s (then no longer adopted), else None."""
     global _ADOPTED
     lock, _ADOPTED = _ADOPTED, None

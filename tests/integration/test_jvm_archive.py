@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from dagster_eventhub_ingest.resources.spark import jvm_archive
+from dagster_eventhub_ingest.resources.spark import jvm_archive, jvm_cache
 from dagster_eventhub_ingest.resources.spark.jvm_archive import (
     ArchivePlan,
     finish_dump,
@@ -365,7 +365,7 @@ def test_the_cache_keeps_the_most_recently_used_archives_and_drops_old_notes(
     assert used is not None and used.archive == plan.archive and used.dump_to is None
     left = sorted(p.name for p in directory.glob("*.jsa"))
     assert left == sorted([plan.archive.name, others[0].name, others[1].name])
-    assert len(left) == jvm_archive.KEEP_ARCHIVES
+    assert len(left) == jvm_cache.KEEP_ARCHIVES
     assert not gone.exists() and not any(n.exists() for n in notes) and fresh_note.exists()
     assert time.time() - plan.archive.stat().st_mtime < 60  # mapping it marks it used
 
@@ -490,12 +490,12 @@ def test_the_builder_holds_the_lock_from_the_moment_it_is_started(tmp_path: Path
     proc = jvm_archive.spawn_builder(later, {**os.environ, **env})
     assert proc is not None
     try:
-        assert jvm_archive._Lock.take(later.lock) is None  # held by the builder already
+        assert jvm_cache.ArchiveLock.take(later.lock) is None  # held by the builder already
         assert jvm_archive.spawn_builder(later, {**os.environ, **env}) is None
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # its own session and process group
         proc.wait(30)
-    lock = jvm_archive._Lock.take(later.lock)  # the kernel freed it with the builder
+    lock = jvm_cache.ArchiveLock.take(later.lock)  # the kernel freed it with the builder
     assert lock is not None
     lock.release()
 
@@ -508,7 +508,7 @@ def test_a_cache_that_cannot_be_written_starts_the_jvm_as_before(tmp_path: Path,
     for _ in range(2):
         assert _plan(env) is None
     assert start_with_archive(None, lambda p: p) is None
-    assert jvm_archive.tidy(blocker / "cache" / "jvm") == []
+    assert jvm_cache.tidy(blocker / "cache" / "jvm") == []
 
 
 def _builders(cache: Path) -> list[Any]:
@@ -565,7 +565,7 @@ def test_a_run_has_the_archive_built_after_it_exits_and_the_next_run_maps_it(
         log = next((cache / "jvm").glob("spark-*.log"))
         archive, lock = log.with_suffix(".jsa"), log.with_suffix(".lock")
         assert not archive.exists()  # the run did not wait for it
-        assert jvm_archive._Lock.take(lock) is None
+        assert jvm_cache.ArchiveLock.take(lock) is None
         builders = _builders(cache)
         assert len(builders) == 1
         _kill_builders(cache)

@@ -16,7 +16,7 @@ Where it comes from, first found first:
    the zip the driver ships, from which Python cannot load a compiled module) the C source ships
    with the package, and the first process on a host that reads events compiles it with the
    host's C compiler and Python headers into
-   :func:`dagster_eventhub_ingest.resources.spark.jvm_archive.cache_dir` (``native/``, named by a
+   :func:`dagster_eventhub_ingest.resources.spark.jvm_cache.cache_dir` (``native/``, named by a
    hash of the source, the compiler flags and the Python ABI) and loads it; every later process, run
    or executor on that host loads the file (~1 ms). Two processes compiling at once each write their
    own file and rename it into place.
@@ -65,7 +65,7 @@ class NativeUnavailableError(RuntimeError):
 
 
 def _mode() -> str:
-    from dagster_eventhub_ingest.resources.spark.jvm_archive import switched_off
+    from dagster_eventhub_ingest.resources.spark.jvm_cache import switched_off
 
     value = os.environ.get(NATIVE_ENV, "").strip().lower()
     if switched_off(value):
@@ -100,7 +100,7 @@ def amqp_columns() -> ModuleType | None:
 
 def target_path() -> Path:
     """Where this host keeps the compiled module for this source, compiler flags and Python."""
-    from dagster_eventhub_ingest.resources.spark.jvm_archive import cache_dir
+    from dagster_eventhub_ingest.resources.spark.jvm_cache import cache_dir
 
     source = _source()
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
