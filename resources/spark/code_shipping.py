@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.failures import already_exists
 from dagster_eventhub_ingest.resources.spark.kind import is_connect_session, session_is_local
 
 if TYPE_CHECKING:
@@ -171,8 +172,10 @@ def _ship_code(spark: SparkSession) -> Path | None:
         try:
             spark.addArtifacts(str(path), pyfile=True)
         except Exception as exc:
-            # A session that already holds this exact artifact (same name and bytes) is fine.
-            if "already exists" not in str(exc).lower() and "duplicate" not in str(exc).lower():
+            # A session that already holds an artifact of this name holds this code: the name
+            # is the version and a hash of every shipped file. The server says so by its error
+            # condition (ARTIFACT_ALREADY_EXISTS), never only in its message.
+            if not already_exists(exc):
                 raise
     else:
         spark.sparkContext.addPyFile(str(path))

@@ -128,6 +128,16 @@ CONNECT_CASES: list[tuple[str, Callable[[], BaseException], FailureKind | None]]
         f.MISMATCH,
     ),
     (
+        "ARTIFACT_ALREADY_EXISTS (an artifact of that name is in the session)",
+        lambda: _connect("SparkRuntimeException", "ARTIFACT_ALREADY_EXISTS"),
+        f.ALREADY_EXISTS,
+    ),
+    (
+        "an unknown runtime error",
+        lambda: _connect("SparkRuntimeException", "SOMETHING_NEW"),
+        None,
+    ),
+    (
         "an unknown analysis error",
         lambda: _connect("AnalysisException", "SOMETHING_NEW"),
         f.INVALID,
