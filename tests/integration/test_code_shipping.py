@@ -30,7 +30,7 @@ from dagster_eventhub_ingest.resources.spark.code_shipping import (
     ship_code,
 )
 from dagster_eventhub_ingest.resources.spark.kind import is_local_master, session_is_local
-from tests.integration.test_sinks import events
+from tests.support.sink_rows import events
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -9,51 +9,18 @@ scenario ends with the exactly-once comparison of ``tests/support/landed.py``.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import yaml
 
 from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
-from tests.support.cli import ehingest
-from tests.support.landed import assert_exactly_once, landed_events, sent_events
+from tests.support.cli import ehingest, run_in_process, write_config
+from tests.support.landed import assert_exactly_once, landed_events, send_tagged, sent_events
 
 pytestmark = [pytest.mark.integration]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def send(hub, sent: dict[str, list[bytes]], n: int, tag: str) -> None:
-    for pid in hub.partition_ids:
-        bodies = [f"{tag}-p{pid}-e{i}".encode() * 4 for i in range(n)]
-        hub.send(pid, bodies)
-        sent.setdefault(pid, []).extend(bodies)
-
-
-def write_config(tmp_path: Path, hub, container: str, **extra) -> Path:
-    config = {
-        "eventhub": {"connection_string": "${EH_CONN}", "eventhub_name": hub.name},
-        "store": {"connection_string": "${ST_CONN}", "container": container},
-        "sink": {"format": "parquet", "path": str(tmp_path / "out")},
-        "lease_expiry_seconds": 15,
-        "join_grace_seconds": 0,
-        "report_lag_seconds": False,
-        "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": 1}},
-        **extra,
-    }
-    path = tmp_path / "ehingest.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def run_in_process(spark, config: Path, env: dict[str, str], owner: str, **overrides):
-    """``ehingest run`` without a new JVM: the same config, this session's Spark."""
-    from dagster_eventhub_ingest.cli.config import load_config
-    from dagster_eventhub_ingest.ops.run.entry import run_ingestion
-
-    ingest = load_config(config, env={**os.environ, **env}).ingest
-    return run_ingestion(ingest.replace(**overrides), spark, owner_id=owner)
 
 
 @pytest.mark.spark
@@ -66,14 +33,14 @@ def test_recreated_hub_is_refused_flagged_and_reset_on_request_with_nothing_lost
     env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
     config = write_config(tmp_path, hub, container_name)
     old: dict[str, list[bytes]] = {}
-    send(hub, old, 50, "old")
+    send_tagged(hub, old, 50, "old")
     assert run_in_process(spark, config, env, "first").complete
 
     # The hub is deleted and re-created under the same name: numbers restart at 0.
     eventhub_emulator.delete_hub(hub.name)
     hub = eventhub_emulator.create_hub(hub.name, partitions=2)
     new: dict[str, list[bytes]] = {}
-    send(hub, new, 30, "new")
+    send_tagged(hub, new, 30, "new")
 
     refused = ehingest("run", "--config", str(config), "--owner", "second", env=env)
     assert refused.returncode == 2, refused.stdout + refused.stderr  # not retryable
@@ -284,7 +251,7 @@ def test_partition_by_changed_while_a_written_batch_is_pending_is_refused_and_la
 
     hub = make_eventhub(partitions=2)
     sent: dict[str, list[bytes]] = {}
-    send(hub, sent, 25, "e")
+    send_tagged(hub, sent, 25, "e")
     out = tmp_path / "out"
     cfg = _ingest_settings(hub, container_name, azurite_connection_string, out)
     _crash_after_write(spark, cfg, "dead")
@@ -317,7 +284,7 @@ def test_skip_writes_the_retained_part_of_an_intent_whose_head_expired(
     retention = 10.0
     hub = make_eventhub(partitions=1, retention_seconds=retention)
     old: dict[str, list[bytes]] = {}
-    send(hub, old, 10, "old")
+    send_tagged(hub, old, 10, "old")
     # After the send: the last old event was enqueued before this (the producer's connection
     # takes a while to open, and a run now reaches its read within a second).
     sent_old = time.monotonic()
@@ -326,7 +293,7 @@ def test_skip_writes_the_retained_part_of_an_intent_whose_head_expired(
     store = PartitionStore(AzureBlobBackend.from_settings(cfg.store), cfg.eventhub.hub_ref())
     time.sleep(retention * 0.6)
     new: dict[str, list[bytes]] = {}
-    send(hub, new, 10, "new")
+    send_tagged(hub, new, 10, "new")
     # A run recorded the intent [0, 19] and died before reading it.
     own = store.claim("0", "dead", None)
     assert own is not None

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.integration.test_spark_source_integration import _expired_hub
+from tests.support.fixtures.emulator import expired_hub
+from tests.support.streams import run_available_now, run_available_now_once
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -23,59 +24,6 @@ pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 MakeHub = Callable[..., Any]
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_available_now(
-    spark: SparkSession, hub: Any, out: Path, checkpoint: Path, **options: str
-) -> list[dict[str, Any]]:
-    """Run one AvailableNow query to the end; return its progress reports (one per batch).
-
-    Spark gives the driver-side Python runner of a streaming source a fixed 10 s to connect back
-    (PythonWorkerFactory, not configurable); on a 2-core machine at load 20 that start can miss
-    it before the query read anything. Such a query is started again, as a user would: it
-    resumes from its checkpointLocation, so the claims below still hold.
-    """
-    for attempt in range(3):
-        try:
-            return _run_available_now_once(spark, hub, out, checkpoint, **options)
-        except _WorkerStartTimeout:
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
-
-
-class _WorkerStartTimeout(AssertionError):
-    """The query failed before reading anything because Spark's Python runner started late."""
-
-
-def _run_available_now_once(
-    spark: SparkSession, hub: Any, out: Path, checkpoint: Path, **options: str
-) -> list[dict[str, Any]]:
-    reader = (
-        spark.readStream.format("eventhubs")
-        .option("connection_string", hub.connection_string)
-        .option("eventhub_name", hub.name)
-    )
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    query = (
-        reader.load()
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        query.awaitTermination(300)
-    except Exception as exc:  # StreamingQueryException: the source's error, as the user sees it
-        read = any(p["numInputRows"] for p in query.recentProgress)
-        if "Python worker failed to connect back" in str(exc) and not read:
-            raise _WorkerStartTimeout(str(exc)) from exc
-        raise AssertionError(str(exc)) from exc
-    finally:
-        query.stop()
-    return [p for p in query.recentProgress if p["numInputRows"]]
 
 
 def landed(spark: SparkSession, out: Path) -> list[tuple[str, int, bytes]]:
@@ -115,7 +63,7 @@ def test_available_now_reads_all_in_bounded_batches_and_resumes(
 def test_stream_retention_gap_follows_fail_on_data_loss(
     spark: SparkSession, make_eventhub: MakeHub, eventhub_emulator: Any, tmp_path: Path
 ) -> None:
-    hub = _expired_hub(make_eventhub, eventhub_emulator)  # 0..9 expired, 10..19 readable
+    hub = expired_hub(make_eventhub, eventhub_emulator)  # 0..9 expired, 10..19 readable
     with pytest.raises(AssertionError) as err:
         run_available_now(spark, hub, tmp_path / "o1", tmp_path / "c1", startingOffsets='{"0": 0}')
     assert "DataLossError" in str(err.value) and "[0, 9] expired" in str(err.value)
@@ -185,7 +133,7 @@ def test_a_stream_with_an_end_fails_saying_so(
     hub = make_eventhub(partitions=1)
     hub.send("0", [b"x"] * 3)
     with pytest.raises(AssertionError) as err:
-        _run_available_now_once(
+        run_available_now_once(
             spark, hub, tmp_path / "out", tmp_path / "chk", endingOffsets="latest"
         )
     message = str(err.value)

@@ -26,7 +26,7 @@ import yaml
 
 from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
 from tests.support.cli import start_ehingest
-from tests.support.landed import assert_exactly_once, landed_events, sent_events
+from tests.support.landed import assert_exactly_once, landed_events, send_tagged, sent_events
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.spark]
 
@@ -218,14 +218,6 @@ def test_concurrent_runs_killed_at_every_step_land_each_event_exactly_once(
     assert sum(expected.values()) > 500
 
 
-def _send(hub, sent: dict[str, list[bytes]], n: int, tag: str) -> None:
-    for pid in hub.partition_ids:
-        bodies = [f"{tag}-p{pid}-e{i}-".encode() * 12 for i in range(n)]
-        for i in range(0, n, 500):
-            hub.send(pid, bodies[i : i + 500])
-        sent.setdefault(pid, []).extend(bodies)
-
-
 @pytest.mark.spark
 def test_the_fault_scenarios_keep_output_equal_to_input(
     spark, eventhub_emulator, azurite_connection_string: str, container_name: str, tmp_path: Path
@@ -287,7 +279,7 @@ def test_the_fault_scenarios_keep_output_equal_to_input(
                 proxy.dead, proxy.cut_after_bytes = False, None
 
         # 1. The hub dies mid-read: nothing written, the intents stay.
-        _send(hub, old, 1500, "a")
+        send_tagged(hub, old, 1500, "a", repeat=12)
         hub_proxy.cut_after_bytes = 64 * 1024
         with pytest.raises(EventHubUnavailableError):
             run("hub-dies")
@@ -300,7 +292,7 @@ def test_the_fault_scenarios_keep_output_equal_to_input(
         assert store_proxy.died
         revive()
         # 3. A checkpoint written whose response was lost: a success, not a lost race.
-        _send(hub, old, 200, "b")
+        send_tagged(hub, old, 200, "b", repeat=12)
         store_proxy.drop_response_after(b"x-ms-meta-ehisequencenumber")
         assert run("lost-response").complete
         assert store_proxy.dropped
@@ -317,13 +309,13 @@ def test_the_fault_scenarios_keep_output_equal_to_input(
                 instance=live.token(),
             )
             take_owner_id(holder, "twin", live, expiry=timedelta(seconds=15))
-            _send(hub, old, 100, "c")
+            send_tagged(hub, old, 100, "c", repeat=12)
             with pytest.raises(DuplicateOwnerError):
                 run("twin")
         finally:
             live.stop()
         # 5. The store dies at a random moment of a run (claim, intent, read, checkpoint...).
-        _send(hub, old, 300, "d")
+        send_tagged(hub, old, 300, "d", repeat=12)
         timer = threading.Timer(
             random.Random(9).uniform(0.5, 4.0), setattr, (store_proxy, "dead", True)
         )
@@ -342,7 +334,7 @@ def test_the_fault_scenarios_keep_output_equal_to_input(
         eventhub_emulator.delete_hub(hub.name)
         hub = eventhub_emulator.create_hub(hub.name, partitions=2)
         new: dict[str, list[bytes]] = {}
-        _send(hub, new, 40, "new")
+        send_tagged(hub, new, 40, "new", repeat=12)
         with pytest.raises(CheckpointAheadError):
             run("ahead")
         assert_exactly_once(landed_events(out), sent_events(old))

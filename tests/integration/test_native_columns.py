@@ -33,7 +33,7 @@ from dagster_eventhub_ingest.resources.eventhubs_source.events import ArrowBuild
 from dagster_eventhub_ingest.resources.eventhubs_source.fastpath import loader
 from dagster_eventhub_ingest.resources.eventhubs_source.message import decode_event
 from dagster_eventhub_ingest.resources.eventhubs_source.schema import source_arrow_schema
-from tests.integration.test_spark_source_amqp import bodies, send_all, tls_hub_with
+from tests.support.amqp_reads import bodies, read_range_reconnecting, send_all, tls_hub_with
 
 CHANNEL, HANDLE = 5, 1
 SCHEMA = source_arrow_schema()
@@ -720,12 +720,10 @@ def test_a_native_read_reconnects_and_loses_nothing(
 ) -> None:
     """The connection dies mid-range with frames still buffered (the Python path's test, with
     the native step on): every event arrives once, on a new connection."""
-    from tests.integration.test_spark_source_amqp import test_read_range_reconnects_where_it_was
-
     monkeypatch.setenv(loader.NATIVE_ENV, "1")
     loader.reset_for_tests()
     try:
-        test_read_range_reconnects_where_it_was(make_eventhub, monkeypatch)
+        read_range_reconnecting(make_eventhub, monkeypatch)
     finally:
         loader.reset_for_tests()
     assert sum(counted_runs) > 1000

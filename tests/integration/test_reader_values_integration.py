@@ -154,7 +154,7 @@ def test_the_spark_source_and_a_stream_read_the_golden_rows(
     assert_golden([r.asDict() for r in df.collect()], maps_as_dicts=True)
     assert df.filter("properties['true'] = 'true'").count() == 1
 
-    from tests.integration.test_eventhubs_stream_integration import run_available_now
+    from tests.support.streams import run_available_now
 
     out = tmp_path / "stream"
     run_available_now(

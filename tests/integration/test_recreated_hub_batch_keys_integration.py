@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from tests.integration.test_edge_states_integration import run_in_process, send, write_config
-from tests.support.landed import assert_exactly_once, landed_events, sent_events
+from tests.support.cli import run_in_process, write_config
+from tests.support.landed import assert_exactly_once, landed_events, send_tagged, sent_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -20,13 +20,13 @@ def test_a_reset_after_the_hub_was_recreated_keeps_the_old_hubs_batches(
     env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
     config = write_config(tmp_path, hub, container_name, max_events_per_partition=10)
     old: dict[str, list[bytes]] = {}
-    send(hub, old, 20, "old")
+    send_tagged(hub, old, 20, "old")
     assert run_in_process(spark, config, env, "a").complete  # batch 0-0-9
     assert run_in_process(spark, config, env, "b").complete  # batch 0-10-19
     eventhub_emulator.delete_hub(hub.name)
     hub = eventhub_emulator.create_hub(hub.name, partitions=1)
     new: dict[str, list[bytes]] = {}
-    send(hub, new, 10, "new")
+    send_tagged(hub, new, 10, "new")
     # Range 0..9 again, under the new hub's generation: the old hub's 0-0-9 batch stays.
     assert run_in_process(spark, config, env, "c", on_checkpoint_ahead="reset_to_earliest").complete
     assert_exactly_once(landed_events(tmp_path / "out"), sent_events(old) + sent_events(new))

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import collections
-import hashlib
 import json
 import os
 import re
@@ -20,54 +19,19 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
-from tests.integration.test_edge_states_integration import send
-from tests.integration.test_sink_source_integration import _sink_block
-from tests.support.cli import CLI
+from tests.support.cli import CLI, ehingest, load_ingest, sink_block, write_config
 from tests.support.faultproxy import FaultProxy
-from tests.support.landed import assert_exactly_once, sent_events
+from tests.support.landed import assert_exactly_once, landed_in_sink, send_tagged, sent_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _config(tmp_path: Path, hub: Any, store_conn_var: str, container: str, sink: dict, **extra):
-    config = {
-        "eventhub": {"credential": {"connection_string_env": "EH_CONN"}, "eventhub_name": hub.name},
-        "store": {"credential": {"connection_string_env": store_conn_var}, "container": container},
-        "sink": sink,
-        "lease_expiry_seconds": 15,
-        "join_grace_seconds": 0,
-        "report_lag_seconds": False,
-        "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": 1}},
-        **extra,
-    }
-    path = tmp_path / f"{uuid.uuid4().hex[:8]}.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def _ingest_settings(config: Path, env: dict[str, str]):
-    from dagster_eventhub_ingest.cli.config import load_config
-
-    return load_config(config, env={**os.environ, **env}).ingest
-
-
-def _landed(spark, sink) -> collections.Counter:
-    from dagster_eventhub_ingest.ops.sinks.read import read_sink
-
-    rows = read_sink(spark, sink).select("partition", "sequenceNumber", "body").collect()
-    return collections.Counter(
-        (str(p), int(s), hashlib.sha256(bytes(b)).hexdigest()) for p, s, b in rows
-    )
 
 
 def _forget_checkpoints(conn: str, container: str, hub: Any) -> None:
@@ -97,19 +61,19 @@ def test_a_deleted_checkpoint_continues_after_what_the_sink_holds(
 
     hub = make_eventhub(partitions=2)
     sent: dict[str, list[bytes]] = {}
-    send(hub, sent, 55, "before")
+    send_tagged(hub, sent, 55, "before")
     env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
-    config = _ingest_settings(
-        _config(tmp_path, hub, "ST_CONN", container_name, _sink_block(fmt, tmp_path)), env
+    config = load_ingest(
+        write_config(tmp_path, hub, container_name, sink=sink_block(fmt, tmp_path)), env
     )
     assert run_ingestion(config, spark, owner_id="first").complete
     _forget_checkpoints(azurite_connection_string, container_name, hub)
     store = PartitionStore(AzureBlobBackend.from_settings(config.store), config.eventhub.hub_ref())
     assert store.list_checkpoints() == {}
-    send(hub, sent, 20, "after")
+    send_tagged(hub, sent, 20, "after")
     report = run_ingestion(config, spark, owner_id="second")
     assert report.complete and report.events == 40  # 55..74 of each partition, nothing else
-    assert_exactly_once(_landed(spark, config.sink), sent_events(sent))
+    assert_exactly_once(landed_in_sink(spark, config.sink), sent_events(sent))
     for pid in hub.partition_ids:
         note = report.partitions[pid].checkpoint_reset or ""
         assert "moved from None to 54" in note and "already holds [0, 54]" in note
@@ -125,19 +89,17 @@ def test_a_checkpoint_restored_from_an_older_copy_lands_nothing_twice_through_th
     """The store put back from a copy taken after the first run: checkpoints at 9, the sink at
     29. ``ehingest run`` continues at 30 and says so; ``status`` shows the move."""
     from dagster_eventhub_ingest.resources.store.settings import StoreSettings
-    from tests.integration.test_edge_states_integration import ehingest
     from tests.support.landed import landed_events
 
     hub = make_eventhub(partitions=1)
     sent: dict[str, list[bytes]] = {}
-    send(hub, sent, 30, "x")
+    send_tagged(hub, sent, 30, "x")
     env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
-    config = _config(
+    config = write_config(
         tmp_path,
         hub,
-        "ST_CONN",
         container_name,
-        _sink_block("parquet", tmp_path),
+        sink=sink_block("parquet", tmp_path),
         max_events_per_partition=10,
     )
     backend = AzureBlobBackend.from_settings(
@@ -152,7 +114,7 @@ def test_a_checkpoint_restored_from_an_older_copy_lands_nothing_twice_through_th
     for name, metadata in saved.items():  # the older copy back in place
         current = backend.get(name)
         backend.put(name, metadata, etag=current.etag if current else None)
-    send(hub, sent, 5, "y")
+    send_tagged(hub, sent, 5, "y")
     done = ehingest("run", "--config", str(config), "--owner", "after", env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "partition 0: checkpoint moved from 9 to 29" in done.stdout, done.stdout
@@ -177,22 +139,27 @@ def test_a_copy_that_lost_its_lease_in_a_store_outage_does_not_write_the_partiti
 
     hub = make_eventhub(partitions=1)
     sent: dict[str, list[bytes]] = {}
-    send(hub, sent, 30, "x")
+    send_tagged(hub, sent, 30, "x")
     settings = StoreSettings(container=container_name, connection_string=azurite_connection_string)
     store = PartitionStore(AzureBlobBackend.from_settings(settings), hub.settings().hub_ref())
     store.backend.ensure_container(create=True)  # type: ignore[attr-defined]
     crashed = store.claim("0", "crashed", None)
     assert crashed is not None
     store.release(store.record_intent(crashed, 0, 29))  # a pending intent, lease free
-    sink = _sink_block("parquet", tmp_path)
+    sink = sink_block("parquet", tmp_path)
     found = re.search(r"BlobEndpoint=http://127\.0\.0\.1:(\d+)", azurite_connection_string)
     assert found is not None
     upstream = int(found[1])
     with FaultProxy(("127.0.0.1", upstream)) as proxy:
         proxied = azurite_connection_string.replace(f":{upstream}/", f":{proxy.port}/")
         env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
-        config_a = _config(
-            tmp_path, hub, "ST_PROXIED", container_name, sink, lease_expiry_seconds=9
+        config_a = write_config(
+            tmp_path,
+            hub,
+            container_name,
+            sink=sink,
+            store_conn_env="ST_PROXIED",
+            lease_expiry_seconds=9,
         )
         log = (tmp_path / "a.log").open("wb")
         a = subprocess.Popen(
@@ -215,8 +182,8 @@ def test_a_copy_that_lost_its_lease_in_a_store_outage_does_not_write_the_partiti
             own = store.get_ownership("0")
             assert own is not None and own.owner_id == "copy-a"
             proxy.dead = True  # A's store goes away; its lease expires on the store's clock
-            config_b = _ingest_settings(
-                _config(tmp_path, hub, "ST_CONN", container_name, sink, lease_expiry_seconds=9),
+            config_b = load_ingest(
+                write_config(tmp_path, hub, container_name, sink=sink, lease_expiry_seconds=9),
                 env,
             )
             report = run_ingestion(config_b, spark, owner_id="copy-b")
@@ -236,7 +203,7 @@ def test_a_copy_that_lost_its_lease_in_a_store_outage_does_not_write_the_partiti
     assert "lease lost" in out and "not writing partition 0" in out, out[-3000:]
     assert "wrote 30 events" not in out
     assert sorted(p.name for p in batch.iterdir()) == written_by_b  # B's batch untouched
-    assert_exactly_once(_landed(spark, config_b.sink), sent_events(sent))
+    assert_exactly_once(landed_in_sink(spark, config_b.sink), sent_events(sent))
     assert store.list_checkpoints()["0"].sequence_number == 29
     store.backend.close()  # type: ignore[attr-defined]
 
@@ -292,7 +259,7 @@ def test_a_full_disk_is_retryable_and_the_run_after_freeing_space_lands_every_ev
     disk = tmp_path / "disk"
     disk.mkdir()
     sink = {"format": fmt, "path": str(disk / "out")}
-    config = _config(tmp_path, hub, "ST_CONN", container_name, sink)
+    config = write_config(tmp_path, hub, container_name, sink=sink)
     done = subprocess.run(
         ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", _FULL_DISK],
         cwd=ROOT,

@@ -17,6 +17,7 @@ from dagster_eventhub_ingest.resources.errors import ConfigurationError, SinkErr
 from dagster_eventhub_ingest.resources.eventhubs_source import eventhubs_schema
 from dagster_eventhub_ingest.resources.ranges import SeqRange
 from dagster_eventhub_ingest.resources.sink import SinkSettings
+from tests.support.sink_rows import T0, events, expected, keys
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -24,42 +25,6 @@ if TYPE_CHECKING:
     from dagster_eventhub_ingest.ops.sinks.statistics import StatsMethod
 
 pytestmark = pytest.mark.spark
-
-T0 = datetime(2024, 5, 1, 12, tzinfo=timezone.utc)
-
-
-def events(
-    spark: SparkSession, ranges: dict[str, tuple[int, int]], body_size: int = 10
-) -> DataFrame:
-    """Events shaped like the eventhubs source: offset = 100 * seq, one second apart."""
-    rows = [
-        (
-            bytes([seq % 256]) * body_size,
-            pid,
-            str(seq * 100),
-            seq,
-            T0 + timedelta(seconds=seq),
-            None,
-            f"key-{seq % 3}",
-            {"n": str(seq)},
-            {},
-            None,
-        )
-        for pid, (start, end) in ranges.items()
-        for seq in range(start, end + 1)
-    ]
-    return spark.createDataFrame(rows, eventhubs_schema()).repartition(3)
-
-
-def keys(df: DataFrame) -> list[tuple[str, int]]:
-    return sorted(
-        (r.partition, r.sequenceNumber) for r in df.select("partition", "sequenceNumber").collect()
-    )
-
-
-def expected(ranges: dict[str, tuple[int, int]]) -> list[tuple[str, int]]:
-    return sorted((p, s) for p, (a, b) in ranges.items() for s in range(a, b + 1))
-
 
 SINK_KINDS = ["parquet", "table", "deltalake"]
 

@@ -80,7 +80,7 @@ def test_deltalake_sink_on_azure_blob_storage(
     from deltalake import DeltaTable
 
     from dagster_eventhub_ingest.emulator.azurite import AZURITE_ACCOUNT, AZURITE_KEY
-    from tests.integration.test_sinks import events, expected, keys
+    from tests.support.sink_rows import events, expected, keys
 
     container = f"sink-{uuid.uuid4().hex[:12]}"
     BlobServiceClient.from_connection_string(azurite_connection_string).create_container(container)

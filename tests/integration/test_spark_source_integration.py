@@ -24,6 +24,7 @@ from dagster_eventhub_ingest.resources.eventhubs_source import (
     read_eventhubs,
     read_range,
 )
+from tests.support.fixtures.emulator import expired_hub
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -315,32 +316,10 @@ def test_bad_option_through_spark_names_option_and_value(
     assert "max_readers_per_partition: 9 must be an integer 1..5" in str(err.value)
 
 
-def _expired_hub(make_eventhub: MakeHub, emulator: Any) -> Any:
-    """A partition whose events 0..9 expired by retention and 10..19 stay readable.
-
-    Retention is time-based; to keep the test deterministic on a busy machine the old events
-    expire under a short retention, the emulator prunes them, and then retention is lifted so
-    the new ones never expire (pruning never goes back).
-    """
-    hub = make_eventhub(partitions=1, retention_seconds=0.3)
-    hub.send("0", [f"old-{i}".encode() for i in range(10)])
-    time.sleep(0.6)
-    emu_hub = emulator.server.namespace.get(hub.name)
-
-    def prune_then_keep() -> int:
-        begin = emu_hub.partition("0").begin_sequence_number
-        emu_hub.retention_seconds = None
-        return int(begin)
-
-    assert emulator.call(prune_then_keep) == 10
-    hub.send("0", [f"new-{i}".encode() for i in range(10)])
-    return hub
-
-
 def test_retention_loss_fails_naming_partition_and_range(
     spark: SparkSession, make_eventhub: MakeHub, eventhub_emulator: Any
 ) -> None:
-    hub = _expired_hub(make_eventhub, eventhub_emulator)
+    hub = expired_hub(make_eventhub, eventhub_emulator)
     options = ReadOptions(settings=hub.settings(), ranges=(PartitionRange("0", 0, 19),))
     with pytest.raises(DataLossError) as err:
         plan_read(options)
@@ -355,7 +334,7 @@ def test_retention_loss_fails_naming_partition_and_range(
 def test_retention_loss_skipped_is_reported(
     spark: SparkSession, make_eventhub: MakeHub, eventhub_emulator: Any
 ) -> None:
-    hub = _expired_hub(make_eventhub, eventhub_emulator)
+    hub = expired_hub(make_eventhub, eventhub_emulator)
     options = ReadOptions(
         settings=hub.settings(), ranges=(PartitionRange("0", 0, 19),), on_data_loss="skip"
     )
@@ -375,7 +354,7 @@ def test_executor_detects_loss_after_planning(
 ) -> None:
     # What a task does when events expire between planning and reading: the receive starts
     # at the first retained event, so the hole is seen on the executor.
-    hub = _expired_hub(make_eventhub, eventhub_emulator)
+    hub = expired_hub(make_eventhub, eventhub_emulator)
     settings = hub.settings()
     with pytest.raises(DataLossError) as err:
         list(read_range(settings, PartitionRange("0", 0, 19), receive_timeout=5))

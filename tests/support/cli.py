@@ -1,8 +1,10 @@
-"""Running ``ehingest`` as a user does: a child process of this Python, from the repository root.
+"""Running ``ehingest`` as a user does: a child process of this Python, from the repository root,
+with a config file of the user's form (:func:`write_config`), or the same file's run in this
+process on the test's Spark session (:func:`run_in_process`).
 
-One home for the command line and its time-out. The time-out is generous: a cold Spark start
-took 240 s when the CI tiers started beside a test on 2 cores; what it guards against is a run
-that hangs, not a slow one.
+One home for the command line, its config file and its time-out. The time-out is generous: a
+cold Spark start took 240 s when the CI tiers started beside a test on 2 cores; what it guards
+against is a run that hangs, not a slow one.
 """
 
 from __future__ import annotations
@@ -10,10 +12,24 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
-__all__ = ["CLI", "CLI_TIMEOUT", "ROOT", "ehingest", "start_ehingest"]
+import yaml
+
+__all__ = [
+    "CLI",
+    "CLI_TIMEOUT",
+    "ROOT",
+    "ehingest",
+    "load_ingest",
+    "run_in_process",
+    "sink_block",
+    "start_ehingest",
+    "write_config",
+]
 
 #: The repository root (the tests run the CLI from there, as the README does).
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,3 +74,65 @@ def start_ehingest(
             stderr=subprocess.STDOUT,
             start_new_session=own_session,
         )
+
+
+def sink_block(fmt: str, tmp_path: Path) -> dict[str, Any]:
+    """The ``sink:`` block of a config for ``fmt`` (``table``: a new parquet catalog table)."""
+    if fmt == "table":
+        return {"format": "parquet", "table": f"t_{uuid.uuid4().hex[:12]}"}
+    return {"format": fmt, "path": str(tmp_path / "out")}
+
+
+def write_config(
+    tmp_path: Path,
+    hub: Any,
+    container: str,
+    *,
+    name: str | None = None,
+    sink: Mapping[str, Any] | None = None,
+    eventhub: Mapping[str, Any] | None = None,
+    store_conn_env: str = "ST_CONN",
+    **extra: Any,
+) -> Path:
+    """An ``ehingest`` config file (``tmp_path/<name>.yaml``, a new name by default) for the
+    emulator ``hub`` and the Azurite ``container``.
+
+    The connection strings come from ``$EH_CONN`` and ``$<store_conn_env>``; the sink is Parquet
+    under ``tmp_path/out`` unless ``sink`` is given; Spark is one local core. ``eventhub`` adds
+    keys to the ``eventhub:`` block (``consumer_group``); ``extra`` sets top-level keys (run
+    options).
+    """
+    config = {
+        "eventhub": {
+            "connection_string": "${EH_CONN}",
+            "eventhub_name": hub.name,
+            **(eventhub or {}),
+        },
+        "store": {"connection_string": f"${{{store_conn_env}}}", "container": container},
+        "sink": dict(sink) if sink is not None else sink_block("parquet", tmp_path),
+        "lease_expiry_seconds": 15,
+        "join_grace_seconds": 0,
+        "report_lag_seconds": False,
+        "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": 1}},
+        **extra,
+    }
+    path = tmp_path / f"{name or uuid.uuid4().hex[:8]}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def load_ingest(config: Path, env: Mapping[str, str]) -> Any:
+    """The run settings the CLI would take from ``config`` with ``env`` over this process's."""
+    from dagster_eventhub_ingest.cli.config import load_config
+
+    return load_config(config, env={**os.environ, **env}).ingest
+
+
+def run_in_process(spark: Any, config: Path, env: Mapping[str, str], owner: str, **overrides: Any):
+    """``ehingest run`` without a new JVM: the same config, this session's Spark."""
+    from dagster_eventhub_ingest.ops.run.entry import run_ingestion
+
+    ingest = load_ingest(config, env)
+    if overrides:
+        ingest = ingest.replace(**overrides)
+    return run_ingestion(ingest, spark, owner_id=owner)

@@ -1,4 +1,5 @@
-"""In-process fakes of the hub and the read+write step for pure run-logic tests.
+"""In-process fakes of the hub and the read+write step for pure run-logic tests, and a run
+over them (:func:`make`: the in-memory store, :func:`config`, :func:`greedy_claim`).
 
 They keep the contracts the real parts have: the hub numbers events per partition from 0 and
 forgets the oldest ones on ``expire``; the ingestor reads exactly the requested inclusive
@@ -16,8 +17,16 @@ from typing import Any
 
 from dagster_eventhub_ingest.ops.run.hub import PartitionInfo
 from dagster_eventhub_ingest.ops.run.ingestor import Ingestor, SinkEvent
+from dagster_eventhub_ingest.ops.run.processor import Processor
+from dagster_eventhub_ingest.ops.run.settings import IngestSettings
 from dagster_eventhub_ingest.ops.sinks.batch import BatchKey, PartitionWriteStats, batch_key
 from dagster_eventhub_ingest.resources.errors import DataLossError, RangeError
+from dagster_eventhub_ingest.resources.settings import EventHubSettings
+from dagster_eventhub_ingest.resources.sink import SinkSettings
+from dagster_eventhub_ingest.resources.store.memory import InMemoryBackend
+from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
+from dagster_eventhub_ingest.resources.store.records import HubRef, Ownership
+from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 
 T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
 
@@ -197,3 +206,70 @@ class FakeIngestor(Ingestor):
 
 def _key(pid: str, start: int, end: int, generation: int | None) -> tuple[Any, ...]:
     return (pid, start, end) if generation is None else (pid, start, end, generation)
+
+
+HUB = HubRef("ns.example", "hub", "$Default")
+EH_CONN = "Endpoint=sb://ns.example/;SharedAccessKeyName=k;SharedAccessKey=s3cret"
+ST_CONN = "DefaultEndpointsProtocol=http;AccountName=a;AccountKey=s3cret"
+
+
+def config(**kw) -> IngestSettings:
+    base = dict(
+        eventhub=EventHubSettings(eventhub_name="hub", connection_string=EH_CONN),
+        store=StoreSettings(container="c-test", connection_string=ST_CONN),
+        sink=SinkSettings(path="/tmp/x"),
+        max_events_per_partition=1000,
+        lease_expiry_seconds=5.0,
+        report_lag_seconds=True,
+        poll_initial_seconds=0.001,
+        poll_max_seconds=0.01,
+    )
+    base.update(kw)
+    return IngestSettings(**base)  # type: ignore[arg-type]
+
+
+def greedy_claim(store: PartitionStore, owner: str, expiry: float = 5.0):
+    """Claim every free, released or expired target (what a strategy does for one owner)."""
+
+    def claim(targets: Sequence[str]) -> dict[str, Ownership]:
+        owned = store.list_ownership()
+        now = store.now()
+        got = {}
+        for pid in targets:
+            prev = owned.get(pid)
+            live = prev is not None and not prev.is_expired(now, timedelta(seconds=expiry))
+            if live and prev is not None and prev.owner_id != owner:
+                continue
+            own = store.claim(pid, owner, prev)
+            if own is not None:
+                got[pid] = own
+        return got
+
+    return claim
+
+
+def make(
+    hub: FakeHub,
+    backend: InMemoryBackend | None = None,
+    owner: str = "run-a",
+    ingestor: FakeIngestor | None = None,
+    **kw,
+):
+    """A run over ``hub`` and ``backend`` writing to ``ingestor`` (a new sink by default)."""
+    backend = backend or InMemoryBackend()
+    store = PartitionStore(backend, HUB)
+    ingestor = ingestor if ingestor is not None else FakeIngestor(hub)
+    cfg = config(**kw)
+    proc = Processor(
+        cfg,
+        store,
+        hub,
+        ingestor,
+        owner_id=owner,
+        claim=greedy_claim(store, owner, cfg.lease_expiry_seconds),
+    )
+    return proc, store, ingestor
+
+
+def info(pid="0", begin=0, last=99) -> PartitionInfo:
+    return PartitionInfo(pid, begin, last)

@@ -18,8 +18,7 @@ from dagster_eventhub_ingest.ops.run.processor import Processor
 from dagster_eventhub_ingest.resources.errors import RunCancelledError
 from dagster_eventhub_ingest.resources.store.memory import InMemoryBackend
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
-from tests.support.run_fakes import FakeHub, FakeIngestor
-from tests.unit.test_run_logic import HUB, config, greedy_claim
+from tests.support.run_fakes import HUB, FakeHub, FakeIngestor, config, greedy_claim
 
 
 def _processor(

@@ -29,7 +29,7 @@ class ConnectSession:
         self.conf = {"spark.ehingest.shipCode": "true"}
         self.added: list[str] = []
 
-    def addArtifacts(self, path: str, *, pyfile: bool) -> None:  # noqa: N802 (PySpark's name)
+    def addArtifacts(self, path: str, *, pyfile: bool) -> None:
         assert pyfile
         if self.error is not None:
             raise self.error

@@ -15,8 +15,7 @@ from dagster_eventhub_ingest.resources.errors import CheckpointAheadError, Confi
 from dagster_eventhub_ingest.resources.store.memory import InMemoryBackend
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 from dagster_eventhub_ingest.resources.store.records import Checkpoint, Intent
-from tests.support.run_fakes import FakeHub
-from tests.unit.test_run_logic import HUB, config, greedy_claim, info, make
+from tests.support.run_fakes import HUB, FakeHub, config, greedy_claim, info, make
 
 
 def test_checkpoint_problem_names_each_impossible_state() -> None:

@@ -203,6 +203,18 @@ def test_parts_are_imported_through_the_one_import_name(folder: str) -> None:
     assert not bare, f"bare imports of the namespaced parts: {sorted(bare)}"
 
 
+def test_test_modules_import_no_other_test_module() -> None:
+    """A helper two test modules share lives in tests/support, once: a test module imported by
+    another runs its fixtures and collection-time code twice, and hides where the helper is."""
+    crossing = {
+        (str(path.relative_to(ROOT)), name)
+        for path in sorted((ROOT / "tests").rglob("test_*.py"))
+        for name in _imports(path, ".".join(path.relative_to(ROOT).with_suffix("").parts))
+        if name.startswith("tests.") and name.rpartition(".")[2].startswith("test_")
+    }
+    assert not crossing, f"test modules importing test modules: {sorted(crossing)}"
+
+
 def _is_package(name: str) -> bool:
     """Whether the module name ``dagster_eventhub_ingest.x.y`` is a package (a folder)."""
     parts = name.split(".")

@@ -12,7 +12,6 @@ import pytest
 
 from dagster_eventhub_ingest.ops.balancing import STRATEGIES, claim_cycle, get_strategy
 from dagster_eventhub_ingest.ops.run.fault import FaultPlan
-from dagster_eventhub_ingest.ops.run.hub import PartitionInfo
 from dagster_eventhub_ingest.ops.run.ingestor import Ingestor
 from dagster_eventhub_ingest.ops.run.lease import LeaseKeeper
 from dagster_eventhub_ingest.ops.run.plan import (
@@ -22,58 +21,26 @@ from dagster_eventhub_ingest.ops.run.plan import (
     snapshot_bound,
 )
 from dagster_eventhub_ingest.ops.run.processor import Processor
-from dagster_eventhub_ingest.ops.run.settings import IngestSettings, ReplaySettings
+from dagster_eventhub_ingest.ops.run.settings import ReplaySettings
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, DataLossError, RangeError
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
 from dagster_eventhub_ingest.resources.sink import SinkSettings
 from dagster_eventhub_ingest.resources.store.memory import InMemoryBackend
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
-from dagster_eventhub_ingest.resources.store.records import Checkpoint, HubRef, Intent, Ownership
-from dagster_eventhub_ingest.resources.store.settings import StoreSettings
-from tests.support.run_fakes import FakeHub, FakeIngestor
-
-HUB = HubRef("ns.example", "hub", "$Default")
-EH_CONN = "Endpoint=sb://ns.example/;SharedAccessKeyName=k;SharedAccessKey=s3cret"
-ST_CONN = "DefaultEndpointsProtocol=http;AccountName=a;AccountKey=s3cret"
+from dagster_eventhub_ingest.resources.store.records import Checkpoint, Intent, Ownership
+from tests.support.run_fakes import (
+    HUB,
+    FakeHub,
+    FakeIngestor,
+    config,
+    greedy_claim,
+    info,
+    make,
+)
 
 
 class Crash(BaseException):
     """A simulated process death (BaseException so no `except Exception` swallows it)."""
-
-
-def config(**kw) -> IngestSettings:
-    base = dict(
-        eventhub=EventHubSettings(eventhub_name="hub", connection_string=EH_CONN),
-        store=StoreSettings(container="c-test", connection_string=ST_CONN),
-        sink=SinkSettings(path="/tmp/x"),
-        max_events_per_partition=1000,
-        lease_expiry_seconds=5.0,
-        report_lag_seconds=True,
-        poll_initial_seconds=0.001,
-        poll_max_seconds=0.01,
-    )
-    base.update(kw)
-    return IngestSettings(**base)  # type: ignore[arg-type]
-
-
-def greedy_claim(store: PartitionStore, owner: str, expiry: float = 5.0):
-    """Claim every free, released or expired target (what a strategy does for one owner)."""
-
-    def claim(targets: Sequence[str]) -> dict[str, Ownership]:
-        owned = store.list_ownership()
-        now = store.now()
-        got = {}
-        for pid in targets:
-            prev = owned.get(pid)
-            live = prev is not None and not prev.is_expired(now, timedelta(seconds=expiry))
-            if live and prev is not None and prev.owner_id != owner:
-                continue
-            own = store.claim(pid, owner, prev)
-            if own is not None:
-                got[pid] = own
-        return got
-
-    return claim
 
 
 def real_claim(store: PartitionStore, owner: str, strategy: str, expiry: float):
@@ -94,34 +61,7 @@ def real_claim(store: PartitionStore, owner: str, strategy: str, expiry: float):
     return claim
 
 
-def make(
-    hub: FakeHub,
-    backend: InMemoryBackend | None = None,
-    owner: str = "run-a",
-    ingestor: FakeIngestor | None = None,
-    **kw,
-):
-    """A run over ``hub`` and ``backend`` writing to ``ingestor`` (a new sink by default)."""
-    backend = backend or InMemoryBackend()
-    store = PartitionStore(backend, HUB)
-    ingestor = ingestor if ingestor is not None else FakeIngestor(hub)
-    cfg = config(**kw)
-    proc = Processor(
-        cfg,
-        store,
-        hub,
-        ingestor,
-        owner_id=owner,
-        claim=greedy_claim(store, owner, cfg.lease_expiry_seconds),
-    )
-    return proc, store, ingestor
-
-
 # -- planning ----------------------------------------------------------------------------------
-def info(pid="0", begin=0, last=99) -> PartitionInfo:
-    return PartitionInfo(pid, begin, last)
-
-
 def test_bound_is_min_of_last_enqueued_and_checkpoint_plus_max() -> None:
     assert snapshot_bound(info(), None, 10, "fail").end == 9
     assert snapshot_bound(info(), Checkpoint("0", 49), 10, "fail").end == 59

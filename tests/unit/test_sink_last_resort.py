@@ -18,8 +18,7 @@ from dagster_eventhub_ingest.resources.errors import CheckpointAheadError
 from dagster_eventhub_ingest.resources.ranges import SeqRange
 from dagster_eventhub_ingest.resources.store.memory import InMemoryBackend
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
-from tests.support.run_fakes import FakeHub
-from tests.unit.test_run_logic import make
+from tests.support.run_fakes import FakeHub, make
 
 
 def _forget_checkpoints(backend: InMemoryBackend, store: PartitionStore) -> None:
