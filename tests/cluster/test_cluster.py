@@ -16,7 +16,6 @@ from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
-import yaml
 from azure.storage.blob import ContainerClient
 
 from dagster_eventhub_ingest.emulator.azurite import ROOT
@@ -25,7 +24,7 @@ from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 from tests.cluster.conftest import Cluster
-from tests.support.cli import ehingest
+from tests.support.cli import ehingest, write_config
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration]
 
@@ -69,17 +68,18 @@ def _rows(table: Any) -> list[tuple[str, int, bytes]]:
 def _config(
     tmp_path: Path, hub: Any, container: str, sink: dict[str, Any], spark: dict[str, Any]
 ) -> Path:
-    path = tmp_path / "ehingest.yaml"
-    config = {
-        "eventhub": {"connection_string": "${EH_CONN}", "eventhub_name": hub.name},
-        "store": {"connection_string": "${ST_CONN}", "container": container},
-        "sink": sink,
-        "lease_expiry_seconds": 30,
-        "receive_timeout_seconds": 20,
-        "spark": spark,
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return write_config(
+        tmp_path,
+        hub,
+        container,
+        name="ehingest",
+        sink=sink,
+        lease_expiry_seconds=30,
+        join_grace_seconds=None,
+        report_lag_seconds=None,
+        receive_timeout_seconds=20,
+        spark=spark,
+    )
 
 
 def _checkpoints(conn: str, container: str, hub: Any) -> dict[str, int]:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
-from tests.support.cli import CLI, ehingest
+from tests.support.cli import CLI, ehingest, write_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -28,16 +28,16 @@ def test_run_and_status_from_the_command_line(
     for pid in hub.partition_ids:
         hub.send(pid, [f"{pid}-{i}".encode() for i in range(12)])
     env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
-    config = {
-        "eventhub": {"connection_string": "${EH_CONN}", "eventhub_name": hub.name},
-        "store": {"connection_string": "${ST_CONN}", "container": container_name},
-        "sink": {"format": "parquet", "path": str(tmp_path / "out")},
-        "max_events_per_partition": 10,
-        "lease_expiry_seconds": 15,
-        "spark": {"master": "local[1]"},
-    }
-    path = tmp_path / "ehingest.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path = write_config(
+        tmp_path,
+        hub,
+        container_name,
+        name="ehingest",
+        max_events_per_partition=10,
+        join_grace_seconds=None,
+        report_lag_seconds=None,
+        spark={"master": "local[1]"},
+    )
 
     done = ehingest("run", "--config", str(path), "--owner", "cli-1", env=env)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -76,6 +76,7 @@ def test_run_and_status_from_the_command_line(
     unknown = ehingest("run", "--config", str(path), "--partition", "7", env=env)
     assert unknown.returncode == 2 and "valid partition ids: 0, 1" in unknown.stderr
 
+    config = yaml.safe_load(path.read_text())
     config["store"]["connection_string"] = azurite_connection_string  # a literal secret
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(config))
@@ -92,14 +93,17 @@ def _small_run(
     ``tmp_path/out``) with the environment it reads."""
     for pid in hub.partition_ids:
         hub.send(pid, [f"{pid}-{i}".encode() for i in range(events)])
-    config = {
-        "eventhub": {"connection_string": "${EH_CONN}", "eventhub_name": hub.name},
-        "store": {"connection_string": "${ST_CONN}", "container": container},
-        "sink": {"format": sink_format, "path": str(tmp_path / "out")},
-        "spark": {"master": "local[1]"},
-    }
-    path = tmp_path / "ehingest.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path = write_config(
+        tmp_path,
+        hub,
+        container,
+        name="ehingest",
+        sink={"format": sink_format, "path": str(tmp_path / "out")},
+        lease_expiry_seconds=None,
+        join_grace_seconds=None,
+        report_lag_seconds=None,
+        spark={"master": "local[1]"},
+    )
     return path, {"EH_CONN": hub.connection_string, "ST_CONN": store_conn}
 
 
@@ -177,18 +181,15 @@ def test_two_concurrent_runs_over_the_same_partitions_split_the_work(
             hub.send(pid, bodies[i : i + 100])
     env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
     out = tmp_path / "out"
-    config = {
-        "eventhub": {"connection_string": "${EH_CONN}", "eventhub_name": hub.name},
-        "store": {"connection_string": "${ST_CONN}", "container": container_name},
-        "sink": {"format": "parquet", "path": str(out)},
-        "strategy": "balanced",
-        "max_events_per_cycle": 30,
-        "lease_expiry_seconds": 15,
-        "report_lag_seconds": False,
-        "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": 1}},
-    }
-    path = tmp_path / "ehingest.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path = write_config(
+        tmp_path,
+        hub,
+        container_name,
+        name="ehingest",
+        strategy="balanced",
+        max_events_per_cycle=30,
+        join_grace_seconds=None,
+    )
 
     def spawn(owner: str, extra: dict[str, str] | None = None) -> subprocess.Popen:
         # Files, not pipes: a peer blocked on a full pipe would hold its leases forever.
@@ -266,17 +267,15 @@ def test_two_runs_a_few_seconds_apart_split_a_small_backlog(
         hub.send(pid, bodies)
     env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
     out = tmp_path / "out"
-    config = {
-        "eventhub": {"connection_string": "${EH_CONN}", "eventhub_name": hub.name},
-        "store": {"connection_string": "${ST_CONN}", "container": container_name},
-        "sink": {"format": "parquet", "path": str(out)},
-        "strategy": "balanced",
-        "lease_expiry_seconds": 30,
-        "report_lag_seconds": False,
-        "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": 1}},
-    }
-    path = tmp_path / "ehingest.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path = write_config(
+        tmp_path,
+        hub,
+        container_name,
+        name="ehingest",
+        strategy="balanced",
+        lease_expiry_seconds=30,
+        join_grace_seconds=None,
+    )
 
     def spawn(owner: str, extra: dict[str, str]) -> subprocess.Popen:
         args = ["run", "--config", str(path), "--owner", owner, "--json"]

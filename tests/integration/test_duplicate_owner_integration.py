@@ -13,9 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.support.cli import start_ehingest
+from tests.support.cli import start_ehingest, write_config
 from tests.support.landed import assert_exactly_once, landed_events, sent_events
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -48,21 +47,19 @@ def _setup(make_eventhub, conn: str, container: str, tmp_path: Path, **extra):
     os.environ["DUP_EH_CONN"] = hub.connection_string
     os.environ["DUP_ST_CONN"] = conn
     out = tmp_path / "out"
-    cfg = tmp_path / "run.yaml"
-    cfg.write_text(
-        yaml.safe_dump(
-            {
-                "eventhub": {"connection_string": "${DUP_EH_CONN}", "eventhub_name": hub.name},
-                "store": {"connection_string": "${DUP_ST_CONN}", "container": container},
-                "sink": {"format": "parquet", "path": str(out)},
-                "strategy": "greedy",
-                "join_grace_seconds": 0,
-                "receive_timeout_seconds": 10,
-                "report_lag_seconds": False,
-                "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": 1}},
-                **extra,
-            }
-        )
+    cfg = write_config(
+        tmp_path,
+        hub,
+        container,
+        name="run",
+        eh_conn_env="DUP_EH_CONN",
+        store_conn_env="DUP_ST_CONN",
+        **{
+            "strategy": "greedy",
+            "lease_expiry_seconds": None,  # the product's, unless the test sets one
+            "receive_timeout_seconds": 10,
+            **extra,
+        },
     )
     settings = StoreSettings(container=container, connection_string=conn)
     backend = AzureBlobBackend.from_settings(settings)

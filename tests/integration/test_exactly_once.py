@@ -20,12 +20,12 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
-import yaml
 
 from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
-from tests.support.cli import start_ehingest
+from tests.support.cli import start_ehingest, write_config
 from tests.support.landed import assert_exactly_once, landed_events, send_tagged, sent_events
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration, pytest.mark.spark]
@@ -132,20 +132,20 @@ def test_concurrent_runs_killed_at_every_step_land_each_event_exactly_once(
     logs.mkdir()
     os.environ["EO_EH_CONN"] = hub.connection_string
     os.environ["EO_ST_CONN"] = azurite_connection_string
-    base = {
-        "eventhub": {"connection_string": "${EO_EH_CONN}", "eventhub_name": hub.name},
-        "store": {"connection_string": "${EO_ST_CONN}", "container": container_name},
-        "sink": {"format": "parquet", "path": str(out)},
+    base: dict[str, Any] = {
+        "eh_conn_env": "EO_EH_CONN",
+        "store_conn_env": "EO_ST_CONN",
         "strategy": "balanced",
         "lease_expiry_seconds": 4,
+        "join_grace_seconds": None,
         "receive_timeout_seconds": 10,
-        "report_lag_seconds": False,
-        "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": 1}},
     }
-    chaos_cfg = tmp_path / "chaos.yaml"
-    chaos_cfg.write_text(yaml.safe_dump({**base, "max_events_per_partition": 15}))
-    final_cfg = tmp_path / "final.yaml"
-    final_cfg.write_text(yaml.safe_dump({**base, "max_events_per_partition": 100_000}))
+    chaos_cfg = write_config(
+        tmp_path, hub, container_name, name="chaos", max_events_per_partition=15, **base
+    )
+    final_cfg = write_config(
+        tmp_path, hub, container_name, name="final", max_events_per_partition=100_000, **base
+    )
 
     sender = Sender(hub)
     for _ in range(PARTITIONS * 3):

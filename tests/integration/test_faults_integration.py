@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
-from tests.support.cli import start_ehingest
+from tests.support.cli import start_ehingest, write_config
 from tests.support.faultproxy import FaultProxy
 from tests.support.landed import assert_exactly_once, landed_events, sent_events
 
@@ -115,8 +115,6 @@ def test_a_driver_killed_mid_write_leaves_staging_that_the_rerun_removes(
     import subprocess
     import time
 
-    import yaml
-
     hub = make_eventhub(partitions=2)
     sent = {p: [f"{p}-{i}-".encode() * 12 for i in range(4000)] for p in hub.partition_ids}
     for pid, bodies in sent.items():
@@ -125,18 +123,14 @@ def test_a_driver_killed_mid_write_leaves_staging_that_the_rerun_removes(
     os.environ["STG_EH_CONN"] = hub.connection_string
     os.environ["STG_ST_CONN"] = azurite_connection_string
     out = tmp_path / "out"
-    cfg = tmp_path / "run.yaml"
-    cfg.write_text(
-        yaml.safe_dump(
-            {
-                "eventhub": {"connection_string": "${STG_EH_CONN}", "eventhub_name": hub.name},
-                "store": {"connection_string": "${STG_ST_CONN}", "container": container_name},
-                "sink": {"format": "parquet", "path": str(out)},
-                "join_grace_seconds": 0,
-                "report_lag_seconds": False,
-                "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": 1}},
-            }
-        )
+    cfg = write_config(
+        tmp_path,
+        hub,
+        container_name,
+        name="run",
+        eh_conn_env="STG_EH_CONN",
+        store_conn_env="STG_ST_CONN",
+        lease_expiry_seconds=None,
     )
 
     def spawn(name: str) -> subprocess.Popen:

@@ -15,14 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
 from dagster_eventhub_ingest.resources.eventhubs_source.progress import ProgressTarget
 from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
 from dagster_eventhub_ingest.resources.store.records import HubRef
 from dagster_eventhub_ingest.resources.store.settings import StoreSettings
-from tests.support.cli import CLI
+from tests.support.cli import CLI, write_config
 
 ROOT = Path(__file__).resolve().parents[2]
 READ = re.compile(r"partition (\d+) read (\d+)/(\d+), landed (\d+)/(\d+)")
@@ -78,17 +77,17 @@ def test_cli_shows_events_read_of_the_range_before_the_checkpoint_moves(
     for pid, bodies in sent.items():
         hub.send(pid, bodies)
     out = tmp_path / "out"
-    config = {
-        "eventhub": {"connection_string": "${EH_CONN}", "eventhub_name": hub.name},
-        "store": {"connection_string": "${ST_CONN}", "container": container_name},
-        "sink": {"format": "parquet", "path": str(out)},
-        "prefetch": 10,  # 12 receives per partition, each slowed by the hook below
-        "read_progress_seconds": 0.5,
-        "report_lag_seconds": False,
-        "spark": {"master": "local[2]", "conf": {"spark.sql.shuffle.partitions": 1}},
-    }
-    path = tmp_path / "ehingest.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path = write_config(
+        tmp_path,
+        hub,
+        container_name,
+        name="ehingest",
+        prefetch=10,  # 12 receives per partition, each slowed by the hook below
+        read_progress_seconds=0.5,
+        lease_expiry_seconds=None,
+        join_grace_seconds=None,
+        spark={"master": "local[2]", "conf": {"spark.sql.shuffle.partitions": 1}},
+    )
     env = {
         **os.environ,
         "EH_CONN": hub.connection_string,

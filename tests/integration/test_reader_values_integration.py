@@ -20,7 +20,7 @@ import pytest
 from dagster_eventhub_ingest.resources.eventhubs_source import PartitionRange, read_range
 from dagster_eventhub_ingest.resources.eventhubs_source.fastpath import loader
 from tests.support.amqp_corpus import CORPUS, Golden
-from tests.support.cli import CLI
+from tests.support.cli import CLI, write_config
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -207,17 +207,18 @@ def test_ehingest_run_lands_the_golden_rows_in_parquet(
     """``ehingest run`` as a user runs it (a subprocess): the whole corpus lands, the run
     completes, the Parquet files hold the golden rows (read with pyarrow: maps as pairs)."""
     import pyarrow.parquet as pq
-    import yaml
 
     out = tmp_path / "out"
-    config = {
-        "eventhub": {"connection_string": "${EH_CONN}", "eventhub_name": corpus_hub.name},
-        "store": {"connection_string": "${ST_CONN}", "container": container_name},
-        "sink": {"format": "parquet", "path": str(out)},
-        "spark": {"master": "local[1]"},
-    }
-    path = tmp_path / "ehingest.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path = write_config(
+        tmp_path,
+        corpus_hub,
+        container_name,
+        name="ehingest",
+        lease_expiry_seconds=None,
+        join_grace_seconds=None,
+        report_lag_seconds=None,
+        spark={"master": "local[1]"},
+    )
     env = {
         **os.environ,
         "EH_CONN": corpus_hub.connection_string,

@@ -91,24 +91,26 @@ def write_config(
     name: str | None = None,
     sink: Mapping[str, Any] | None = None,
     eventhub: Mapping[str, Any] | None = None,
+    eh_conn_env: str = "EH_CONN",
     store_conn_env: str = "ST_CONN",
     **extra: Any,
 ) -> Path:
     """An ``ehingest`` config file (``tmp_path/<name>.yaml``, a new name by default) for the
     emulator ``hub`` and the Azurite ``container``.
 
-    The connection strings come from ``$EH_CONN`` and ``$<store_conn_env>``; the sink is Parquet
-    under ``tmp_path/out`` unless ``sink`` is given; Spark is one local core. ``eventhub`` adds
-    keys to the ``eventhub:`` block (``consumer_group``); ``extra`` sets top-level keys (run
-    options).
+    The connection strings come from ``$<eh_conn_env>`` and ``$<store_conn_env>``; the sink is
+    Parquet under ``tmp_path/out`` unless ``sink`` is given; Spark is one local core; a run
+    takes leases for 15 s, joins without a grace and reports no lag. ``eventhub`` adds keys to the
+    ``eventhub:`` block (``consumer_group``); ``extra`` sets top-level keys (run options,
+    ``spark``), None leaving a key out (the product's default).
     """
     config = {
         "eventhub": {
-            "connection_string": "${EH_CONN}",
+            "credential": {"connection_string_env": eh_conn_env},
             "eventhub_name": hub.name,
             **(eventhub or {}),
         },
-        "store": {"connection_string": f"${{{store_conn_env}}}", "container": container},
+        "store": {"credential": {"connection_string_env": store_conn_env}, "container": container},
         "sink": dict(sink) if sink is not None else sink_block("parquet", tmp_path),
         "lease_expiry_seconds": 15,
         "join_grace_seconds": 0,
@@ -116,6 +118,7 @@ def write_config(
         "spark": {"master": "local[1]", "conf": {"spark.sql.shuffle.partitions": 1}},
         **extra,
     }
+    config = {key: value for key, value in config.items() if value is not None}
     path = tmp_path / f"{name or uuid.uuid4().hex[:8]}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

@@ -387,8 +387,12 @@ def test_messages_do_not_repeat_words() -> None:
     from dagster_eventhub_ingest.resources.store.retry import RetryLog
 
     raw = {
-        "eventhub": {"connection_string": "${EH}", "eventhub_name": "h"},
-        "store": {"connection_string": "${ST}", "container": "ccc", "create_container": "maybe"},
+        "eventhub": {"credential": {"connection_string_env": "EH"}, "eventhub_name": "h"},
+        "store": {
+            "credential": {"connection_string_env": "ST"},
+            "container": "ccc",
+            "create_container": "maybe",
+        },
         "sink": {"path": "/tmp/x"},
     }
     with pytest.raises(ConfigurationError) as err:
