@@ -76,6 +76,8 @@ MARKS = (
     "ASSET_MATERIALIZATION",
     "RUN_SUCCESS",
 )
+#: How the run's own phases line starts (ops/run/entry.py), as the step logs it.
+PHASES_LINE = "run phases owner="
 #: The materialization metadata holding a batch's events (dagster_project/metadata.py).
 ROWS = "dagster/row_count"
 
@@ -145,10 +147,16 @@ def run_phases(home: Path, launched: float, run_id: str | None = None) -> dict[s
         records = instance.fetch_materializations(dg.AssetKey(ASSET), limit=100).records
         status = run.status
     times: dict[str, float] = {}
+    ingestion: dict[str, float] = {}
     for entry in logs:
         kind = entry.dagster_event_type.name if entry.dagster_event_type else None
         if kind in MARKS:
             times[kind] = entry.timestamp - launched  # the last of each kind
+        elif entry.user_message.startswith(PHASES_LINE):
+            # "run phases owner=<id>: startup 0.90 s, management 0.40 s, ..." (ops/run/entry.py)
+            for part in entry.user_message.split(": ", 1)[1].split(", "):
+                name, seconds, _ = part.rsplit(" ", 2)
+                ingestion[name] = float(seconds)
     events = 0
     for r in records:
         if r.event_log_entry.run_id == run.run_id:
@@ -167,6 +175,7 @@ def run_phases(home: Path, launched: float, run_id: str | None = None) -> dict[s
         "events": events,
         "to_materialization_s": round(times.get("ASSET_MATERIALIZATION", float("nan")), 2),
         "phases": phases,
+        "ingestion_phases": ingestion,
         "last": before,
     }
 
@@ -405,6 +414,9 @@ def _show(label: str, r: dict[str, Any]) -> None:
         f"{phases}",
         flush=True,
     )
+    if r.get("ingestion_phases"):  # the step's own run, as `ehingest run` reports its phases
+        inner = " ".join(f"{k}={v:.2f}" for k, v in r["ingestion_phases"].items())
+        print(f"  {'':<30} in the step: {inner}", flush=True)
 
 
 def main() -> None:
