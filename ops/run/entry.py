@@ -306,7 +306,8 @@ def _run(
                 exc_info=logger.isEnabledFor(logging.INFO),
             )
     report.phases = clock.as_dict()
-    logger.info("run phases owner=%s: %s", owner_id, clock.line())
+    # Where the run's time went, in the orchestrator's run log too (Dagster's event log).
+    TeeLog(log).info(f"run phases owner={owner_id}: {clock.line()}")
     return report
 
 

@@ -108,6 +108,14 @@ def test_one_partition(env: dict[str, Any], dagster_instance: dg.DagsterInstance
     assert per == {"2": sent["2"]} and total == distinct == sent["2"]
     cps = env["store"].list_checkpoints()
     assert set(cps) == {"2"} and cps["2"].sequence_number == sent["2"] - 1
+    # Where the run's time went, in the run's event log as `ehingest run` reports it.
+    phases = [
+        e.user_message
+        for e in dagster_instance.all_logs(result.run_id)
+        if e.user_message.startswith(f"run phases owner={result.run_id}: ")
+    ]
+    assert len(phases) == 1, phases
+    assert "spark_start " in phases[0] and "read_write " in phases[0], phases[0]
 
 
 def test_range_materializes_every_requested_partition(
