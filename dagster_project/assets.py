@@ -11,7 +11,8 @@ materialized every requested partition. Scheduled runs report only their batches
 materializes only the keys that really are up to date.
 
 Transient errors (``retryable``) are retried by the asset's ``RetryPolicy``; the others fail
-the run at once with ``dg.Failure(allow_retries=False)`` and the message on top.
+the run at once with ``dg.Failure(allow_retries=False)`` and the message on top. So does a stop
+(Dagster's Terminate): a terminated run ends ``CANCELED``, never retried, under any executor.
 
 Leases held by a run that Dagster knows to be failed or canceled are taken over at once
 (``is_owner_dead`` asks the instance), without waiting for the lease to expire.
@@ -20,7 +21,7 @@ Leases held by a run that Dagster knows to be failed or canceled are taken over 
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import dagster as dg
 from pydantic import Field
@@ -61,6 +62,8 @@ __all__ = [
     "default_retry_policy",
 ]
 
+T = TypeVar("T")
+
 #: Tag the schedule puts on its runs (``i/K``); runs without it were asked for by a user.
 RUNNER_TAG = "ehingest/runner"
 
@@ -74,6 +77,31 @@ def default_retry_policy() -> dg.RetryPolicy:
     return dg.RetryPolicy(
         max_retries=3, delay=15, backoff=dg.Backoff.EXPONENTIAL, jitter=dg.Jitter.PLUS_MINUS
     )
+
+
+def stopped_is_final(events: Iterator[T]) -> Iterator[T]:
+    """``events``, with Dagster's interrupt (Terminate, SIGINT) raised as a step failure that is
+    never retried.
+
+    Under a ``RetryPolicy`` Dagster turns an interrupt into a step retry
+    (``op_execution_error_boundary``). Under the multiprocess executor the run worker does not
+    start it; in the run worker's own process (``in_process_executor``) it would run while the
+    run is being terminated. A step failure with ``allow_retries=False`` ends the run
+    ``CANCELED`` after Terminate under either executor (``FAILURE`` when nobody asked Dagster to
+    stop it). The run has wound down before (ops/run/cancel.py).
+    """
+    try:
+        yield from events
+    except (dg.DagsterExecutionInterruptedError, KeyboardInterrupt) as exc:
+        raise dg.Failure(
+            description=(
+                f"the run was interrupted ({type(exc).__name__}) and is not retried: its leases "
+                "are released with their pending intents, and the next run takes over at once "
+                "and replays them"
+            ),
+            metadata={"retryable": False, "error": type(exc).__name__},
+            allow_retries=False,
+        ) from exc
 
 
 @dataclass(frozen=True)
@@ -329,6 +357,11 @@ def build_eventhub_ingest_asset(
         or "Events from an Azure Event Hub, landed exactly once; one partition per hub partition.",
     )
     def _ingest(
+        context: dg.AssetExecutionContext, config: ReplayConfig
+    ) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
+        yield from stopped_is_final(_events(context, config))
+
+    def _events(
         context: dg.AssetExecutionContext, config: ReplayConfig
     ) -> Iterator[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
         targets = list(context.partition_keys)

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from dagster_eventhub_ingest.dagster_project.assets import (
     ReplayConfig,
     build_eventhub_ingest_asset,
     dagster_run_is_dead,
+    stopped_is_final,
 )
 from dagster_eventhub_ingest.dagster_project.checks import (
     LAG_CHECK_NAME,
@@ -721,6 +723,34 @@ def test_partition_metadata_has_standard_keys_and_no_zero_noise() -> None:
         replay=False,
     )
     assert took_over["eventhub/replay"].value == "pending range 10..12 left by run-dead"
+
+
+def test_an_interrupted_step_in_process_fails_once_without_the_retry_policys_retries() -> None:
+    """In the run's own process (``dg.materialize``, the in-process executor) Dagster turns an
+    interrupt into a retry under a RetryPolicy; the asset's wrapper makes it a final failure."""
+
+    def interrupted() -> Iterator[dg.MaterializeResult]:
+        raise dg.DagsterExecutionInterruptedError()
+        yield  # a generator, as the asset's body is
+
+    def steps(wrap: bool) -> tuple[list[str], dg.ExecuteInProcessResult]:
+        @dg.asset(name=f"stopped_{wrap}", retry_policy=dg.RetryPolicy(max_retries=2))
+        def stopped() -> Iterator[dg.MaterializeResult]:
+            yield from stopped_is_final(interrupted()) if wrap else interrupted()
+
+        result = dg.materialize([stopped], raise_on_error=False)
+        return [e.event_type_value for e in result.all_events], result
+
+    plain, _ = steps(wrap=False)  # what the wrapper is for: Dagster's own behaviour
+    assert plain.count("STEP_UP_FOR_RETRY") == 2 and plain.count("STEP_RESTARTED") == 2, plain
+    final, result = steps(wrap=True)
+    assert "STEP_UP_FOR_RETRY" not in final and "STEP_RESTARTED" not in final, final
+    assert final.count("STEP_FAILURE") == 1 and not result.success
+    failure = result.get_step_failure_events()[0].step_failure_data
+    assert failure.user_failure_data is not None
+    assert failure.user_failure_data.description is not None
+    assert "is not retried" in failure.user_failure_data.description
+    assert failure.user_failure_data.metadata["error"].value == "DagsterExecutionInterruptedError"
 
 
 def test_is_owner_dead_follows_the_instance_run_status(
