@@ -1,8 +1,9 @@
 """Dagster's Terminate on a run that is reading: `dagster dev` (webserver, daemon, code server,
-run worker, step process, its local Spark) on the project's defs.yaml against the emulators.
+run worker, its local Spark) on the project's defs.yaml against the emulators.
 
 The run is launched and terminated through the GraphQL API the UI uses (the run coordinator,
-then the run launcher, interrupt the step). The step winds down by Dagster's own interrupt: its
+then the run launcher, interrupt the step, which runs in the run worker's process). The step winds
+down by Dagster's own interrupt, fails without a retry and the run ends CANCELED: its
 leases are released with the intents kept, its Spark session and JVM end with the step, and a
 second run takes over at once (no wait for the lease expiry) and lands every event once.
 """
@@ -45,6 +46,12 @@ def _status(home: Path, run_id: str) -> dg.DagsterRunStatus:
         run = instance.get_run_by_id(run_id)
         assert run is not None
         return run.status
+
+
+def _event_types(home: Path, run_id: str) -> list[str]:
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        events = [e.dagster_event for e in instance.all_logs(run_id)]
+        return [e.event_type_value for e in events if e is not None]
 
 
 def _messages(home: Path, run_id: str) -> str:
@@ -109,6 +116,12 @@ def test_a_terminated_run_releases_its_leases_ends_its_jvm_and_is_taken_over_at_
             assert own.intent is not None and own.intent.owner_id == first  # kept
         text = _messages(home, first)
         assert "the run stopped while reading and writing" in text or "interrupted" in text, text
+        # The project's runs execute their one step in the run worker's process; Terminate
+        # there is a step failure that is never retried, not the RetryPolicy's retry.
+        assert "Executing steps in process" in text, text[-3000:]
+        types = _event_types(home, first)
+        assert "STEP_UP_FOR_RETRY" not in types and "STEP_RESTARTED" not in types, types
+        assert "STEP_FAILURE" in types and "PIPELINE_CANCELED" in types, types
 
         second = client.submit_job_execution(JOB, repository_location_name=LOCATION, tags=ALL)
         done = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE}
