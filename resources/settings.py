@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dagster_eventhub_ingest.resources.azure.credentials import (
     CredentialOptions,
@@ -46,7 +46,13 @@ if TYPE_CHECKING:
     )
     from azure.eventhub.aio import EventHubConsumerClient as AsyncEventHubConsumerClient
 
-__all__ = ["EVENT_COLUMNS", "EventHubSettings", "entity_path", "parse_eventhub_connection_string"]
+__all__ = [
+    "EVENT_COLUMNS",
+    "ConnectionParts",
+    "EventHubSettings",
+    "entity_path",
+    "parse_eventhub_connection_string",
+]
 
 
 def parse_eventhub_connection_string(conn_str: str) -> EventHubConnectionStringProperties:
@@ -69,6 +75,17 @@ def entity_path(conn_str: str | None) -> str | None:
     if not conn_str:
         return None
     return parse_eventhub_connection_string(conn_str).eventhub_name or None
+
+
+class ConnectionParts(NamedTuple):
+    """What a connection string says, as the SDK's parser read it: plain values, so a settings
+    object carries them to Spark's Python workers without the SDK (``import azure.eventhub``
+    is ~0.3 s of CPU per process, and the reader in a worker talks AMQP itself)."""
+
+    fully_qualified_namespace: str
+    shared_access_signature: str | None
+    shared_access_key_name: str | None
+    shared_access_key: str | None
 
 
 @dataclass(frozen=True)
@@ -119,6 +136,18 @@ class EventHubSettings:
                     f"connection_string: EntityPath={entity!r} differs from "
                     f"eventhub_name={self.eventhub_name!r}"
                 )
+            # Not a field (equality, repr and replace() keep to the fields); pickled with the
+            # instance, which is not re-validated where it is unpickled.
+            object.__setattr__(
+                self,
+                "_parts",
+                ConnectionParts(
+                    parts.fully_qualified_namespace,
+                    parts.shared_access_signature,
+                    parts.shared_access_key_name,
+                    parts.shared_access_key,
+                ),
+            )
         elif self.credential_type == "default_azure_credential":
             if not self.fully_qualified_namespace:
                 raise ConfigurationError(
@@ -137,10 +166,24 @@ class EventHubSettings:
         """The fully qualified namespace the Azure SDK reports (names checkpoint blobs)."""
         if self.fully_qualified_namespace:
             return self.fully_qualified_namespace
-        assert self.connection_string is not None
         # The SDK's EventProcessor names blobs by the endpoint host as given (port included, as
         # with the emulator's "127.0.0.1:5673"), without scheme or path.
-        return parse_eventhub_connection_string(self.connection_string).fully_qualified_namespace
+        return self.connection_parts().fully_qualified_namespace
+
+    def connection_parts(self) -> ConnectionParts:
+        """The connection string's parts, as the SDK's parser read them when these settings
+        were made (a ``credential_type='connection_string'`` settings only)."""
+        parts: ConnectionParts | None = self.__dict__.get("_parts")
+        if parts is None:  # pickled by a version without them
+            assert self.connection_string is not None
+            sdk = parse_eventhub_connection_string(self.connection_string)
+            parts = ConnectionParts(
+                sdk.fully_qualified_namespace,
+                sdk.shared_access_signature,
+                sdk.shared_access_key_name,
+                sdk.shared_access_key,
+            )
+        return parts
 
     @property
     def is_emulator(self) -> bool:

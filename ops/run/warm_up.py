@@ -106,20 +106,18 @@ def warm_up(spark: SparkSession, workdir: Path) -> int:
 
 
 def _import_reader(batches: Any) -> Any:
-    """A worker's first task: import what the ``eventhubs`` reader needs (pyarrow, the Azure
-    SDK for the planner's management calls, the reader's receiver and its native step); one
-    row, the worker's pid, per batch."""
+    """A worker's first task: import what the ``eventhubs`` reader needs (pyarrow, the
+    reader's receiver and its native step; not the Azure SDK: the reader talks AMQP itself and
+    the management calls are the planner's, another process); one row, the worker's pid, per
+    batch."""
     import os
 
-    import azure.eventhub  # noqa: F401
     import pyarrow as pa
 
     import dagster_eventhub_ingest.resources.eventhubs_source.read  # noqa: F401
-    from dagster_eventhub_ingest.resources.azure.transport import prompt_transport
     from dagster_eventhub_ingest.resources.eventhubs_source.arrow import int64_array
     from dagster_eventhub_ingest.resources.eventhubs_source.fastpath.loader import amqp_columns
 
-    prompt_transport()
     amqp_columns()  # loaded (or built) once per worker, before the first read
     for _batch in batches:
         # Built from buffers, as the reader builds its batches: pa.array would import pandas.
@@ -150,7 +148,7 @@ def warm_python(spark: SparkSession, *, with_planners: bool = False) -> set[int]
     """Start the executors' Python workers a read will use, with its imports, without reading.
 
     A first read's tasks wait for Spark to start the Python worker daemon, fork a worker per
-    task slot and have each import pyarrow, the Azure SDK and the reader, after the source's
+    task slot and have each import pyarrow and the reader, after the source's
     own planning steps, one after another. A small Arrow job (the read's kind of Python
     function: the workers of another kind are another daemon's) over as many partitions as
     the session has task slots does that beforehand (the run: on a thread, while it claims

@@ -115,10 +115,7 @@ def token_source(settings: EventHubSettings) -> TokenSource:
     """The tokens ``settings`` authorize with: its connection string's key or signature, or
     its Entra ID credential (created here, in the process that reads)."""
     if settings.credential_type == "connection_string":
-        from dagster_eventhub_ingest.resources.settings import parse_eventhub_connection_string
-
-        assert settings.connection_string is not None
-        parts = parse_eventhub_connection_string(settings.connection_string)
+        parts = settings.connection_parts()
         if parts.shared_access_signature:
             return _Signature(parts.shared_access_signature)
         assert parts.shared_access_key_name and parts.shared_access_key
