@@ -13,6 +13,9 @@ checkpoint container and sink, so all read the very same events:
   starts a detached writer when it exits; the next ones start while that writer may still run
   (at the lowest CPU priority) and map the archive once it is in place.
 * ``fresh 4``: once the writer is done (its time printed), a run mapping the archive it wrote.
+* ``verified``: before ``fresh 1``, a run without an archive (``EHINGEST_JVM_ARCHIVE=off``) whose
+  JVM verifies the classes it loads (``EHINGEST_JVM_SKIP_VERIFY=off``): what ``fresh 1`` costs
+  with verification on (a JVM without an archive skips it by default, docs/deploy.md).
 
 The warm run goes first and last, and the ratios are to their median. The reader's native step
 is compiled into both caches first (``ehingest build-reader``: the platform wheel ships it
@@ -141,6 +144,10 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
 
         print(f"\nehingest run, cold, end to end, {args.events:,} events:")
         run("warm", warm_env)
+        run(
+            "verified",
+            {**warm_env, "EHINGEST_JVM_ARCHIVE": "off", "EHINGEST_JVM_SKIP_VERIFY": "off"},
+        )
         for i in (1, 2, 3):
             run(f"fresh {i}", fresh_env)
         waited = writer_done(tmp / "fresh-cache", 900)
@@ -161,9 +168,15 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
                 "phases": {k: round(v, 3) for k, v in r["phases"].items()},
             },
         )
-        if label.startswith("fresh"):
+        if label.startswith("fresh") or label == "verified":
             ratio = rep.add(f"{label} / warm", round(r["seconds"] / steady, 2))
             print(f"  {label} / warm: {ratio:.2f}")
+    verified = runs["verified"]
+    for key in ("seconds", "cpu_seconds"):
+        change = rep.add(
+            f"fresh 1 / verified, {key}", round(runs["fresh 1"][key] / verified[key], 2)
+        )
+        print(f"  fresh 1 / verified ({key}): {change:.2f}")
     worst = max(runs[f"fresh {i}"]["seconds"] for i in (2, 3, 4)) / steady
     first = runs["fresh 1"]["seconds"] / steady
     rep.add("target: fresh 1 / warm <= 1.3", {"value": round(first, 2), "met": first <= 1.3})
