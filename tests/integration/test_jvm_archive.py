@@ -244,7 +244,7 @@ assert spark.range(100).selectExpr("sum(id)").first()[0] == 4950
 pid = spark.sparkContext._gateway.proc.pid
 maps = open(f"/proc/{pid}/maps").read()
 print("MAPPED" if os.environ["EHINGEST_CACHE_DIR"] in maps else "NOT-MAPPED")
-command = open(f"/proc/{pid}/cmdline").read().split("\0")
+command = open(f"/proc/{pid}/cmdline").read().split(chr(0))
 print("UNVERIFIED" if "-XX:-BytecodeVerificationRemote" in command else "VERIFIED")
 """
 
