@@ -89,10 +89,12 @@ LOCAL_PINS: dict[str, str] = {
 LOCAL_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:MetaspaceSize=256m"
 
 
-#: What the local driver's JVM gets besides when it starts without a class-data archive: no
-#: bytecode verification of the classes it loads from jars. Such a JVM loads and verifies ~15,000
-#: classes from Spark's jars (an archive maps them verified); verifying is ~1 s of its CPU, 16%
-#: (a cold session and a 100k-row Parquet write, 3 alternated pairs: 5.3-5.9 against 6.4-7.0 s).
+#: What the local driver's JVM gets besides, when asked (``EHINGEST_JVM_SKIP_VERIFY=on``) and it
+#: starts without a class-data archive: no bytecode verification of the classes it loads from
+#: jars. Such a JVM loads ~15,000 classes from Spark's jars (an archive maps them verified);
+#: verifying them is 0.6-1 s of its CPU (``bench/fresh_host.py --alternate``: a cold
+#: ``ehingest run`` of 100k events, JVM CPU 7.97 against 8.62 s, medians of 4 alternated
+#: rounds), with the wall time inside the spread: not worth giving up a defence by default.
 #: Only for the JVM this package starts for a local master with Spark's own jars: not when the
 #: user's conf or Spark conf directory sets Java options, adds jars or a class path
 #: (:func:`verifies_classes`).
@@ -100,7 +102,8 @@ UNVERIFIED_JAVA_OPTIONS = (
     "-XX:+IgnoreUnrecognizedVMOptions -XX:+UnlockDiagnosticVMOptions "
     "-XX:-BytecodeVerificationRemote"
 )
-#: ``off`` (or ``0``, ``false``, ``no``): the local driver's JVM verifies every class it loads.
+#: ``on`` (or ``1``, ``true``, ``yes``): a local driver's JVM without an archive skips verifying
+#: Spark's classes (:data:`UNVERIFIED_JAVA_OPTIONS`).
 SKIP_VERIFY_ENV = "EHINGEST_JVM_SKIP_VERIFY"
 #: Settings that put other jars than Spark's on the driver's class path.
 _JAR_SETTINGS = (
@@ -114,12 +117,10 @@ _JAR_ENV = ("SPARK_CLASSPATH", "SPARK_DIST_CLASSPATH")
 
 def verifies_classes(settings: Mapping[str, str], env: Mapping[str, str] = os.environ) -> bool:
     """Whether a local driver's JVM started with ``settings`` and no class-data archive keeps
-    bytecode verification: unless its Java options are this package's
-    (:data:`LOCAL_DRIVER_JAVA_OPTIONS`) and its class path Spark's own jars, it goes without
-    (:data:`UNVERIFIED_JAVA_OPTIONS`), unless ``EHINGEST_JVM_SKIP_VERIFY=off``."""
-    from dagster_eventhub_ingest.resources.spark.jvm_archive import switched_off
-
-    if switched_off(env.get(SKIP_VERIFY_ENV)):
+    bytecode verification: it goes without (:data:`UNVERIFIED_JAVA_OPTIONS`) only with
+    ``EHINGEST_JVM_SKIP_VERIFY=on``, this package's Java options
+    (:data:`LOCAL_DRIVER_JAVA_OPTIONS`), Spark's own jars and the package's conf directory."""
+    if env.get(SKIP_VERIFY_ENV, "").strip().lower() not in ("on", "1", "true", "yes"):
         return True
     options = settings.get("spark.driver.extraJavaOptions", "")
     if not options.startswith(LOCAL_DRIVER_JAVA_OPTIONS):
