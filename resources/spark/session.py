@@ -92,9 +92,10 @@ LOCAL_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:Metasp
 #: What the local driver's JVM gets besides, when asked (``EHINGEST_JVM_SKIP_VERIFY=on``) and it
 #: starts without a class-data archive: no bytecode verification of the classes it loads from
 #: jars. Such a JVM loads ~15,000 classes from Spark's jars (an archive maps them verified);
-#: verifying them is 0.6-1 s of its CPU (``bench/fresh_host.py --alternate``: a cold
-#: ``ehingest run`` of 100k events, JVM CPU 7.97 against 8.62 s, medians of 4 alternated
-#: rounds), with the wall time inside the spread: not worth giving up a defence by default.
+#: verifying them is ~0.6 s of its CPU (``bench/fresh_host.py --alternate 3``: a cold
+#: ``ehingest run`` of 100k events, JVM CPU 8.03 against 8.63 s, wall 8.16 against 8.55 s,
+#: medians of 3 alternated rounds): 5% of a first run, not worth giving up a defence for every
+#: user by default.
 #: Only for the JVM this package starts for a local master with Spark's own jars: not when the
 #: user's conf or Spark conf directory sets Java options, adds jars or a class path
 #: (:func:`verifies_classes`).
