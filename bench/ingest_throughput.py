@@ -97,6 +97,16 @@ _JVM_THREAD_ROLES = (
 )
 
 
+def _maps_own_archive(pid: int) -> bool | None:
+    """Whether a JVM maps a class-data archive besides the JDK's default one (``lib/server/``):
+    the driver's archive (resources/spark/jvm_archive.py); None where ``/proc`` can't tell."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return None
+    return any(line.endswith(".jsa") and "/lib/server/" not in line for line in maps.splitlines())
+
+
 def _process_kind(proc: Any) -> str | None:
     """The part of a run a process is: ``jvm``, ``python_workers`` (every Python process Spark
     starts: executor workers, data source planners) or ``driver`` (the run's own process); None
@@ -145,6 +155,8 @@ class _TreeCpuSampler(threading.Thread):
         self._base: dict[int, float] = {}
         self._base_threads: dict[int, float] = {}
         self.worker_peak_rss_mb = 0.0
+        #: Whether the JVM mapped the driver's class-data archive (None: no JVM seen).
+        self.jvm_archive_mapped: bool | None = None
         self.stop = threading.Event()
 
     def sample(self) -> None:
@@ -165,6 +177,9 @@ class _TreeCpuSampler(threading.Thread):
             self.seen[proc.pid] = (kind, t.user + t.system)
             if kind == "jvm":
                 self.threads.update(_jvm_threads(proc.pid))
+                mapped = _maps_own_archive(proc.pid)
+                if mapped is not None:
+                    self.jvm_archive_mapped = bool(self.jvm_archive_mapped) or mapped
             elif kind == "python_workers":
                 with contextlib.suppress(psutil.Error):
                     # An executor's Python worker (or its daemon), not a data source planner.
@@ -217,6 +232,7 @@ class _TreeCpuSampler(threading.Thread):
             "cpu_by_process": self.by_kind,
             "jvm_cpu_by_thread": self.jvm_threads,
             "python_worker_peak_rss_mb": round(self.worker_peak_rss_mb),
+            "jvm_archive_mapped": self.jvm_archive_mapped,
         }
 
 
@@ -818,6 +834,11 @@ def _print_run(label: str, r: dict) -> None:
         f"= {rate:>9,.0f} events/s; CPU {r.get('cpu_seconds', 0):6.1f} s; "
         f"driver peak RSS {r['driver_peak_rss_mb']:.0f} MB{jvm}; load {r['load']}"
     )
+    if r.get("jvm_archive_mapped") is not None:
+        _say(
+            "      JVM class-data archive: "
+            + ("mapped" if r["jvm_archive_mapped"] else "NOT mapped (classes loaded from the jars)")
+        )
     if "cpu_by_process" in r:
         kinds = ", ".join(f"{k} {v:.1f}" for k, v in r["cpu_by_process"].items())
         roles = ", ".join(f"{k} {v:.1f}" for k, v in r.get("jvm_cpu_by_thread", {}).items())
@@ -1014,8 +1035,9 @@ def main() -> None:
         default="write",
         help="the local driver JVM's class-data archive (resources/spark/jvm_archive.py): "
         "'write' it first with ehingest spark-archive and print what that costs once (default); "
-        "'keep' "
-        "whatever the cache has; 'off' for every variant",
+        "'keep' whatever the cache has (each run prints whether its JVM mapped an archive: "
+        "the key covers the Java options and the install, so a cache written by another "
+        "command may hold none for this one); 'off' for every variant",
     )
     parser.add_argument("--repeat", type=int, default=1, help="runs of each variant per size")
     parser.add_argument("--json", action="store_true", help="print every figure as JSON")
