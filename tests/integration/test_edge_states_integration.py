@@ -17,6 +17,7 @@ import yaml
 from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
 from tests.support.cli import ehingest, run_in_process, write_config
 from tests.support.landed import assert_exactly_once, landed_events, send_tagged, sent_events
+from tests.support.raising import Crash
 
 pytestmark = [pytest.mark.integration]
 
@@ -185,10 +186,6 @@ def test_a_wrong_sas_key_is_a_configuration_error_before_any_claim(
     assert "refused the credential" in done.stderr and "Retrying cannot help" in done.stderr
     assert "Traceback" not in done.stderr and wrong_key not in done.stdout + done.stderr
     assert AzureBlobBackend.from_settings(store).list("") == []
-
-
-class Crash(BaseException):
-    """A simulated process death (no ``except Exception`` swallows it)."""
 
 
 def _ingest_settings(hub, container: str, conn: str, out: Path, **kw):

@@ -1,4 +1,5 @@
-"""Real exceptions for tests that classify them: raised, with the chain Python gives them."""
+"""Real exceptions for tests: raised, with the chain Python gives them; and a simulated process
+death."""
 
 from __future__ import annotations
 
@@ -23,3 +24,12 @@ def raised_from(outer: BaseException, cause: BaseException) -> BaseException:
             raise outer from inner
     except BaseException as exc:
         return exc
+
+
+class Crash(BaseException):
+    """A simulated process death: a BaseException, so no ``except Exception`` swallows it."""
+
+
+def crash(*_: object) -> None:
+    """Die here (e.g. as a sink's ``after_write``: written, not checkpointed)."""
+    raise Crash()

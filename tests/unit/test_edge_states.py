@@ -15,6 +15,7 @@ from dagster_eventhub_ingest.resources.errors import CheckpointAheadError, Confi
 from dagster_eventhub_ingest.resources.store.memory import InMemoryBackend
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 from dagster_eventhub_ingest.resources.store.records import Checkpoint, Intent
+from tests.support.raising import Crash, crash
 from tests.support.run_fakes import HUB, FakeHub, config, greedy_claim, info, make
 
 
@@ -250,12 +251,6 @@ def test_pending_intent_is_replayed_only_into_the_layout_it_was_written_with() -
     backend = InMemoryBackend()
     proc, store, sink = make(hub, backend, owner="dead")
 
-    class Crash(BaseException):
-        pass
-
-    def crash(_ranges):
-        raise Crash()
-
     sink.after_write = crash  # written, not checkpointed
     with pytest.raises(Crash):
         proc.run()
@@ -352,12 +347,6 @@ def test_skip_keeps_a_partly_expired_intent_the_crashed_attempt_already_wrote() 
     hub.send_all(100)
     backend = InMemoryBackend()
     proc, store, sink = make(hub, backend, owner="dead")
-
-    class Crash(BaseException):
-        pass
-
-    def crash(_ranges):
-        raise Crash()
 
     sink.after_write = crash  # the whole batch 0..99 is in the sink, not checkpointed
     with pytest.raises(Crash):

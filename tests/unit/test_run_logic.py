@@ -28,6 +28,7 @@ from dagster_eventhub_ingest.resources.sink import SinkSettings
 from dagster_eventhub_ingest.resources.store.memory import InMemoryBackend
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 from dagster_eventhub_ingest.resources.store.records import Checkpoint, Intent, Ownership
+from tests.support.raising import Crash, crash
 from tests.support.run_fakes import (
     HUB,
     FakeHub,
@@ -37,10 +38,6 @@ from tests.support.run_fakes import (
     info,
     make,
 )
-
-
-class Crash(BaseException):
-    """A simulated process death (BaseException so no `except Exception` swallows it)."""
 
 
 def real_claim(store: PartitionStore, owner: str, strategy: str, expiry: float):
@@ -351,9 +348,6 @@ def test_pending_intent_left_by_a_crash_is_replayed_exactly() -> None:
     now = [datetime(2024, 1, 1, tzinfo=timezone.utc)]
     backend = InMemoryBackend(clock=lambda: now[0])
     proc, store, sink = make(hub, backend, owner="dead", max_events_per_partition=8)
-
-    def crash(_ranges):
-        raise Crash()
 
     sink.after_write = crash  # written, not checkpointed
     with pytest.raises(Crash):
