@@ -79,13 +79,23 @@ def entity_path(conn_str: str | None) -> str | None:
 
 class ConnectionParts(NamedTuple):
     """What a connection string says, as the SDK's parser read it: plain values, so a settings
-    object carries them to Spark's Python workers without the SDK (``import azure.eventhub``
-    is ~0.3 s of CPU per process, and the reader in a worker talks AMQP itself)."""
+    object carries them to Spark's Python workers without importing the SDK there (the reader
+    in a worker talks AMQP itself)."""
 
     fully_qualified_namespace: str
     shared_access_signature: str | None
     shared_access_key_name: str | None
     shared_access_key: str | None
+
+    @classmethod
+    def of(cls, sdk: EventHubConnectionStringProperties) -> ConnectionParts:
+        """The parts the SDK's parser read."""
+        return cls(
+            sdk.fully_qualified_namespace,
+            sdk.shared_access_signature,
+            sdk.shared_access_key_name,
+            sdk.shared_access_key,
+        )
 
 
 @dataclass(frozen=True)
@@ -138,16 +148,7 @@ class EventHubSettings:
                 )
             # Not a field (equality, repr and replace() keep to the fields); pickled with the
             # instance, which is not re-validated where it is unpickled.
-            object.__setattr__(
-                self,
-                "_parts",
-                ConnectionParts(
-                    parts.fully_qualified_namespace,
-                    parts.shared_access_signature,
-                    parts.shared_access_key_name,
-                    parts.shared_access_key,
-                ),
-            )
+            object.__setattr__(self, "_parts", ConnectionParts.of(parts))
         elif self.credential_type == "default_azure_credential":
             if not self.fully_qualified_namespace:
                 raise ConfigurationError(
@@ -174,15 +175,9 @@ class EventHubSettings:
         """The connection string's parts, as the SDK's parser read them when these settings
         were made (a ``credential_type='connection_string'`` settings only)."""
         parts: ConnectionParts | None = self.__dict__.get("_parts")
-        if parts is None:  # pickled by a version without them
+        if parts is None:  # made without __post_init__ (e.g. unpickled from a bare __dict__)
             assert self.connection_string is not None
-            sdk = parse_eventhub_connection_string(self.connection_string)
-            parts = ConnectionParts(
-                sdk.fully_qualified_namespace,
-                sdk.shared_access_signature,
-                sdk.shared_access_key_name,
-                sdk.shared_access_key,
-            )
+            parts = ConnectionParts.of(parse_eventhub_connection_string(self.connection_string))
         return parts
 
     @property

@@ -299,8 +299,8 @@ class DeltaBatchSource(DataSource):
 def _partition_values(keys: list[pa.ChunkedArray]) -> list[tuple[str | None, ...]]:
     """The distinct combinations of the partition columns' values (``keys``), in order of first
     appearance. Through ``pc.unique`` for one column and Python for several: a table's
-    ``group_by`` imports pyarrow's query engine and pandas with it (~0.2-0.4 s of CPU in every
-    Python worker that writes)."""
+    ``group_by`` imports pyarrow's query engine and pandas with it, in every Python worker that
+    writes."""
     import pyarrow.compute as pc
 
     if len(keys) == 1:

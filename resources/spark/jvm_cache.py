@@ -54,6 +54,12 @@ UNUSED_SECONDS = 14 * 86400.0
 _STALE_SECONDS = 3600.0
 
 
+def switched_on(value: str | None) -> bool:
+    """Whether an ``EHINGEST_*`` switch's value turns its feature on (``on``, ``1``, ``true``,
+    ``yes``; any case)."""
+    return (value or "").strip().lower() in ("on", "1", "true", "yes")
+
+
 def switched_off(value: str | None) -> bool:
     """Whether an ``EHINGEST_*`` switch's value turns its feature off (``off``, ``0``,
     ``false``, ``no``; any case)."""

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dagster_eventhub_ingest.resources.spark.jvm_cache import switched_on
 from dagster_eventhub_ingest.resources.spark.kind import DEFAULT_SPARK_MASTER, is_local_master
 
 if TYPE_CHECKING:
@@ -91,11 +92,9 @@ LOCAL_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:Metasp
 
 #: What the local driver's JVM gets besides, when asked (``EHINGEST_JVM_SKIP_VERIFY=on``) and it
 #: starts without a class-data archive: no bytecode verification of the classes it loads from
-#: jars. Such a JVM loads ~15,000 classes from Spark's jars (an archive maps them verified);
-#: verifying them is ~0.6 s of its CPU (``bench/fresh_host.py --alternate 3``: a cold
-#: ``ehingest run`` of 100k events, JVM CPU 8.03 against 8.63 s, wall 8.16 against 8.55 s,
-#: medians of 3 alternated rounds): 5% of a first run, not worth giving up a defence for every
-#: user by default.
+#: jars (an archive maps them already verified). It shortens a first run a little
+#: (docs/benchmarks.md, "A fresh host"), not enough to give up a defence for every user by
+#: default (docs/deploy.md).
 #: Only for the JVM this package starts for a local master with Spark's own jars: not when the
 #: user's conf or Spark conf directory sets Java options, adds jars or a class path
 #: (:func:`verifies_classes`).
@@ -121,7 +120,7 @@ def verifies_classes(settings: Mapping[str, str], env: Mapping[str, str] = os.en
     bytecode verification: it goes without (:data:`UNVERIFIED_JAVA_OPTIONS`) only with
     ``EHINGEST_JVM_SKIP_VERIFY=on``, this package's Java options
     (:data:`LOCAL_DRIVER_JAVA_OPTIONS`), Spark's own jars and the package's conf directory."""
-    if env.get(SKIP_VERIFY_ENV, "").strip().lower() not in ("on", "1", "true", "yes"):
+    if not switched_on(env.get(SKIP_VERIFY_ENV)):
         return True
     options = settings.get("spark.driver.extraJavaOptions", "")
     if not options.startswith(LOCAL_DRIVER_JAVA_OPTIONS):
