@@ -93,15 +93,22 @@ def stopped_is_final(events: Iterator[T]) -> Iterator[T]:
     try:
         yield from events
     except (dg.DagsterExecutionInterruptedError, KeyboardInterrupt) as exc:
-        raise dg.Failure(
-            description=(
-                f"the run was interrupted ({type(exc).__name__}) and is not retried: its leases "
-                "are released with their pending intents, and the next run takes over at once "
-                "and replays them"
-            ),
-            metadata={"retryable": False, "error": type(exc).__name__},
-            allow_retries=False,
+        raise _final_failure(
+            exc,
+            f"the run was interrupted ({type(exc).__name__}) and is not retried: its leases are "
+            "released with their pending intents, and the next run takes over at once and "
+            "replays them",
         ) from exc
+
+
+def _final_failure(exc: BaseException, description: str) -> dg.Failure:
+    """The step failure for ``exc`` that no ``RetryPolicy`` retries, with ``description`` on top
+    and the error's class in its metadata."""
+    return dg.Failure(
+        description=description,
+        metadata={"retryable": False, "error": type(exc).__name__},
+        allow_retries=False,
+    )
 
 
 @dataclass(frozen=True)
@@ -424,11 +431,7 @@ def build_eventhub_ingest_asset(
                 raise
             if exc.retryable:
                 raise  # the RetryPolicy retries it, with backoff
-            raise dg.Failure(
-                description=f"{type(exc).__name__}: {exc}",
-                metadata={"retryable": False, "error": type(exc).__name__},
-                allow_retries=False,
-            ) from exc
+            raise _final_failure(exc, f"{type(exc).__name__}: {exc}") from exc
         explicit = RUNNER_TAG not in context.run.tags
         materialized = context.instance.get_materialized_partitions(asset_key)
         done = materialization_plan(

@@ -29,7 +29,10 @@ export SPARK_DAEMON_JAVA_OPTS="${SPARK_DAEMON_JAVA_OPTS:-$EHINGEST_TEST_JAVA_OPT
 export EHINGEST_JVM_ARCHIVE="${EHINGEST_JVM_ARCHIVE:-use}"
 
 if [ $# -eq 0 ]; then TIERS=${TIERS:-all}; else TIERS=${TIERS:-none}; fi
-TIER_LOGS=${TIER_LOGS:-$(mktemp -d -t ehingest-tiers.XXXXXX)}
+# Logs (and the browser tier's screenshots) stay when something failed or TIER_LOGS was given;
+# a temp dir of a run that passed is removed.
+OWN_TIER_LOGS=
+if [ -z "${TIER_LOGS:-}" ]; then TIER_LOGS=$(mktemp -d -t ehingest-tiers.XXXXXX); OWN_TIER_LOGS=1; fi
 export TIER_LOGS
 declare -A tier_pid=() tier_start=()
 # Longest tiers first (they all start at once; this only orders their start-up bursts), then any
@@ -110,5 +113,6 @@ for name in "${!tier_pid[@]}"; do
     rc=1
   fi
 done
+if [ "$rc" -eq 0 ] && [ -n "$OWN_TIER_LOGS" ]; then rm -rf "$TIER_LOGS"; fi
 echo "== scripts/test.sh exit $rc in $(since "$T0") (load: $(cut -d' ' -f1-3 /proc/loadavg))"
 exit "$rc"
