@@ -322,9 +322,18 @@ class LocalPySparkResource(PySparkResource):
 
     @property
     def spark_session(self) -> Any:
-        """The session, started (``getOrCreate``) on first use."""
+        """The session, started (``getOrCreate``) on first use, and again when the driver JVM
+        it started has exited meanwhile (a retry in the run worker's process after the JVM was
+        killed gets a live session, not the dead one)."""
         from dagster_eventhub_ingest.resources.spark.kind import is_connect_session
 
+        exited = None if self._owned is None else self._owned.driver_exited()
+        if exited is not None:
+            dg.get_dagster_logger().warning(
+                f"the Spark driver JVM this run started has exited (code {exited}): starting a "
+                "new one"
+            )
+            self.stop_session()
         if self._spark_session is None:
             if self._owned is None:
                 self._owned = OwnedSession(self._start)

@@ -91,6 +91,18 @@ class OwnedSession:
             self._stop()
         return session
 
+    def driver_exited(self) -> int | None:
+        """The exit code of the local driver JVM this session's start launched, once it has
+        exited under the session (killed, out of memory): the session is dead then. None while
+        it runs, and for a session whose JVM (or Spark Connect server) is not this one's."""
+        from dagster_eventhub_ingest.resources.spark import jvm_archive
+
+        with self._lock:
+            if self._session is None or not self._end_jvm:
+                return None
+        proc = jvm_archive.gateway_process()
+        return None if proc is None else proc.poll()
+
     def close(self, *, keep_archive: bool = True, wait: float = 30.0) -> None:
         """Stop what :meth:`get` started (idempotent), and return once it is stopped.
 
@@ -213,6 +225,12 @@ def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECOND
         if SparkContext._gateway is gateway:
             SparkContext._gateway = None
             SparkContext._jvm = None
+            # A context whose stop met the JVM already dead (a refused connection, which pyspark
+            # does not catch) has no JVM side any more but is still the active one: getOrCreate
+            # would hand it out again.
+            context = SparkContext._active_spark_context
+            if context is not None and getattr(context, "_jsc", None) is None:
+                SparkContext._active_spark_context = None
     if gateway is not None:
         with contextlib.suppress(Exception):
             gateway.close()

@@ -223,3 +223,58 @@ def test_sql_preparation_looks_data_sources_up_only_once_the_context_runs(
         ended._thread.join(5)
         assert not ended._thread.is_alive()
         assert calls == (registries if gateway_first else [])
+
+
+_RETRY_GUEST = """
+import json, os, signal
+import dagster as dg
+import psutil
+from dagster_eventhub_ingest.dagster_project.resources import local_pyspark_resource
+from dagster_eventhub_ingest.resources.spark import jvm_archive
+
+pids = []
+
+@dg.asset(retry_policy=dg.RetryPolicy(max_retries=1))
+def counted(context: dg.AssetExecutionContext, pyspark: dg.ConfigurableResource) -> int:
+    spark = pyspark.spark_session
+    pids.append(jvm_archive.gateway_process().pid)
+    if context.retry_number == 0:  # the JVM dies under the step (the OOM killer, kill -9)
+        os.kill(pids[-1], signal.SIGKILL)
+        jvm_archive.gateway_process().wait(30)
+    return spark.range(5).count()
+
+result = dg.materialize(
+    [counted], resources={"pyspark": local_pyspark_resource({"spark.master": "local[1]"})},
+    raise_on_error=False,
+)
+print(json.dumps({
+    "success": result.success,
+    "events": [e.event_type_value for e in result.all_events if e.is_step_event],
+    "value": result.output_for_node("counted") if result.success else None,
+    "pids": pids,
+    "java_left": [p.pid for p in psutil.Process().children(recursive=True)],
+}))
+"""
+
+
+@pytest.mark.spark
+def test_a_retry_in_the_run_worker_s_process_gets_a_new_jvm_after_the_old_one_died() -> None:
+    """Dagster's in-process execution keeps one resource for the run: when the driver JVM the
+    resource started is killed under a step, the step's retry starts a new JVM instead of failing
+    again on the dead one, and the run leaves no process behind."""
+    done = subprocess.run(
+        [sys.executable, "-c", _RETRY_GUEST],
+        cwd=ROOT,
+        env={**os.environ, "EHINGEST_JVM_ARCHIVE": "off"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["success"], (seen, done.stderr[-3000:])
+    assert seen["events"].count("STEP_UP_FOR_RETRY") == 1 and seen["value"] == 5
+    first, second = seen["pids"]
+    assert first != second
+    assert seen["java_left"] == []
+    assert "the Spark driver JVM this run started has exited (code -9)" in done.stderr
