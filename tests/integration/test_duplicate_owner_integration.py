@@ -35,7 +35,14 @@ def _reap(proc: subprocess.Popen) -> None:
         proc.wait(10)
 
 
-def _setup(make_eventhub, conn: str, container: str, tmp_path: Path, **extra):
+def _setup(
+    make_eventhub,
+    monkeypatch: pytest.MonkeyPatch,
+    conn: str,
+    container: str,
+    tmp_path: Path,
+    **extra,
+):
     from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
     from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
     from dagster_eventhub_ingest.resources.store.settings import StoreSettings
@@ -44,8 +51,8 @@ def _setup(make_eventhub, conn: str, container: str, tmp_path: Path, **extra):
     sent = {p: [f"{p}-{i}-".encode() * 10 for i in range(120)] for p in hub.partition_ids}
     for pid, bodies in sent.items():
         hub.send(pid, bodies)
-    os.environ["DUP_EH_CONN"] = hub.connection_string
-    os.environ["DUP_ST_CONN"] = conn
+    monkeypatch.setenv("DUP_EH_CONN", hub.connection_string)
+    monkeypatch.setenv("DUP_ST_CONN", conn)
     out = tmp_path / "out"
     cfg = write_config(
         tmp_path,
@@ -76,10 +83,14 @@ def _heartbeat_instance(store, owner: str) -> str:
 
 
 def test_a_second_process_with_a_live_owner_id_is_refused_and_the_first_lands_every_event_once(
-    make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
+    make_eventhub,
+    monkeypatch: pytest.MonkeyPatch,
+    azurite_connection_string: str,
+    container_name: str,
+    tmp_path: Path,
 ) -> None:
     _hub, sent, out, cfg, store = _setup(
-        make_eventhub, azurite_connection_string, container_name, tmp_path
+        make_eventhub, monkeypatch, azurite_connection_string, container_name, tmp_path
     )
     first = _spawn(cfg, "same", tmp_path / "first.log")
     second = None
@@ -117,11 +128,16 @@ def test_a_second_process_with_a_live_owner_id_is_refused_and_the_first_lands_ev
 
 
 def test_a_retry_of_a_killed_process_with_the_same_owner_id_takes_over_at_once(
-    make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
+    make_eventhub,
+    monkeypatch: pytest.MonkeyPatch,
+    azurite_connection_string: str,
+    container_name: str,
+    tmp_path: Path,
 ) -> None:
     # A lease expiry far beyond the test's patience: only an immediate takeover can finish.
     _hub, sent, out, cfg, store = _setup(
         make_eventhub,
+        monkeypatch,
         azurite_connection_string,
         container_name,
         tmp_path,

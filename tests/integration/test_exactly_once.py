@@ -124,14 +124,18 @@ def _covered(outcomes: collections.Counter[str]) -> bool:
 
 @pytest.mark.timeout(1500)  # chaos up to CHAOS_MAX_SECONDS, then up to 4 final runs of 240 s
 def test_concurrent_runs_killed_at_every_step_land_each_event_exactly_once(
-    make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
+    make_eventhub,
+    monkeypatch: pytest.MonkeyPatch,
+    azurite_connection_string: str,
+    container_name: str,
+    tmp_path: Path,
 ) -> None:
     hub = make_eventhub(partitions=PARTITIONS)
     out = tmp_path / "out"
     logs = tmp_path / "logs"
     logs.mkdir()
-    os.environ["EO_EH_CONN"] = hub.connection_string
-    os.environ["EO_ST_CONN"] = azurite_connection_string
+    monkeypatch.setenv("EO_EH_CONN", hub.connection_string)
+    monkeypatch.setenv("EO_ST_CONN", azurite_connection_string)
     base: dict[str, Any] = {
         "eh_conn_env": "EO_EH_CONN",
         "store_conn_env": "EO_ST_CONN",

@@ -107,7 +107,11 @@ def test_hub_dying_mid_read_is_a_hub_error_and_a_rerun_lands_every_event_once(
 
 @pytest.mark.spark
 def test_a_driver_killed_mid_write_leaves_staging_that_the_rerun_removes(
-    make_eventhub, azurite_connection_string: str, container_name: str, tmp_path: Path
+    make_eventhub,
+    monkeypatch: pytest.MonkeyPatch,
+    azurite_connection_string: str,
+    container_name: str,
+    tmp_path: Path,
 ) -> None:
     import contextlib
     import os
@@ -120,8 +124,8 @@ def test_a_driver_killed_mid_write_leaves_staging_that_the_rerun_removes(
     for pid, bodies in sent.items():
         for i in range(0, len(bodies), 500):
             hub.send(pid, bodies[i : i + 500])
-    os.environ["STG_EH_CONN"] = hub.connection_string
-    os.environ["STG_ST_CONN"] = azurite_connection_string
+    monkeypatch.setenv("STG_EH_CONN", hub.connection_string)
+    monkeypatch.setenv("STG_ST_CONN", azurite_connection_string)
     out = tmp_path / "out"
     cfg = write_config(
         tmp_path,
