@@ -347,16 +347,19 @@ class LocalPySparkResource(PySparkResource):
     def _start(self) -> Any:
         """``getOrCreate`` as dagster-pyspark does; a classic driver's JVM launched by
         :func:`dagster_eventhub_ingest.resources.spark.session.start_classic_driver` (a local one
-        from the class-data archive)."""
-        from dagster_pyspark.resources import spark_session_from_config
+        from the class-data archive); on Spark Connect the server session runs of the same code
+        and settings share
+        (:func:`dagster_eventhub_ingest.resources.spark.connect_session.connect_session`)."""
         from dagster_spark.utils import flatten_dict
 
+        from dagster_eventhub_ingest.resources.spark.connect_session import connect_session
         from dagster_eventhub_ingest.resources.spark.session import start_classic_driver
 
-        config = self.spark_config
-        if config.get("spark.remote"):
-            return spark_session_from_config(config)
-        return start_classic_driver({key: str(value) for key, value in flatten_dict(config)})
+        settings = {key: str(value) for key, value in flatten_dict(self.spark_config)}
+        remote = settings.pop("spark.remote", None)
+        if remote:
+            return connect_session(remote, settings)
+        return start_classic_driver(settings)
 
 
 def _engine(spark_config: Mapping[str, Any]) -> SparkConfig:

@@ -118,7 +118,18 @@ def read_sink(spark: SparkSession, sink: SinkSettings) -> DataFrame:
 @contextlib.contextmanager
 def _partition_values_as_written(spark: SparkSession) -> Iterator[None]:
     """Hive-style directories would turn partition "0" into an int: keep the written types
-    (partition discovery runs inside load(), so the setting only needs to span it)."""
+    (partition discovery runs inside load(), so the setting only needs to span it).
+
+    Not on Spark Connect: there load() only describes the read, which the server resolves when
+    the read runs, after this; and the session may be shared by concurrent runs
+    (:mod:`dagster_eventhub_ingest.resources.spark.connect_session`), whose sets and restores
+    would interleave.
+    """
+    from dagster_eventhub_ingest.resources.spark.kind import is_connect_session
+
+    if is_connect_session(spark):
+        yield
+        return
     key = "spark.sql.sources.partitionColumnTypeInference.enabled"
     previous = spark.conf.get(key, None)
     spark.conf.set(key, "false")

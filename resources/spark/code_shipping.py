@@ -28,6 +28,7 @@ import re
 import tempfile
 import threading
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,6 +44,7 @@ __all__ = [
     "SHIPPED_PACKAGES",
     "SHIP_CODE_CONF",
     "build_code_zip",
+    "code_identity",
     "missing_module_error",
     "ship_code",
 ]
@@ -142,6 +144,25 @@ def build_code_zip(
     return target
 
 
+def _shipping(setting: object) -> bool:
+    """Whether the value of :data:`SHIP_CODE_CONF` (None: unset) turns shipping on."""
+    enabled = str("true" if setting is None else setting).strip().lower()
+    if enabled not in ("true", "false"):
+        raise ConfigurationError(
+            f"{SHIP_CODE_CONF}: {enabled!r} is not valid; valid: true (ship the project's code "
+            "to executors, the default) or false (the cluster has the package installed)"
+        )
+    return enabled == "true"
+
+
+def code_identity(settings: Mapping[str, str]) -> str:
+    """What a session with ``settings`` runs of this package: the name of the zip it is shipped
+    (version and hash of every shipped file), or the version the cluster has installed."""
+    if _shipping(settings.get(SHIP_CODE_CONF)):
+        return build_code_zip().name
+    return f"installed dagster-eventhub-ingest {_version()}"
+
+
 def ship_code(spark: SparkSession) -> Path | None:
     """Add the project's code to a non-local ``spark`` session once; None when not needed.
 
@@ -158,30 +179,39 @@ def _ship_code(spark: SparkSession) -> Path | None:
     if session_is_local(spark):
         _SHIPPED.add(id(spark))
         return None
-    enabled = str(spark.conf.get(SHIP_CODE_CONF, "true")).strip().lower()
-    if enabled not in ("true", "false"):
-        raise ConfigurationError(
-            f"{SHIP_CODE_CONF}: {enabled!r} is not valid; valid: true (ship the project's code "
-            "to executors, the default) or false (the cluster has the package installed)"
-        )
-    if enabled == "false":
+    if not _shipping(spark.conf.get(SHIP_CODE_CONF, "true")):
         _SHIPPED.add(id(spark))
         return None
     path = build_code_zip()
     if is_connect_session(spark):
-        try:
-            spark.addArtifacts(str(path), pyfile=True)
-        except Exception as exc:
-            # A session that already holds an artifact of this name holds this code: the name
-            # is the version and a hash of every shipped file. The server says so by its error
-            # condition (ARTIFACT_ALREADY_EXISTS), never only in its message.
-            if not already_exists(exc):
-                raise
+        _add_artifact(spark, path)
     else:
         spark.sparkContext.addPyFile(str(path))
     _SHIPPED.add(id(spark))
     logger.info("shipped %s to the Spark session's executors", path.name)
     return path
+
+
+def _add_artifact(spark: SparkSession, path: Path) -> None:
+    """``addArtifacts`` of the zip to a Spark Connect session, tried twice.
+
+    A session that already holds an artifact of this name holds this code: the name is the
+    version and a hash of every shipped file. The server says so by its error condition
+    (ARTIFACT_ALREADY_EXISTS, or nothing when the file it holds is the same), never only in its
+    message. Runs that share a session (resources/spark/connect_session.py) may add it at the
+    same moment, and the server's check that it holds the file and its move of the file into
+    place can interleave: the second try finds it there.
+    """
+    for attempt in (1, 2):
+        try:
+            spark.addArtifacts(str(path), pyfile=True)
+            return
+        except Exception as exc:
+            if already_exists(exc):
+                return
+            if attempt == 2:
+                raise
+            logger.debug("adding %s to the Spark Connect session failed once: %s", path.name, exc)
 
 
 def missing_module_error(exc: BaseException) -> ConfigurationError | None:

@@ -158,18 +158,18 @@ def spark_session(
     """A SparkSession on ``master`` (local by default) or on the Spark Connect URL ``remote``.
 
     Local masters get the loopback pins of :func:`local_spark_session`. Other masters get only
-    the quiet defaults; ``remote`` gets the session settings Spark Connect lets a client set.
-    ``master`` and ``remote`` are as :class:`dagster_eventhub_ingest.resources.config.SparkConfig`
-    checked them (it is the one home of their rules and calls this from ``session_factory``); with
+    the quiet defaults; ``remote`` gets the session settings Spark Connect lets a client set,
+    in the server session that runs of the same code and settings share
+    (:mod:`dagster_eventhub_ingest.resources.spark.connect_session`). ``master`` and
+    ``remote`` are as :class:`dagster_eventhub_ingest.resources.config.SparkConfig` checked
+    them (it is the one home of their rules and calls this from ``session_factory``); with
     ``remote`` the master is ignored.
     """
     if remote is not None:
-        from pyspark.sql import SparkSession
+        from dagster_eventhub_ingest.resources.spark.connect_session import connect_session
 
-        builder = SparkSession.builder.remote(remote).appName(app_name)
-        for key, value in {**session_defaults(None, remote), **(conf or {})}.items():
-            builder = builder.config(key, value)
-        spark = builder.getOrCreate()
+        settings = {"spark.app.name": app_name, **session_defaults(None, remote), **(conf or {})}
+        spark = connect_session(remote, settings)
         if register_source:
             from dagster_eventhub_ingest.resources.eventhubs_source import register_eventhubs_source
 
