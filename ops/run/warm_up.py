@@ -17,6 +17,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dagster_eventhub_ingest.resources.spark.kind import SessionMarks
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -203,7 +205,7 @@ def _warm_planners(spark: SparkSession) -> None:
         logger.debug("warming the data source planners failed", exc_info=True)
 
 
-_WARMED: set[int] = set()
+_WARMED = SessionMarks()
 
 
 def warm_session(spark: SparkSession, *, with_planners: bool = False) -> None:
@@ -216,9 +218,9 @@ def warm_session(spark: SparkSession, *, with_planners: bool = False) -> None:
     run starts, the planners' daemons only raced the run's own (no gain, more CPU)."""
     from dagster_eventhub_ingest.resources.spark.kind import is_connect_session
 
-    if is_connect_session(spark) or id(spark) in _WARMED:
+    if is_connect_session(spark) or spark in _WARMED:
         return
-    _WARMED.add(id(spark))
+    _WARMED.add(spark)
     try:
         from dagster_eventhub_ingest.resources.spark.code_shipping import ship_code
         from dagster_eventhub_ingest.resources.spark.session import make_active

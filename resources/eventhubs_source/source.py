@@ -25,6 +25,7 @@ from dagster_eventhub_ingest.resources.eventhubs_source.plan import ReadPlan
 from dagster_eventhub_ingest.resources.eventhubs_source.read import read_input_partition
 from dagster_eventhub_ingest.resources.eventhubs_source.schema import eventhubs_schema
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
+from dagster_eventhub_ingest.resources.spark.kind import SessionMarks
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -126,7 +127,8 @@ class EventHubsDataSource(DataSource):
         return EventHubsStreamReader(self.source)
 
 
-_REGISTERED: set[tuple[int, str]] = set()
+#: Per data source name, the sessions it is registered on.
+_REGISTERED: dict[str, SessionMarks] = {}
 
 
 def register_python_source(spark: SparkSession, source: type[DataSource]) -> None:
@@ -136,13 +138,13 @@ def register_python_source(spark: SparkSession, source: type[DataSource]) -> Non
     (:func:`dagster_eventhub_ingest.resources.spark.code_shipping.ship_code`), which unpickle
     ``source`` by reference.
     """
-    key = (id(spark), source.name())
-    if key not in _REGISTERED:
+    registered = _REGISTERED.setdefault(source.name(), SessionMarks())
+    if spark not in registered:
         from dagster_eventhub_ingest.resources.spark.code_shipping import ship_code
 
         ship_code(spark)
         spark.dataSource.register(source)
-        _REGISTERED.add(key)
+        registered.add(spark)
 
 
 def register_eventhubs_source(spark: SparkSession) -> None:

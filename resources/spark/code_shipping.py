@@ -34,7 +34,11 @@ from typing import TYPE_CHECKING
 
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
 from dagster_eventhub_ingest.resources.failures import already_exists
-from dagster_eventhub_ingest.resources.spark.kind import is_connect_session, session_is_local
+from dagster_eventhub_ingest.resources.spark.kind import (
+    SessionMarks,
+    is_connect_session,
+    session_is_local,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -59,7 +63,7 @@ SHIPPED_PACKAGES = ("resources", "ops")
 #: The import name everything ships under; the zip holds ``dagster_eventhub_ingest/<part>/...``.
 NAMESPACE = "dagster_eventhub_ingest"
 
-_SHIPPED: set[int] = set()
+_SHIPPED = SessionMarks()
 #: File endings of compiled extension modules (a platform wheel's native step).
 _COMPILED = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 _SHIPPING = threading.Lock()
@@ -174,20 +178,20 @@ def ship_code(spark: SparkSession) -> Path | None:
 
 
 def _ship_code(spark: SparkSession) -> Path | None:
-    if id(spark) in _SHIPPED:
+    if spark in _SHIPPED:
         return None
     if session_is_local(spark):
-        _SHIPPED.add(id(spark))
+        _SHIPPED.add(spark)
         return None
     if not _shipping(spark.conf.get(SHIP_CODE_CONF, "true")):
-        _SHIPPED.add(id(spark))
+        _SHIPPED.add(spark)
         return None
     path = build_code_zip()
     if is_connect_session(spark):
         _add_artifact(spark, path)
     else:
         spark.sparkContext.addPyFile(str(path))
-    _SHIPPED.add(id(spark))
+    _SHIPPED.add(spark)
     logger.info("shipped %s to the Spark session's executors", path.name)
     return path
 

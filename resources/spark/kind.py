@@ -7,6 +7,7 @@ Plain predicates over a session or a master URL (no project imports): the sessio
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_SPARK_MASTER",
+    "SessionMarks",
     "describe_engine",
     "is_connect_session",
     "is_local_master",
@@ -55,3 +57,19 @@ def describe_engine(spark: SparkSession) -> str:
     if is_connect_session(spark):
         return "a Spark Connect session"
     return f"master {spark.conf.get('spark.master', None)!r}"
+
+
+class SessionMarks:
+    """Sessions something was done for once (shipped to, registered on, warmed), by the live
+    session object: a session that was stopped and freed takes its mark along, so a new one
+    that Python gives the same ``id()`` (a long-lived process's next run) is done again."""
+
+    def __init__(self) -> None:
+        self._marked: weakref.WeakSet[object] = weakref.WeakSet()
+
+    def __contains__(self, spark: object) -> bool:
+        return spark in self._marked
+
+    def add(self, spark: object) -> None:
+        """Mark ``spark`` done."""
+        self._marked.add(spark)

@@ -72,3 +72,42 @@ def test_an_artifact_the_session_holds_is_told_by_its_condition(
     else:
         with pytest.raises(type(error)):
             ship_code(session)  # type: ignore[arg-type]
+
+
+class FailingOnce(ConnectSession):
+    """The server's check that it holds the file and its move into place interleaved with
+    another run adding the same zip: the first add fails, the second finds it."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(None)
+        self.first: BaseException | None = error
+
+    def addArtifacts(self, path: str, *, pyfile: bool) -> None:
+        error, self.first = self.first, None
+        if error is not None:
+            raise error
+        super().addArtifacts(path, pyfile=pyfile)
+
+
+FailingOnce.__module__ = ConnectSession.__module__
+
+
+def test_an_add_that_fails_once_is_tried_again() -> None:
+    session = FailingOnce(_connect("SparkConnectGrpcException", None, "FileAlreadyExists"))
+    path = ship_code(session)  # type: ignore[arg-type]
+    assert path is not None and session.added == [str(path)]
+
+
+def test_a_new_session_is_shipped_to_even_when_it_reuses_a_freed_ones_id() -> None:
+    reused = 0
+    for _ in range(20):  # a long-lived process's runs, one session each
+        first = ConnectSession(None)
+        assert ship_code(first) is not None  # type: ignore[arg-type]
+        assert ship_code(first) is None  # type: ignore[arg-type]  # once per session
+        freed = id(first)
+        del first
+        session = ConnectSession(None)  # CPython hands out the freed address again
+        reused += id(session) == freed
+        path = ship_code(session)  # type: ignore[arg-type]
+        assert path is not None and session.added == [str(path)]
+    assert reused  # the case this is about happened
