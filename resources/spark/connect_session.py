@@ -166,9 +166,14 @@ def _attach(url: str, settings: Mapping[str, str]) -> SparkSession | None:
             refused.stop()
         logger.info(
             "the shared Spark Connect session %s was closed on the server; this run opens its own",
-            url.rsplit("session_id=", 1)[-1],
+            _session_of(url),
         )
         return None
     # stop() closes this client's channel and leaves the session to the server's idle timeout.
     cast("ConnectSession", spark).release_session_on_close = False
+    logger.info("this run works in the shared Spark Connect session %s", _session_of(url))
     return spark
+
+
+def _session_of(url: str) -> str:
+    return url.rsplit("session_id=", 1)[-1]

@@ -224,3 +224,86 @@ def test_dagster_materialization_through_the_remote_session(
     last = {pid: EVENTS - 1 for pid in hub.partition_ids}
     assert _checkpoints(azurite_connection_string, container_name, hub) == last
     assert os.path.isdir(sink)
+
+
+def _planner_daemons(cluster: Cluster) -> set[int]:
+    """The Python daemons the Connect server started for its sessions' data source planning."""
+    import psutil
+
+    def daemon(process: psutil.Process) -> bool:
+        try:
+            return "pyspark.daemon" in " ".join(process.cmdline())
+        except psutil.Error:  # a worker that just ended
+            return False
+
+    server = psutil.Process(cluster.connect.proc.pid)
+    # A daemon forks its workers: those are not counted (they come and go with the load).
+    found = [p for p in server.children(recursive=True) if daemon(p)]
+    return {p.pid for p in found if (parent := p.parent()) is not None and not daemon(parent)}
+
+
+_SHARED = "this run works in the shared Spark Connect session "
+_CLOSED = "was closed on the server; this run opens its own"
+
+
+def _session_id(stderr: str) -> str:
+    assert _SHARED in stderr, stderr[-3000:]
+    return stderr.split(_SHARED, 1)[1].split()[0]
+
+
+def test_connect_runs_share_a_server_session_and_replace_one_that_was_closed(
+    cluster: Cluster,
+    make_eventhub: Any,
+    azurite_connection_string: str,
+    container_name: str,
+    tmp_path: Path,
+) -> None:
+    """Runs of the same code and settings work in one server session, whose Python workers the
+    next run finds running; once the server closed it, a run opens its own. Every event lands
+    once through all of it."""
+    from pyspark.sql.connect.client import ChannelBuilder
+
+    hub = make_eventhub(partitions=2)
+    out = tmp_path / "out"
+    sink = {"format": "parquet", "path": str(out), "shared": True}
+    config = _config(tmp_path, hub, container_name, sink, _spark_section(cluster, "connect"))
+    env = {"EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
+    sent: set[tuple[str, int, bytes]] = set()
+
+    def run(tag: str) -> str:
+        offset = len(sent) // len(hub.partition_ids)  # the hub's sequence numbers go on
+        sent.update((pid, seq + offset, body) for pid, seq, body in _fill(hub, tag))
+        done = _ehingest(cluster, config, env, verbose=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stderr
+
+    first = _session_id(run("first"))
+    before = _planner_daemons(cluster)
+    second = _session_id(run("second"))
+    if second != first:  # the UTC hour turned between them: the next run shares the second's
+        first, before = second, _planner_daemons(cluster)
+        second = _session_id(run("third"))
+    assert second == first
+    # The second run's source was created and planned by the Python workers the first started.
+    assert _planner_daemons(cluster) == before
+
+    # The server closes the session (its idle timeout, or a release): the next run opens its own.
+    release = (
+        "import sys; from pyspark.sql.connect.session import SparkSession; "
+        "SparkSession(connection=sys.argv[1]).stop()"
+    )
+    url = f"{cluster.connect.url()}/;{ChannelBuilder.PARAM_SESSION_ID}={first}"
+    subprocess.run(
+        [sys.executable, "-c", release, url],
+        env=spark_env(cluster.executor_python),
+        check=True,
+        timeout=120,
+    )
+    closed = run("after-close")
+    assert _CLOSED in closed and _SHARED not in closed, closed[-3000:]
+
+    table = ds.dataset(str(out), format="parquet", partitioning="hive").to_table()
+    rows = [(str(p), s, b) for p, s, b in _rows(table)]
+    assert sorted(rows) == sorted(sent) and len(rows) == len(set(rows))
+    last = {pid: len(sent) // len(hub.partition_ids) - 1 for pid in hub.partition_ids}
+    assert _checkpoints(azurite_connection_string, container_name, hub) == last
