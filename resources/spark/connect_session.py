@@ -14,8 +14,9 @@ settings, the same server and user, in the same UTC hour: its id is a hash of th
 for ``spark.connect.session.manager.defaultSessionTimeout`` (60 minutes by default), and the
 hour in the id starts a new one at least that often. A session the server closed already
 (its idle timeout is shorter than an hour, or someone released it) is refused by the server:
-the run then opens one of its own, as with ``spark.ehingest.shareSession=false``, and releases
-it when it ends.
+the run tries the hour's next one (a generation number in the id, up to
+:data:`GENERATIONS`), and past those opens one of its own, as with
+``spark.ehingest.shareSession=false``, which it releases when it ends.
 
 Whatever uses the run's session shares it with those runs (Dagster: assets of yours that use
 the same PySpark resource): state it keeps per session (temporary views, settings changed at
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "GENERATIONS",
     "SESSION_CLOSED",
     "SHARED_SESSION_PINS",
     "SHARE_SESSION_CONF",
@@ -55,6 +57,8 @@ SHARE_SESSION_CONF = "spark.ehingest.shareSession"
 #: Session settings a shared session holds from its start: the Spark formats' table sinks
 #: replace a batch's partitions only (the path sinks say so per write).
 SHARED_SESSION_PINS: dict[str, str] = {"spark.sql.sources.partitionOverwriteMode": "dynamic"}
+#: Shared sessions a run tries in an hour when the server closed the ones before.
+GENERATIONS = 3
 #: The server's error condition for a session it closed (its id cannot be used again).
 SESSION_CLOSED = "INVALID_HANDLE.SESSION_CLOSED"
 #: Connection string parameters that do not change which session a run may share.
@@ -84,12 +88,17 @@ def _split(remote: str) -> tuple[str, dict[str, str]]:
 
 
 def shared_session_url(
-    remote: str, settings: Mapping[str, str], code: str, now: datetime | None = None
+    remote: str,
+    settings: Mapping[str, str],
+    code: str,
+    now: datetime | None = None,
+    generation: int = 0,
 ) -> str | None:
     """``remote`` with the shared session's id, or None when this run opens its own session.
 
     The id is a hash of the server, its parameters but the token, ``settings`` (which the
-    session holds), ``code`` (what was shipped into it) and the UTC hour of ``now``. None when
+    session holds), ``code`` (what was shipped into it), the UTC hour of ``now`` and
+    ``generation`` (the hour's next session, once the server closed one). None when
     ``spark.ehingest.shareSession`` is ``false``, when ``remote`` names a session already
     (``;session_id=``: the user's), or when ``settings`` give one of
     :data:`SHARED_SESSION_PINS` another value.
@@ -112,6 +121,7 @@ def shared_session_url(
             "settings": dict(sorted(settings.items())),
             "code": code,
             "hour": hour,
+            "generation": generation,
         },
         sort_keys=True,
     )
@@ -123,20 +133,42 @@ def connect_session(remote: str, settings: Mapping[str, str]) -> SparkSession:
     """A Spark Connect session on ``remote`` with ``settings`` (``getOrCreate``): the shared one
     (:func:`shared_session_url`), or one of the run's own.
 
-    A session already active in this process (a notebook's, a test's) is used as it is. The
-    shared one is marked so that :meth:`SparkSession.stop` leaves it open on the server.
+    A session this process has already (a notebook's, a test's) is what ``getOrCreate``
+    returns, with the settings applied, as before; it is not shared. The shared one is marked
+    so that :meth:`SparkSession.stop` leaves it open on the server.
     """
-    from pyspark.sql.connect.session import SparkSession as ConnectSession
-
     from dagster_eventhub_ingest.resources.spark.code_shipping import code_identity
 
-    if ConnectSession.getActiveSession() is None:
-        url = shared_session_url(remote, settings, code_identity(settings))
-        if url is not None:
-            spark = _attach(url, {**settings, **SHARED_SESSION_PINS})
-            if spark is not None:
-                return spark
+    if _session_in_process():
+        return _get_or_create(remote, settings)
+    code = code_identity(settings)
+    now = datetime.now(timezone.utc)
+    for generation in range(GENERATIONS):
+        url = shared_session_url(remote, settings, code, now, generation)
+        if url is None:
+            break
+        spark = _attach(url, {**settings, **SHARED_SESSION_PINS})
+        if spark is not None:
+            return spark
+    else:
+        logger.info(
+            "the shared Spark Connect sessions of this hour were closed on the server; this run "
+            "opens its own"
+        )
     return _get_or_create(remote, settings)
+
+
+def _session_in_process() -> bool:
+    """Whether this process has a Spark Connect session its ``getOrCreate`` would return (the
+    thread's active one, or the process's default)."""
+    from pyspark.errors import PySparkRuntimeError
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    try:
+        ConnectSession.active()
+    except PySparkRuntimeError:
+        return False
+    return True
 
 
 def _get_or_create(remote: str, settings: Mapping[str, str]) -> SparkSession:
@@ -165,8 +197,7 @@ def _attach(url: str, settings: Mapping[str, str]) -> SparkSession | None:
             refused.release_session_on_close = False
             refused.stop()
         logger.info(
-            "the shared Spark Connect session %s was closed on the server; this run opens its own",
-            _session_of(url),
+            "the shared Spark Connect session %s was closed on the server", _session_of(url)
         )
         return None
     # stop() closes this client's channel and leaves the session to the server's idle timeout.

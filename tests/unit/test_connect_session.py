@@ -15,6 +15,7 @@ from dagster_eventhub_ingest.resources.spark.code_shipping import (
     code_identity,
 )
 from dagster_eventhub_ingest.resources.spark.connect_session import (
+    GENERATIONS,
     SHARE_SESSION_CONF,
     SHARED_SESSION_PINS,
     shared_session_url,
@@ -58,6 +59,15 @@ def test_anything_that_differs_gives_another_session(
 ) -> None:
     base = shared_session_url("sc://spark.example:15002", SETTINGS, CODE, NOW)
     assert _id(shared_session_url(remote, settings, code, now)) != _id(base)
+
+
+def test_each_generation_of_an_hour_is_another_session() -> None:
+    ids = {
+        _id(shared_session_url("sc://h:1", SETTINGS, CODE, NOW, generation))
+        for generation in range(GENERATIONS)
+    }
+    assert len(ids) == GENERATIONS
+    assert _id(shared_session_url("sc://h:1", SETTINGS, CODE, NOW)) in ids  # generation 0
 
 
 def test_the_token_does_not_name_the_session_and_parameters_are_kept() -> None:
