@@ -4,8 +4,8 @@ A Spark Connect server keys the Python workers it starts by the session they wor
 artifact isolation: ``SPARK_JOB_ARTIFACT_UUID``), on its own host (where the ``eventhubs``
 source is created and planned) and on every executor (where it reads). A run in a session of its
 own therefore starts new Python daemons and workers on each of them, which import pyspark,
-pyarrow and this package again: most of a small run's time (docs/benchmarks.md, "A cluster and
-Spark Connect"), and processes that stay on the server after the session ends.
+pyarrow and this package again: most of a small run's time (docs/benchmarks.md, "The
+orchestrated run"), and processes that stay on the server after the session ends.
 
 So runs attach to one server session when they ship the same code (the zip's name: version and
 hash, :func:`~dagster_eventhub_ingest.resources.spark.code_shipping.code_identity`), give the same
