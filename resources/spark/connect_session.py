@@ -126,7 +126,8 @@ def shared_session_url(
         sort_keys=True,
     )
     session = uuid.UUID(bytes=hashlib.sha256(key.encode()).digest()[:16], version=4)
-    return f"{remote.rstrip('/')}{';' if '/;' in remote else '/;'}session_id={session}"
+    stem = remote.rstrip("/;")
+    return f"{stem}{';' if '/;' in stem else '/;'}session_id={session}"
 
 
 def connect_session(remote: str, settings: Mapping[str, str]) -> SparkSession:

@@ -75,6 +75,11 @@ def test_the_token_does_not_name_the_session_and_parameters_are_kept() -> None:
     b = shared_session_url("sc://h:15002/;token=second;user_id=u", SETTINGS, CODE, NOW)
     assert a is not None and a.startswith("sc://h:15002/;token=first;user_id=u;session_id=")
     assert _id(a) == _id(b)
+    trailing = shared_session_url("sc://h:15002/;token=first;user_id=u;", SETTINGS, CODE, NOW)
+    assert trailing == a  # no empty parameter before the id
+    assert shared_session_url("sc://h:15002/;", SETTINGS, CODE, NOW) == shared_session_url(
+        "sc://h:15002", SETTINGS, CODE, NOW
+    )
 
 
 def test_the_hour_is_utc_whatever_the_clock_zone() -> None:
