@@ -165,14 +165,17 @@ def plan_archive(
     *,
     log4j_config: Path,
     default_conf_dir: Path,
+    class_path: str = "",
     env: Mapping[str, str] = os.environ,
 ) -> ArchivePlan | None:
     """The archive plan of a local driver JVM about to start, or None (start it as before).
 
     ``java_options`` are the driver's ``spark.driver.extraJavaOptions`` as they will be;
     ``conf`` the session's conf (for ``spark.driver.extraClassPath``); ``default_conf_dir`` the
-    package's ``SPARK_CONF_DIR`` (holding ``log4j_config``), the only one it replaces. The cache
-    directory is tidied on the way (:func:`tidy`).
+    package's ``SPARK_CONF_DIR`` (holding ``log4j_config``), the only one it replaces;
+    ``class_path`` what this package puts before Spark's jars
+    (:mod:`dagster_eventhub_ingest.resources.spark.class_path`). The cache directory is tidied
+    on the way (:func:`tidy`).
     """
     mode = (_MODE.get() or env.get(ARCHIVE_ENV, "")).strip().lower()
     if switched_off(mode):
@@ -187,7 +190,7 @@ def plan_archive(
     java = find_java(env)
     if java is None:
         return None
-    key = archive_key(java, java_options, conf.get("spark.driver.memory", ""), env)
+    key = archive_key(java, java_options, conf.get("spark.driver.memory", ""), env, class_path)
     directory = cache_dir(env) / "jvm"
     empty = directory / "conf"
     try:

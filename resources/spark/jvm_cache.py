@@ -83,10 +83,17 @@ def find_java(env: Mapping[str, str]) -> Path | None:
     return Path(os.path.realpath(found))
 
 
-def archive_key(java: Path, java_options: str, driver_memory: str, env: Mapping[str, str]) -> str:
+def archive_key(
+    java: Path,
+    java_options: str,
+    driver_memory: str,
+    env: Mapping[str, str],
+    class_path: str = "",
+) -> str:
     """A hash of what an archive is valid for: the JVM build, Spark's jars (where they are,
     their names and sizes), the JVM's flags and heap size (past 32 GB the JVM stops compressing
-    pointers)."""
+    pointers), and the jars put before Spark's (the JVM maps an archive only for the class path
+    it was written with)."""
     import pyspark
 
     digest = hashlib.sha256()
@@ -107,6 +114,7 @@ def archive_key(java: Path, java_options: str, driver_memory: str, env: Mapping[
     for options in (java_options, env.get("SPARK_SUBMIT_OPTS", "")):
         digest.update(" ".join(_jvm_flags(options)).encode() + b"\0")
     digest.update(driver_memory.encode())
+    digest.update(b"\0" + class_path.encode())
     return digest.hexdigest()[:20]
 
 

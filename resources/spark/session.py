@@ -256,6 +256,10 @@ def start_classic_driver(settings: Mapping[str, str]) -> SparkSession:
     """
     from pyspark import SparkContext
 
+    from dagster_eventhub_ingest.resources.spark.class_path import (
+        CLASS_PATH_SETTING,
+        driver_class_path,
+    )
     from dagster_eventhub_ingest.resources.spark.jvm_archive import plan_archive, start_with_archive
 
     local = is_local_master(settings.get("spark.master"))
@@ -270,12 +274,14 @@ def start_classic_driver(settings: Mapping[str, str]) -> SparkSession:
         ):
             return _own_python(_builder(settings).getOrCreate(), local)
         plan = None
+        class_path = driver_class_path(settings) if local else None
         if local:
             plan = plan_archive(
                 java_options,
                 settings,
                 log4j_config=SPARK_CONF_DIR / "log4j2.properties",
                 default_conf_dir=SPARK_CONF_DIR,
+                class_path=class_path or "",
             )
 
         def start(with_plan: ArchivePlan | None) -> SparkSession:
@@ -289,6 +295,8 @@ def start_classic_driver(settings: Mapping[str, str]) -> SparkSession:
             elif local and not verifies_classes(settings):
                 options = f"{java_options} {UNVERIFIED_JAVA_OPTIONS}"
             chosen = {**settings, "spark.driver.extraJavaOptions": options.strip()}
+            if class_path is not None:
+                chosen[CLASS_PATH_SETTING] = class_path
             env = driver_environment(
                 local=local, conf_dir=with_plan.conf_dir if with_plan else None
             )
