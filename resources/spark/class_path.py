@@ -85,7 +85,9 @@ def driver_class_path(
     first = []
     for start in FIRST_JARS:
         # The name's start is followed by its version: "spark-sql_" is not "spark-sql-api_".
-        found = [n for n in names if n.startswith(start) and n[len(start) : len(start) + 1].isdigit()]
+        found = [
+            n for n in names if n.startswith(start) and n[len(start) : len(start) + 1].isdigit()
+        ]
         if len(found) == 1:
             first.append(str(jars / found[0]))
     return os.pathsep.join(first) or None

@@ -15,10 +15,14 @@ import json
 import os
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.support.fixtures.spark import ROOT, script_in_fresh_jvm
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _UNGUARDED = """
 import sys
@@ -177,8 +181,8 @@ def test_sql_preparation_looks_data_sources_up_only_once_the_context_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Beside a local driver's start: the SQL registries as soon as the JVM answers, the data
-    source lookup (which needs the context's environment) only once the context runs, and
-    nothing at all when the start ended first."""
+    source lookup (which needs the context's environment) only once the context runs, then the
+    parser's warm-up; nothing at all when the start ended first."""
     import time
 
     from pyspark import SparkContext
@@ -208,8 +212,14 @@ def test_sql_preparation_looks_data_sources_up_only_once_the_context_runs(
     time.sleep(0.05)
     assert len(calls) == 2  # the lookup waits for the context
     prepare.context_ready.set()
-    wait_for(lambda: len(calls) == 4, "the lookup")
-    assert calls[2:] == [manager, f"{manager}().dataSourceExists"]
+    wait_for(lambda: len(calls) == 6, "the lookup and the parser")
+    parser = "org.apache.spark.sql.execution.SparkSqlParser"
+    assert calls[2:] == [
+        manager,
+        f"{manager}().dataSourceExists",
+        parser,
+        f"{parser}().parseExpression",
+    ]
 
     for gateway_first in (False, True):
         calls.clear()
@@ -223,6 +233,19 @@ def test_sql_preparation_looks_data_sources_up_only_once_the_context_runs(
         ended._thread.join(5)
         assert not ended._thread.is_alive()
         assert calls == (registries if gateway_first else [])
+
+
+def test_the_parser_warm_up_is_sql_spark_parses_as_a_write_s_expressions(
+    spark: SparkSession,
+) -> None:
+    """The preparation's expression parses (a failure there is only logged at debug, and would
+    leave the first write's parse on the run's path) into the shapes a write's SQL has."""
+    from dagster_eventhub_ingest.resources.spark.session import _PARSER_WARM_UP
+
+    parser = spark._jsparkSession.sessionState().sqlParser()
+    tree = parser.parseExpression(_PARSER_WARM_UP).treeString()
+    for shape in ("'max_by", "CASE WHEN", "'length", "'p = x", "'s >= 0", "AS n"):
+        assert shape in tree, (shape, tree)
 
 
 _RETRY_GUEST = """
