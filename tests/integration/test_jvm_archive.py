@@ -157,7 +157,9 @@ def test_a_non_empty_conf_dir_of_ours_rules_it_out(tmp_path: Path) -> None:
     assert _plan(_env(tmp_path)) is None
 
 
-def test_the_key_follows_jvm_flags_and_heap_not_system_properties(tmp_path: Path) -> None:
+def test_the_key_follows_jvm_flags_heap_and_class_path_not_system_properties(
+    tmp_path: Path,
+) -> None:
     def name(options: str = OPTIONS, **conf: str) -> str:
         plan = _plan(_env(tmp_path, EHINGEST_JVM_ARCHIVE="rebuild"), options, **conf)
         assert plan is not None
@@ -170,6 +172,18 @@ def test_the_key_follows_jvm_flags_and_heap_not_system_properties(tmp_path: Path
     assert name(**{"spark.driver.memory": "48g"}) != base
     other = _plan(_env(tmp_path, EHINGEST_JVM_ARCHIVE="rebuild", SPARK_SUBMIT_OPTS="-Xmx40g"))
     assert other is not None and other.archive.name != base
+    # The jars put before Spark's: the JVM maps an archive only for the class path it was
+    # written with.
+    env = _env(tmp_path, EHINGEST_JVM_ARCHIVE="rebuild")
+    first = plan_archive(
+        OPTIONS,
+        {},
+        log4j_config=LOG4J,
+        default_conf_dir=SPARK_CONF_DIR,
+        env=env,
+        class_path="/a.jar",
+    )
+    assert first is not None and first.archive.name != base
 
 
 def test_a_jvm_that_refuses_the_options_is_started_again_without_them(tmp_path: Path) -> None:

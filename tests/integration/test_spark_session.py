@@ -235,6 +235,20 @@ def test_sql_preparation_looks_data_sources_up_only_once_the_context_runs(
         assert calls == (registries if gateway_first else [])
 
 
+def test_a_local_driver_looks_in_spark_s_most_used_jars_first(spark: SparkSession) -> None:
+    """The JVM's class path starts with them (resources/spark/class_path.py), then the rest of
+    Spark's jars as the launcher lists them, those again among them."""
+    from dagster_eventhub_ingest.resources.spark.class_path import driver_class_path
+
+    first = (driver_class_path({}, {}) or "").split(os.pathsep)
+    jvm = spark._jvm
+    assert jvm is not None
+    class_path = jvm.java.lang.System.getProperty("java.class.path").split(os.pathsep)
+    assert len(first) > 20 and class_path[: len(first)] == first
+    rest = class_path[len(first) :]
+    assert set(first) <= set(rest) and len(rest) > 200
+
+
 def test_the_parser_warm_up_is_sql_spark_parses_as_a_write_s_expressions(
     spark: SparkSession,
 ) -> None:
