@@ -22,6 +22,7 @@ from dagster_eventhub_ingest.airflow_provider._lag import (
 from dagster_eventhub_ingest.airflow_provider.triggers import EventHubLagTrigger
 from dagster_eventhub_ingest.resources.errors import (
     ConfigurationError,
+    EventHubIngestError,
     EventHubUnavailableError,
     RangeError,
 )
@@ -40,8 +41,9 @@ class EventHubLagSensor(BaseSensorOperator):
       (the hub has caught up, e.g. before a downstream job).
 
     Lag is what ``ehingest status`` and the Dagster lag check report: events after the
-    partition's checkpoint in the consumer group's store. Deferred (the default), the wait runs
-    as :class:`EventHubLagTrigger` on the triggerer with the async Azure SDK clients; with
+    partition's checkpoint in the consumer group's store. It looks once in its worker slot;
+    deferrable, it waits only if the condition does not hold yet, as
+    :class:`EventHubLagTrigger` on the triggerer with the async Azure SDK clients; with
     ``deferrable=False`` it pokes with the sync clients. ``deferrable`` defaults to Airflow's
     ``[operators] default_deferrable``. The result (XCom) is the lag per
     partition. With ``soft_fail=True`` a timeout skips the downstream tasks instead of failing.
@@ -105,9 +107,26 @@ class EventHubLagSensor(BaseSensorOperator):
         )
 
     def execute(self, context: Any) -> Any:
-        """Defer to the triggerer (default) or poke in this worker slot."""
+        """Look once here; defer to the triggerer only if the condition does not hold yet.
+
+        A tick whose hub already has work (or has caught up) then ends in this slot, without
+        the triggerer's round trip (the trigger's first poll, then the task resumed in a new
+        worker process); the Azure provider's deferrable sensors (``WasbBlobSensor``) look
+        first the same way. A configuration error fails here; any other failed look leaves
+        the wait to the trigger, which looks again (up to ``max_failures`` in a row). With
+        ``deferrable=False`` every look is a poke in this slot.
+        """
         if not self.deferrable:
             return super().execute(context)
+        try:
+            first = self.poke(context)
+        except (ConfigurationError, RangeError):
+            raise
+        except EventHubIngestError as exc:  # what the trigger counts as a failed poll
+            self.log.warning("lag look failed, the trigger looks again: %s", exc)
+        else:
+            if first.is_done:
+                return first.xcom_value
         self.defer(
             trigger=EventHubLagTrigger(
                 eventhub_conn_id=self.eventhub_conn_id,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dagster_eventhub_ingest.resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.errors import ConfigurationError, RangeError
 from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 from dagster_eventhub_ingest.resources.store.settings import StoreSettings
@@ -328,6 +328,43 @@ def test_lag_trigger_waits_until_caught_up_with_async_clients(
         == lag_per_partition(hub.settings(), blob_store_settings)
         == {"0": 0, "1": 0, "2": 10}
     )
+
+
+@pytest.mark.integration
+def test_the_deferrable_sensor_looks_first_and_defers_only_to_wait(
+    airflow_db: str,
+    monkeypatch: pytest.MonkeyPatch,
+    make_eventhub: Callable[..., Any],
+    blob_store_settings: StoreSettings,
+) -> None:
+    """A hub that already has work ends the sensor in its slot, no trigger; one without work
+    defers to the lag trigger with the sensor's thresholds; a broken setup fails at once."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from dagster_eventhub_ingest.airflow_provider import EventHubLagSensor, EventHubLagTrigger
+
+    hub = make_eventhub(partitions=2)
+    _set_connections(monkeypatch, hub, blob_store_settings)
+    hub.send("1", ["a", "b"])
+
+    has_work = EventHubLagSensor(task_id="has_work", min_lag_events=1, deferrable=True)
+    assert has_work.execute({}) == {"0": 0, "1": 2}
+
+    more = EventHubLagSensor(
+        task_id="more", min_lag_events=3, deferrable=True, poke_interval=7, timeout=60
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        more.execute({})
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, EventHubLagTrigger)
+    assert (trigger.min_lag_events, trigger.poll_interval) == (3, 7.0)
+    assert deferred.value.method_name == "execute_complete"
+
+    unknown = EventHubLagSensor(
+        task_id="unknown", min_lag_events=1, deferrable=True, partition_ids=["7"]
+    )
+    with pytest.raises(RangeError, match="partition\\(s\\) 7 do not exist"):
+        unknown.execute({})
 
 
 @pytest.mark.integration
