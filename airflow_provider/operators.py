@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import signal
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -91,6 +92,7 @@ def report_to_json(report: RunReport) -> dict[str, Any]:
         "output_location": report.output_location,
         "started_at": _iso(report.started_at),
         "finished_at": _iso(report.finished_at),
+        "phases": report.phases,
         "partitions": {
             pid: {
                 "events": r.events,
@@ -187,8 +189,10 @@ class EventHubIngestOperator(BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         """One ingestion run; returns the report (XCom)."""
+        started = time.perf_counter(), time.process_time()
         from dagster_eventhub_ingest.airflow_provider.hooks import EventHubIngestHook
         from dagster_eventhub_ingest.ops.run.entry import run_ingestion
+        from dagster_eventhub_ingest.ops.run.progress import PhaseClock
 
         ti = context["ti"]
         hook = EventHubIngestHook(
@@ -214,6 +218,9 @@ class EventHubIngestOperator(BaseOperator):
         cancel = Cancellation()
         self._cancel: Cancellation | None = cancel
         session = OwnedSession(spark_factory)
+        clock = PhaseClock()
+        # The imports and the connections read before the run: the task's share of start-up.
+        clock.add("startup", time.perf_counter() - started[0], time.process_time() - started[1])
         cancel.on_force(lambda: session.close(keep_archive=False, wait=2.0))
         try:
             report = run_ingestion(
@@ -224,6 +231,7 @@ class EventHubIngestOperator(BaseOperator):
                 is_owner_dead=earlier_try_is_dead(*key),
                 log=self.log,
                 spark_factory=session.get,
+                phases=clock,
                 cancel=cancel,
             )
         except RunCancelledError as exc:
@@ -241,8 +249,11 @@ class EventHubIngestOperator(BaseOperator):
         finally:
             # Nothing of the run may outlive execute (see the class docstring); a stopped run
             # does not wait for its JVM to write a class-data archive.
-            session.close(keep_archive=not cancel.cancelled)
+            with clock.phase("spark_stop"):
+                session.close(keep_archive=not cancel.cancelled)
             self._cancel = None
+        report.phases = clock.as_dict()
+        self.log.info("task phases owner=%s: %s", owner, clock.line())
         payload = report_to_json(report)
         self.log.info(
             "owner=%s wrote %d events (%d bytes) in %d cycles -> %s; %s",

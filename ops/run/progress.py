@@ -53,7 +53,7 @@ logger = logging.getLogger(__name__)
 
 #: The phases a run reports (``RunReport.phases``), in the order they first happen.
 PHASES = (
-    "startup",  # CLI only: interpreter start, imports, config file (process start -> run)
+    "startup",  # CLI: interpreter, imports, config file; Airflow operator: imports, connections
     "management",  # sink layout check, hub properties, consumer group, store client
     "snapshot",  # checkpoints, ownerships and partition bounds before anything is claimed
     "claims",  # claim cycles (incl. the join grace) and the store reads of each loop
@@ -63,6 +63,7 @@ PHASES = (
     "verify",  # reading the batch's row count back from the sink
     "checkpoint",  # checkpoints moved and leases released
     "report",  # the final look at the hub and store for the report (lag)
+    "spark_stop",  # Airflow's operator: the session and JVM it started, stopped in the task
 )
 
 
