@@ -92,6 +92,19 @@ def test_an_airflow_install_has_no_dagster_and_the_provider_needs_none() -> None
     assert _python(code) == "[]"
 
 
+def test_parsing_the_example_dag_imports_no_sdk_and_no_spark() -> None:
+    """Airflow parses DAG files again and again (the DAG processor, every task's process): the
+    operator and sensor modules load neither the Azure SDKs nor PySpark nor pyarrow until a
+    task runs."""
+    code = (
+        "import sys\n"
+        "import dagster_eventhub_ingest.airflow_provider.example_dags.eventhub_ingest\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'azure', 'pyspark', "
+        "'pyarrow', 'py4j', 'aiohttp', 'uamqp'}))"
+    )
+    assert _python(code) == "[]"
+
+
 @pytest.mark.parametrize(("setting", "expected"), [(None, False), ("True", True), ("False", False)])
 def test_the_sensor_defers_by_airflows_default_deferrable(
     setting: str | None, expected: bool
