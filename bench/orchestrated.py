@@ -20,12 +20,13 @@ rounds, the order rotated each round. ``--modes`` picks what runs beside ``ehing
     landed) in the Airflow venv ``.venv-airflow`` (scripts/tiers/airflow.sh builds it), from
     the command's launch; SQLite metadata DB, connections from ``AIRFLOW_CONN_*``.
 ``scheduler``
-    The same DAG on a real Airflow 3 deployment in the same venv: ``airflow api-server``,
+    The same DAG, with ``--airflow-runs`` mapped ingest copies (default 1, as the tick's
+    ``runs: 1``), on a real Airflow 3 deployment in the same venv: ``airflow api-server``,
     ``scheduler`` (LocalExecutor), ``dag-processor`` and ``triggerer`` on 127.0.0.1 over one
     SQLite home, started once (untimed) and stopped at the end; each round writes the
     connections through the REST API and triggers a run (``POST .../dagRuns``, what the UI's
-    Trigger button does), from that call to the last ingest task's success (the 2 copies run
-    at once and share the partitions).
+    Trigger button does), from that call to the last ingest task's success (copies run at once
+    and share the partitions).
 ``connect``
     ``--connect-events`` (default 1,000) events with ``spark: {remote: sc://...}``: a Spark
     Connect server on a standalone cluster's 2-core worker (emulator/spark_cluster.py: the
@@ -479,15 +480,22 @@ class AirflowDeployment:
     before each run), so every run reads into its own container and sink.
     """
 
-    def __init__(self, home: Path, workdir: Path) -> None:
+    def __init__(self, home: Path, workdir: Path, runs: int) -> None:
         from dagster_eventhub_ingest.emulator.azurite import free_port
 
         self.home = home
         self.workdir = workdir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # The example DAG as a user's copy of it, with `runs` mapped ingest copies.
+        dags = home / "dags"
+        dags.mkdir()
+        text = (AIRFLOW_DAGS / f"{AIRFLOW_DAG}.py").read_text()
+        assert "\nRUNS = 2\n" in text, "the example DAG no longer sets RUNS = 2"
+        (dags / f"{AIRFLOW_DAG}.py").write_text(text.replace("\nRUNS = 2\n", f"\nRUNS = {runs}\n"))
         self.env = {
             **_airflow_home_env(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
@@ -679,6 +687,13 @@ def main() -> None:
     parser.add_argument(
         "--connect-events", type=int, default=1000, help="events of the Spark Connect runs"
     )
+    parser.add_argument(
+        "--airflow-runs",
+        type=int,
+        default=1,
+        help="mapped ingest copies of the example DAG on the real scheduler (its RUNS, 2 in "
+        "the file): 1 (the default) is one run, as `ehingest run` and the tick's `runs: 1`",
+    )
     add_json_flag(parser)
     args = parser.parse_args()
     with report("orchestrated.py", args.json) as rep:
@@ -765,7 +780,9 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
         deployment = None
         if "scheduler" in args.modes:
             _airflow_db(tmp / "airflow_deployment", tmp)
-            deployment = stack.enter_context(AirflowDeployment(tmp / "airflow_deployment", tmp))
+            deployment = stack.enter_context(
+                AirflowDeployment(tmp / "airflow_deployment", tmp, args.airflow_runs)
+            )
         for n in args.events if set(args.modes) - {"connect"} else []:
             with emulator_process(4) as conn:
                 send(conn, 4, n, args.size)
