@@ -73,7 +73,9 @@ from _report import add_json_flag, report  # noqa: E402
 from fresh_host import writer_done  # noqa: E402
 from ingest_throughput import HUB, emulator_process, run_cli, send  # noqa: E402
 
-from dagster_eventhub_ingest.airflow_provider._form import CONN_TYPE  # noqa: E402
+from dagster_eventhub_ingest.airflow_provider.get_provider_info import (  # noqa: E402
+    get_provider_info,
+)
 
 ASSET = "eventhub_events"
 #: The Dagster events whose times split a run into phases, in order (by name: some values are
@@ -300,6 +302,8 @@ AIRFLOW_VENV = ROOT / ".venv-airflow"
 #: The example DAG and its folder.
 AIRFLOW_DAG = "eventhub_ingest"
 AIRFLOW_DAGS = ROOT / "airflow_provider" / "example_dags"
+#: The provider's connection type, as Airflow reads it.
+CONN_TYPE = get_provider_info()["connection-types"][0]["connection-type"]
 
 
 def airflow_connections(
