@@ -1,4 +1,5 @@
-"""Every 5 minutes: wait (on the triggerer) until there is work, then K ingestion runs.
+"""Every 5 minutes: look for work (waiting on the triggerer while there is none), then K
+ingestion runs.
 
 The K mapped copies of ``EventHubIngestOperator`` balance the partitions between them exactly as
 K Dagster runs of one schedule tick do; together they bring every partition up to date. The
@@ -33,7 +34,7 @@ with DAG(
         timeout=timedelta(minutes=4).total_seconds(),
         soft_fail=True,  # nothing to do this tick: skip the ingest tasks, not a failure
         retries=0,
-        deferrable=True,  # waits on the triggerer, holding no worker slot
+        deferrable=True,  # no work yet: waits on the triggerer, holding no worker slot
     )
     ingest = EventHubIngestOperator.partial(
         task_id="ingest",
