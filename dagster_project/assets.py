@@ -43,7 +43,6 @@ from dagster_eventhub_ingest.dagster_project.resources import (
     session_or_factory,
 )
 from dagster_eventhub_ingest.ops.run.cancel import Cancellation
-from dagster_eventhub_ingest.ops.run.entry import run_ingestion
 from dagster_eventhub_ingest.ops.run.report import RunReport
 from dagster_eventhub_ingest.ops.run.settings import IngestSettings, ReplaySettings
 from dagster_eventhub_ingest.resources.config import (
@@ -403,6 +402,10 @@ def build_eventhub_ingest_asset(
                 f"{ingest_settings.eventhub.hub_ref().describe()} partitions {targets} "
                 f"(strategy {opts.strategy}{', replay' if replay else ''})"
             )
+            # Imported here: the run's machinery (and pyspark, which the source's modules
+            # import) is the step's, not the definitions' (a code server never needs it).
+            from dagster_eventhub_ingest.ops.run.entry import run_ingestion
+
             report: RunReport = run_ingestion(
                 ingest_settings,
                 spark,

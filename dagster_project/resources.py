@@ -38,7 +38,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import dagster as dg
-from dagster_pyspark import PySparkResource
 from pydantic import BaseModel, Field, PrivateAttr, ValidatorFunctionWrapHandler, field_validator
 
 from dagster_eventhub_ingest.resources.azure.hub_client import EventHubClient
@@ -276,8 +275,8 @@ LOCAL_SPARK_CONFIG: dict[str, str] = {
 REMOTE_SPARK_CONFIG: dict[str, str] = session_defaults(None, remote="sc://")
 
 
-class LocalPySparkResource(PySparkResource):
-    """dagster-pyspark's PySparkResource whose Spark session starts at first use.
+class LocalPySparkResource(dg.ConfigurableResource):
+    """A PySpark resource whose Spark session starts at first use.
 
     The session starts only when a run has something to read, so a schedule tick on a quiet hub
     starts no JVM. spark_config holds Spark settings (spark.master, default local[*] with
@@ -286,6 +285,12 @@ class LocalPySparkResource(PySparkResource):
     (SPARK_LOCAL_IP, PYSPARK_PYTHON, a quiet log4j2 config); the process's environment is left
     alone. When the run's step ends, the session it started is stopped with its JVM. Build it
     with local_pyspark_resource({"spark.master": "local[2]"}).
+
+    It has dagster-pyspark's PySparkResource interface (spark_config, spark_session,
+    spark_context), so an asset of yours whose pyspark parameter is annotated PySparkResource
+    gets it by its key. It is not a subclass, as dagster-pyspark's own LazyPySparkResource is
+    not: dagster-pyspark imports pyspark at its top, and loading the definitions (a code server,
+    every run's start) would too.
     """
 
     spark_config: dict[str, Any] = Field(
@@ -299,10 +304,7 @@ class LocalPySparkResource(PySparkResource):
         "sessions keep the server's.",
     )
 
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        """Nothing to set up: the session starts at first use (``PySparkResource`` would start
-        it here)."""
-
+    _spark_session: Any = PrivateAttr(default=None)
     _owned: OwnedSession | None = PrivateAttr(default=None)
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
@@ -343,6 +345,11 @@ class LocalPySparkResource(PySparkResource):
                 session.sparkContext.setLogLevel(self.log_level)
             self._spark_session = session
         return self._spark_session
+
+    @property
+    def spark_context(self) -> Any:
+        """The classic session's SparkContext (starting the session); Spark Connect has none."""
+        return self.spark_session.sparkContext
 
     def _start(self) -> Any:
         """``getOrCreate`` as dagster-pyspark does; a classic driver's JVM launched by

@@ -16,6 +16,7 @@ import pytest
 from dagster._core.remote_representation.external_data import RepositorySnap
 from dagster._serdes import serialize_value
 from dagster.components.testing.utils import component_defs
+from dagster_pyspark import PySparkResource
 
 from dagster_eventhub_ingest.dagster_project.assets import (
     ReplayConfig,
@@ -384,6 +385,74 @@ def test_project_definitions_load_the_example_defs_yaml() -> None:
     assert asset.partitions_def is not None
     assert asset.partitions_def.get_partition_keys() == ["0", "1", "2", "3"]
     loaded.resolve_job_def("eventhub_events_job")
+
+
+# What only a run's step needs: loading the definitions (a code server, the daemon, every run
+# before RUN_START, ``dg check defs``) imports none of it.
+_STEP_ONLY = (
+    "pyspark",
+    "py4j",
+    "dagster_pyspark",
+    "pyarrow",
+    "azure.eventhub",
+    "azure.storage.blob",
+)
+
+
+def test_loading_the_definitions_imports_nothing_only_a_run_needs() -> None:
+    """A fresh interpreter that loads ``definitions.py`` and resolves its job has imported no
+    pyspark, Azure SDK or Arrow; importing the run's entry point then does import pyspark
+    (what the first check would miss if the names were wrong)."""
+    ns = "dagster_eventhub_ingest"
+    code = (
+        "import sys\n"
+        f"from {ns}.dagster_project.definitions import defs\n"
+        "loaded = defs()\n"
+        "loaded.resolve_job_def('eventhub_events_job')\n"
+        f"print(sorted(m for m in {_STEP_ONLY!r} if m in sys.modules))\n"
+        f"import {ns}.ops.run.entry\n"
+        f"print(sorted(m for m in {_STEP_ONLY!r} if m in sys.modules))\n"
+    )
+    env = {**os.environ, "DAGSTER_DISABLE_TELEMETRY": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    at_load, after_entry = out.stdout.strip().splitlines()
+    assert at_load == "[]", f"loading the definitions imports {at_load}"
+    assert "pyspark" in after_entry, after_entry
+
+
+def test_the_pyspark_resource_serves_an_asset_annotated_with_dagster_pysparks_type() -> None:
+    """``LocalPySparkResource`` is not a ``PySparkResource`` subclass; an asset of the user's
+    that annotates its ``pyspark`` parameter with dagster-pyspark's type gets it by key, with
+    the same interface, and no session starts until one is asked for."""
+    from dagster_eventhub_ingest.dagster_project.resources import (
+        LocalPySparkResource,
+        local_pyspark_resource,
+    )
+
+    seen: dict[str, object] = {}
+
+    @dg.asset
+    def users_asset(pyspark: PySparkResource) -> None:
+        seen["type"] = type(pyspark)
+        seen["master"] = pyspark.spark_config["spark.master"]
+        seen["interface"] = all(
+            hasattr(type(pyspark), name) for name in ("spark_session", "spark_context")
+        )
+        seen["started"] = pyspark._spark_session is not None
+
+    result = dg.materialize(
+        [users_asset], resources={"pyspark": local_pyspark_resource({"spark.master": "local[1]"})}
+    )
+    assert result.success
+    assert seen == {
+        "type": LocalPySparkResource,
+        "master": "local[1]",
+        "interface": True,
+        "started": False,
+    }
 
 
 def test_dg_lists_the_component_and_checks_the_project() -> None:
