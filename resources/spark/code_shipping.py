@@ -51,6 +51,7 @@ __all__ = [
     "code_identity",
     "missing_module_error",
     "ship_code",
+    "spark_switch",
 ]
 
 logger = logging.getLogger(__name__)
@@ -148,15 +149,29 @@ def build_code_zip(
     return target
 
 
-def _shipping(setting: object) -> bool:
-    """Whether the value of :data:`SHIP_CODE_CONF` (None: unset) turns shipping on."""
-    enabled = str("true" if setting is None else setting).strip().lower()
+def spark_switch(name: str, value: object, *, on: str, off: str) -> bool:
+    """Whether the value of this package's Spark setting ``name`` (None: unset, the default
+    true) switches it on; ``on`` and ``off`` say what each value does, for the error.
+
+    Raises:
+        ConfigurationError: the value is neither true nor false.
+    """
+    enabled = str("true" if value is None else value).strip().lower()
     if enabled not in ("true", "false"):
         raise ConfigurationError(
-            f"{SHIP_CODE_CONF}: {enabled!r} is not valid; valid: true (ship the project's code "
-            "to executors, the default) or false (the cluster has the package installed)"
+            f"{name}: {enabled!r} is not valid; valid: true ({on}, the default) or false ({off})"
         )
     return enabled == "true"
+
+
+def _shipping(value: object) -> bool:
+    """Whether the value of :data:`SHIP_CODE_CONF` (None: unset) turns shipping on."""
+    return spark_switch(
+        SHIP_CODE_CONF,
+        value,
+        on="ship the project's code to executors",
+        off="the cluster has the package installed",
+    )
 
 
 def code_identity(settings: Mapping[str, str]) -> str:

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, cast
 
-from dagster_eventhub_ingest.resources.errors import ConfigurationError
+from dagster_eventhub_ingest.resources.spark.code_shipping import spark_switch
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -66,14 +66,12 @@ _NOT_IN_KEY = ("token", "session_id")
 
 
 def _share(settings: Mapping[str, str]) -> bool:
-    value = str(settings.get(SHARE_SESSION_CONF, "true")).strip().lower()
-    if value not in ("true", "false"):
-        raise ConfigurationError(
-            f"{SHARE_SESSION_CONF}: {value!r} is not valid; valid: true (runs of the same code "
-            "and settings share a Spark Connect session, the default) or false (each run opens "
-            "its own)"
-        )
-    return value == "true"
+    return spark_switch(
+        SHARE_SESSION_CONF,
+        settings.get(SHARE_SESSION_CONF),
+        on="runs of the same code and settings share a Spark Connect session",
+        off="each run opens its own",
+    )
 
 
 def _split(remote: str) -> tuple[str, dict[str, str]]:
