@@ -22,13 +22,21 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["CLASS_PATH_SETTING", "FIRST_JARS", "driver_class_path"]
+from dagster_eventhub_ingest.resources.spark.kind import SPARK_CONF_DIR
+
+__all__ = [
+    "CLASS_PATH_ENV",
+    "CLASS_PATH_SETTING",
+    "FIRST_JARS",
+    "class_path_is_users",
+    "driver_class_path",
+]
 
 #: The setting Spark's launcher puts before ``jars/*`` on a client driver's class path.
 CLASS_PATH_SETTING = "spark.driver.extraClassPath"
 #: Environment variables that add to the driver's class path: with one set, the class path is
 #: the user's to order.
-_CLASS_PATH_ENV = ("SPARK_CLASSPATH", "SPARK_DIST_CLASSPATH")
+CLASS_PATH_ENV = ("SPARK_CLASSPATH", "SPARK_DIST_CLASSPATH")
 #: The jars of Spark's distribution a local run loads most classes from, most first (a cold
 #: ``ehingest run`` of 100k events without an archive, ``-Xlog:class+load``: 2,558 classes from
 #: ``spark-catalyst`` down to ~70 from ``parquet-common``; these 30 hold 13,100 of the 14,100),
@@ -72,8 +80,9 @@ def driver_class_path(
 ) -> str | None:
     """The class path to put before Spark's ``jars/*`` for a local driver started with
     ``settings``: the :data:`FIRST_JARS` found in Spark's ``jars`` directory, in that order; None
-    when the user's settings or environment add to the class path, or none is found."""
-    if settings.get(CLASS_PATH_SETTING) or any(env.get(name) for name in _CLASS_PATH_ENV):
+    when the user's settings, environment or Spark conf directory add to the class path
+    (:func:`class_path_is_users`), or none is found."""
+    if class_path_is_users(settings, env):
         return None
     from pyspark.find_spark_home import _find_spark_home
 
@@ -91,3 +100,15 @@ def driver_class_path(
         if len(found) == 1:
             first.append(str(jars / found[0]))
     return os.pathsep.join(first) or None
+
+
+def class_path_is_users(settings: Mapping[str, str], env: Mapping[str, str] = os.environ) -> bool:
+    """Whether the user may add to a local driver's class path: a ``spark.driver.extraClassPath``
+    in ``settings``, one of :data:`CLASS_PATH_ENV`, or a ``SPARK_CONF_DIR`` of theirs (its
+    ``spark-defaults.conf`` may set it, and the package's ``--conf`` would replace it)."""
+    conf_dir = env.get("SPARK_CONF_DIR")
+    return bool(
+        settings.get(CLASS_PATH_SETTING)
+        or any(env.get(name) for name in CLASS_PATH_ENV)
+        or (conf_dir and Path(conf_dir) != SPARK_CONF_DIR)
+    )

@@ -8,6 +8,7 @@ Plain predicates over a session or a master URL (no project imports): the sessio
 from __future__ import annotations
 
 import weakref
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_SPARK_MASTER",
+    "SPARK_CONF_DIR",
     "SessionMarks",
     "describe_engine",
     "is_connect_session",
@@ -22,6 +24,10 @@ __all__ = [
     "session_is_local",
 ]
 
+#: Shipped with the package: the Spark conf directory of the drivers it starts (a
+#: log4j2.properties printing warnings and errors only). A ``SPARK_CONF_DIR`` elsewhere is the
+#: user's.
+SPARK_CONF_DIR = Path(__file__).with_name("spark_conf")
 #: The master a run starts when it is given neither a master nor a Spark Connect URL: every
 #: core of this machine (the CLI and Dagster alike).
 DEFAULT_SPARK_MASTER = "local[*]"

@@ -21,7 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dagster_eventhub_ingest.resources.spark.jvm_cache import switched_on
-from dagster_eventhub_ingest.resources.spark.kind import DEFAULT_SPARK_MASTER, is_local_master
+from dagster_eventhub_ingest.resources.spark.kind import (
+    DEFAULT_SPARK_MASTER,
+    SPARK_CONF_DIR,
+    is_local_master,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -40,9 +44,6 @@ __all__ = [
     "start_classic_driver",
     "verifies_classes",
 ]
-
-#: Shipped with the package: a log4j2.properties printing warnings and errors only.
-SPARK_CONF_DIR = Path(__file__).with_name("spark_conf")
 
 
 #: What every session of a run gets unless the user's conf overrides it (Spark Connect
@@ -105,14 +106,9 @@ UNVERIFIED_JAVA_OPTIONS = (
 #: ``on`` (or ``1``, ``true``, ``yes``): a local driver's JVM without an archive skips verifying
 #: Spark's classes (:data:`UNVERIFIED_JAVA_OPTIONS`).
 SKIP_VERIFY_ENV = "EHINGEST_JVM_SKIP_VERIFY"
-#: Settings that put other jars than Spark's on the driver's class path.
-_JAR_SETTINGS = (
-    "spark.jars",
-    "spark.jars.packages",
-    "spark.driver.extraClassPath",
-    "spark.driver.userClassPathFirst",
-)
-_JAR_ENV = ("SPARK_CLASSPATH", "SPARK_DIST_CLASSPATH")
+#: Settings that put other jars than Spark's on the driver's class path, besides the class path
+#: settings of :func:`~dagster_eventhub_ingest.resources.spark.class_path.class_path_is_users`.
+_JAR_SETTINGS = ("spark.jars", "spark.jars.packages", "spark.driver.userClassPathFirst")
 
 
 def verifies_classes(settings: Mapping[str, str], env: Mapping[str, str] = os.environ) -> bool:
@@ -120,15 +116,14 @@ def verifies_classes(settings: Mapping[str, str], env: Mapping[str, str] = os.en
     bytecode verification: it goes without (:data:`UNVERIFIED_JAVA_OPTIONS`) only with
     ``EHINGEST_JVM_SKIP_VERIFY=on``, this package's Java options
     (:data:`LOCAL_DRIVER_JAVA_OPTIONS`), Spark's own jars and the package's conf directory."""
+    from dagster_eventhub_ingest.resources.spark.class_path import class_path_is_users
+
     if not switched_on(env.get(SKIP_VERIFY_ENV)):
         return True
     options = settings.get("spark.driver.extraJavaOptions", "")
     if not options.startswith(LOCAL_DRIVER_JAVA_OPTIONS):
         return True
-    conf_dir = env.get("SPARK_CONF_DIR")
-    if conf_dir and Path(conf_dir) != SPARK_CONF_DIR:
-        return True  # the user's spark-defaults.conf may add jars
-    return any(settings.get(key) for key in _JAR_SETTINGS) or any(env.get(k) for k in _JAR_ENV)
+    return class_path_is_users(settings, env) or any(settings.get(k) for k in _JAR_SETTINGS)
 
 
 def session_defaults(master: str | None, remote: str | None = None) -> dict[str, str]:

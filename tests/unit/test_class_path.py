@@ -31,3 +31,5 @@ def test_a_class_path_of_the_user_s_is_left_as_spark_builds_it() -> None:
     assert driver_class_path({}, {"SPARK_CLASSPATH": "/opt/lib/*"}) is None
     assert driver_class_path({}, {"SPARK_DIST_CLASSPATH": "/opt/hadoop/*"}) is None
     assert driver_class_path({"spark.driver.extraClassPath": ""}, {"SPARK_CLASSPATH": ""})
+    # A Spark conf directory of the user's: its spark-defaults.conf may set the class path.
+    assert driver_class_path({}, {"SPARK_CONF_DIR": "/etc/spark/conf"}) is None
