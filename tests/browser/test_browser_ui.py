@@ -134,8 +134,10 @@ def _record_event_log(
 ) -> tuple[str, list[tuple[float, str]], float]:
     """The backfill's run's log lines with their times, and when its step ended, read while it runs.
 
-    Polls the run's event log every half second, as the UI's live log does; a line is recorded
-    when it is first seen, so its time says it was visible before the step ended.
+    Polls the run's event log every half second, as the UI's live log does, until the step ends.
+    A line's time is when the event log stored it, from which on the UI shows it: a line stored
+    before the step's end was visible while the step ran. (The time a poll first saw it would
+    depend on how quickly polls run on a busy machine.)
     """
     deadline = time.monotonic() + timeout
     run_id = ""
@@ -148,10 +150,9 @@ def _record_event_log(
                 )
                 run_id = runs[0].run_id if runs else ""
             events = instance.all_logs(run_id) if run_id else []
-        now = time.time()
         for n, event in enumerate(events):
             if n not in seen and event.user_message:
-                seen[n] = (now, event.user_message)
+                seen[n] = (event.timestamp, event.user_message)
         ended = [
             e.timestamp
             for e in events
@@ -267,7 +268,9 @@ def _scenario(
         for t in before_end
         if (m := LANDED.search(t)) and "this run's share" in t
     ]
-    assert any(0 < done < of for done, of in landed), landed
+    dones = [done for done, _ in landed]
+    assert dones == sorted(dones) and dones[-1] == total, landed  # rising, to all of it
+    assert any(0 < done < total for done in dones), landed  # a count between two cycles
     assert {of for _, of in landed} == {total}, landed  # the share: all four, 100,000
     assert any(re.search(r"partition 0 (read \d+/\d+, )?landed \d+/30000", t) for _, t in lines)
     page.goto(f"{url}/runs/b/{first}", wait_until="domcontentloaded")
