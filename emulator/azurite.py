@@ -13,6 +13,8 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,35 +69,67 @@ def azurite_connection_string(port: int) -> str:
     )
 
 
+def _answers_as_azurite(port: int) -> bool:
+    """Whether Azurite itself answers on the port: another process may have taken a free port
+    between :func:`free_port` choosing it and Azurite binding it."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
+            server = response.headers.get("Server", "")
+    except urllib.error.HTTPError as error:  # its answer to a bare GET is 400
+        server = error.headers.get("Server", "")
+    except (OSError, ValueError):
+        return False
+    return server.startswith("Azurite")
+
+
 @contextlib.contextmanager
 def azurite(port: int | None = None, location: str | None = None) -> Iterator[str]:
-    """Run Azurite's blob service on 127.0.0.1; yields its connection string; always stops it."""
-    port = port or free_port()
-    with contextlib.ExitStack() as stack:
-        if location is None:
-            location = stack.enter_context(tempfile.TemporaryDirectory(prefix="azurite-"))
-        log = open(os.path.join(location, "azurite.out"), "wb")  # noqa: SIM115
-        stack.callback(log.close)
-        proc = subprocess.Popen(
-            [
-                azurite_binary(),
-                "--blobHost",
-                "127.0.0.1",
-                "--blobPort",
-                str(port),
-                "--location",
-                location,
-                "--skipApiVersionCheck",
-                "--disableTelemetry",
-                "--silent",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        stack.callback(stop_process, proc)
-        wait_for_port(port, proc=proc)
-        yield azurite_connection_string(port)
+    """Run Azurite's blob service on 127.0.0.1; yields its connection string; always stops it.
+
+    Without ``port``, on a free one; if another process takes it first, Azurite is started
+    again on another (up to three times).
+    """
+    for attempt in range(3):
+        bound = port or free_port()
+        with contextlib.ExitStack() as stack:
+            where = location
+            if where is None:
+                where = stack.enter_context(tempfile.TemporaryDirectory(prefix="azurite-"))
+            out = os.path.join(where, "azurite.out")
+            log = open(out, "wb")  # noqa: SIM115
+            stack.callback(log.close)
+            proc = subprocess.Popen(
+                [
+                    azurite_binary(),
+                    "--blobHost",
+                    "127.0.0.1",
+                    "--blobPort",
+                    str(bound),
+                    "--location",
+                    where,
+                    "--skipApiVersionCheck",
+                    "--disableTelemetry",
+                    "--silent",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            stack.callback(stop_process, proc)
+            deadline = time.monotonic() + 30
+            while proc.poll() is None and time.monotonic() < deadline:
+                if _answers_as_azurite(bound):
+                    yield azurite_connection_string(bound)
+                    return
+                time.sleep(0.1)
+            stop_process(proc)
+            with open(out, errors="replace") as f:
+                said = f.read()[-2000:]
+        if port is not None or "EADDRINUSE" not in said or attempt == 2:
+            raise RuntimeError(
+                f"Azurite did not start on 127.0.0.1:{bound} (exit code {proc.returncode}): "
+                f"{said.strip() or 'no output'}"
+            )
 
 
 def stop_process(proc: subprocess.Popen, grace: float = 5.0) -> None:
