@@ -44,34 +44,65 @@ One concept per module; this face re-exports the public names:
   ``progress``: live read progress through the partition store;
 * ``compat/``: azure-event-hubs-spark's and Kafka's options and positions, mapped onto ours;
 * ``fastpath/``: the native step (``_amqp_columns.c``) and its loader.
+
+The names load lazily (PEP 562): the driver's modules that only need a range, a position or the
+live progress (a run with nothing to read among them) import no pyspark through this face.
 """
 
-from dagster_eventhub_ingest.resources.eventhubs_source.options import ReadOptions
-from dagster_eventhub_ingest.resources.eventhubs_source.partition_range import (
-    DataGap,
-    PartitionRange,
-    parse_ranges,
-    split_range,
-)
-from dagster_eventhub_ingest.resources.eventhubs_source.plan import (
-    ReadPlan,
-    input_partitions,
-    plan_read,
-)
-from dagster_eventhub_ingest.resources.eventhubs_source.position import EventPosition
-from dagster_eventhub_ingest.resources.eventhubs_source.read import (
-    EventHubsInputPartition,
-    read_range,
-)
-from dagster_eventhub_ingest.resources.eventhubs_source.schema import eventhubs_schema
-from dagster_eventhub_ingest.resources.eventhubs_source.source import (
-    SOURCE_NAME,
-    EventHubsDataSource,
-    read_eventhubs,
-    register_eventhubs_source,
-    register_python_source,
-)
-from dagster_eventhub_ingest.resources.settings import EVENT_COLUMNS
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dagster_eventhub_ingest.resources.lazy import lazy_face
+
+if TYPE_CHECKING:
+    from dagster_eventhub_ingest.resources.eventhubs_source.options import ReadOptions
+    from dagster_eventhub_ingest.resources.eventhubs_source.partition_range import (
+        DataGap,
+        PartitionRange,
+        parse_ranges,
+        split_range,
+    )
+    from dagster_eventhub_ingest.resources.eventhubs_source.plan import (
+        ReadPlan,
+        input_partitions,
+        plan_read,
+    )
+    from dagster_eventhub_ingest.resources.eventhubs_source.position import EventPosition
+    from dagster_eventhub_ingest.resources.eventhubs_source.read import (
+        EventHubsInputPartition,
+        read_range,
+    )
+    from dagster_eventhub_ingest.resources.eventhubs_source.schema import eventhubs_schema
+    from dagster_eventhub_ingest.resources.eventhubs_source.source import (
+        SOURCE_NAME,
+        EventHubsDataSource,
+        read_eventhubs,
+        register_eventhubs_source,
+        register_python_source,
+    )
+    from dagster_eventhub_ingest.resources.settings import EVENT_COLUMNS
+
+_HOMES = {
+    "EVENT_COLUMNS": "dagster_eventhub_ingest.resources.settings",
+    "SOURCE_NAME": ".source",
+    "DataGap": ".partition_range",
+    "EventHubsDataSource": ".source",
+    "EventHubsInputPartition": ".read",
+    "EventPosition": ".position",
+    "PartitionRange": ".partition_range",
+    "ReadOptions": ".options",
+    "ReadPlan": ".plan",
+    "eventhubs_schema": ".schema",
+    "input_partitions": ".plan",
+    "parse_ranges": ".partition_range",
+    "plan_read": ".plan",
+    "read_eventhubs": ".source",
+    "read_range": ".read",
+    "register_eventhubs_source": ".source",
+    "register_python_source": ".source",
+    "split_range": ".partition_range",
+}
 
 __all__ = [
     "EVENT_COLUMNS",
@@ -93,3 +124,6 @@ __all__ = [
     "register_python_source",
     "split_range",
 ]
+
+
+__getattr__, __dir__ = lazy_face(__name__, _HOMES)
