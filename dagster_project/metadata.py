@@ -54,38 +54,26 @@ def key(name: str) -> str:
     return NAMESPACE + name
 
 
-_SPARK_TO_TYPE = {
-    "BinaryType": "binary",
-    "StringType": "string",
-    "LongType": "bigint",
-    "TimestampType": "timestamp",
-}
-
-
 @cache
 def column_schema(sources: SinkSources = "one") -> dg.TableSchema:
-    """The sink's columns (``dagster_eventhub_ingest.ops.sinks.read.output_schema``): the
+    """The sink's columns (``dagster_eventhub_ingest.ops.sinks.read.output_columns``): the
     ``eventhubs`` source schema, ``eh_source`` in a sink several sources share, the ``eh_batch``
-    key column."""
+    key column; Spark SQL type names, without importing pyspark (every run reports them, one
+    with nothing to read too)."""
     from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN, SOURCE_COLUMN
-    from dagster_eventhub_ingest.ops.sinks.read import output_schema
+    from dagster_eventhub_ingest.ops.sinks.read import output_columns
 
     described = {
         BATCH_COLUMN: "Batch key partition-first-last (e.g. 0-100-199): rewriting a batch "
         "replaces it.",
         SOURCE_COLUMN: "The row's source: namespace/hub/consumer group.",
     }
-    columns = []
-    for f in output_schema(sources).fields:
-        kind = type(f.dataType).__name__
-        columns.append(
-            dg.TableColumn(
-                f.name,
-                _SPARK_TO_TYPE.get(kind, f.dataType.simpleString()),
-                description=described.get(f.name),
-            )
-        )
-    return dg.TableSchema(columns=columns)
+    return dg.TableSchema(
+        columns=[
+            dg.TableColumn(name, sql, description=described.get(name))
+            for name, sql in output_columns(sources)
+        ]
+    )
 
 
 def round_seconds(value: float | None) -> int | None:

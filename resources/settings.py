@@ -22,20 +22,26 @@ from dagster_eventhub_ingest.resources.azure.credentials import (
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, redact
 from dagster_eventhub_ingest.resources.store.records import HubRef
 
-#: Column names as in azure-event-hubs-spark, so existing queries keep working, and ``amqpBody``
-#: (a body that is not data sections, as received).
-EVENT_COLUMNS = (
-    "body",
-    "partition",
-    "offset",
-    "sequenceNumber",
-    "enqueuedTime",
-    "publisher",
-    "partitionKey",
-    "properties",
-    "systemProperties",
-    "amqpBody",
+#: The columns every event becomes, with their Spark SQL types (the ``eventhubs`` source's schema,
+#: ``dagster_eventhub_ingest.resources.eventhubs_source.schema``, is built from it). Names as in
+#: azure-event-hubs-spark, so existing queries keep working, and ``amqpBody``: an amqp-value /
+#: amqp-sequence body (``body`` is null then), or a message that is not valid AMQP, as received
+#: (docs/spark_source.md). Plain strings, so what only describes the columns (a Dagster
+#: materialization's column schema) needs no pyspark.
+EVENT_FIELDS: tuple[tuple[str, str], ...] = (
+    ("body", "binary"),
+    ("partition", "string"),
+    ("offset", "string"),
+    ("sequenceNumber", "bigint"),
+    ("enqueuedTime", "timestamp"),
+    ("publisher", "string"),
+    ("partitionKey", "string"),
+    ("properties", "map<string,string>"),
+    ("systemProperties", "map<string,string>"),
+    ("amqpBody", "binary"),
 )
+#: The column names of :data:`EVENT_FIELDS`.
+EVENT_COLUMNS = tuple(name for name, _ in EVENT_FIELDS)
 
 if TYPE_CHECKING:
     from azure.core.credentials import TokenCredential
@@ -48,6 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EVENT_COLUMNS",
+    "EVENT_FIELDS",
     "ConnectionParts",
     "EventHubSettings",
     "entity_path",

@@ -35,7 +35,12 @@ if TYPE_CHECKING:
         sink_location,
     )
     from dagster_eventhub_ingest.ops.sinks.failures import sink_failure_retryable
-    from dagster_eventhub_ingest.ops.sinks.read import output_schema, read_batches, read_sink
+    from dagster_eventhub_ingest.ops.sinks.read import (
+        output_columns,
+        output_schema,
+        read_batches,
+        read_sink,
+    )
     from dagster_eventhub_ingest.ops.sinks.source import SinkSource
     from dagster_eventhub_ingest.ops.sinks.write import WriteResult, write_batch
 
@@ -48,6 +53,7 @@ _HOMES = {
     "check_sink_format": ".checks",
     "check_sink_layout": ".checks",
     "check_sink_reachable": ".checks",
+    "output_columns": ".read",
     "output_schema": ".read",
     "parse_batch_key": ".batch",
     "read_batches": ".read",
@@ -66,6 +72,7 @@ __all__ = [
     "check_sink_format",
     "check_sink_layout",
     "check_sink_reachable",
+    "output_columns",
     "output_schema",
     "parse_batch_key",
     "read_batches",

@@ -1,7 +1,8 @@
 """A sink's columns, and reading what it holds back: the verification, checks and tests.
 
-:func:`output_schema` is what every batch is written with (one declaration: the ``deltalake``
-table and a catalog table a run creates before its first claim take it from here).
+:func:`output_columns` are what every batch is written with (one declaration: the ``deltalake``
+table and a catalog table a run creates before its first claim take it from here, as
+:func:`output_schema`).
 :func:`read_sink` returns the sink's content, :func:`read_batches` only some batches' rows,
 through their own directories where it can.
 """
@@ -18,6 +19,7 @@ from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN, SOURCE_COLUMN
 from dagster_eventhub_ingest.ops.sinks.failures import failure_cause, sink_error
 from dagster_eventhub_ingest.ops.sinks.storage import delta_uri
 from dagster_eventhub_ingest.resources.failures import error_condition
+from dagster_eventhub_ingest.resources.settings import EVENT_FIELDS
 from dagster_eventhub_ingest.resources.sink import (
     BUILTIN_FORMATS,
     DELTALAKE_FORMAT,
@@ -30,23 +32,25 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["delta_output_schema", "output_schema", "read_batches", "read_sink"]
+__all__ = ["delta_output_schema", "output_columns", "output_schema", "read_batches", "read_sink"]
 
 logger = logging.getLogger(__name__)
 
 
+def output_columns(sources: SinkSources = "one") -> tuple[tuple[str, str], ...]:
+    """The columns a sink of ``sources`` (``SinkSettings.sources``) gets, as ``(name, Spark SQL
+    type)``: the ``eventhubs`` source's, ``eh_source`` in a sink several sources share, and the
+    batch key (what ``write_batch`` writes, in its order; the Dagster asset's column schema,
+    described without pyspark)."""
+    extra = ((SOURCE_COLUMN, "string"),) if sources == "many" else ()
+    return (*EVENT_FIELDS, *extra, (BATCH_COLUMN, "string"))
+
+
 def output_schema(sources: SinkSources = "one") -> StructType:
-    """The columns a sink of ``sources`` (``SinkSettings.sources``) gets: the ``eventhubs``
-    source's, ``eh_source`` in a sink several sources share, and the batch key (what
-    ``write_batch`` writes, in its order; the Dagster asset's column schema)."""
-    from pyspark.sql.types import StringType, StructField
+    """:func:`output_columns` as a Spark schema (every column nullable)."""
+    from dagster_eventhub_ingest.resources.eventhubs_source.schema import spark_schema
 
-    from dagster_eventhub_ingest.resources.eventhubs_source import eventhubs_schema
-
-    schema = eventhubs_schema()
-    if sources == "many":
-        schema = schema.add(StructField(SOURCE_COLUMN, StringType(), True))
-    return schema.add(StructField(BATCH_COLUMN, StringType(), True))
+    return spark_schema(output_columns(sources))
 
 
 def delta_output_schema(sources: SinkSources = "one") -> pa.Schema:

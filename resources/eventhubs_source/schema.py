@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
+
+from dagster_eventhub_ingest.resources.settings import EVENT_FIELDS
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -14,8 +16,16 @@ if TYPE_CHECKING:
 
 def eventhubs_schema() -> StructType:
     """The DataFrame schema of the ``eventhubs`` source (azure-event-hubs-spark column names)."""
+    return spark_schema(EVENT_FIELDS)
+
+
+def spark_schema(fields: Iterable[tuple[str, str]]) -> StructType:
+    """A Spark schema of nullable columns from ``(name, Spark SQL type)`` pairs
+    (:data:`~dagster_eventhub_ingest.resources.settings.EVENT_FIELDS`'s form); without a session,
+    so only the types those pairs use."""
     from pyspark.sql.types import (
         BinaryType,
+        DataType,
         LongType,
         MapType,
         StringType,
@@ -24,22 +34,14 @@ def eventhubs_schema() -> StructType:
         TimestampType,
     )
 
-    return StructType(
-        [
-            StructField("body", BinaryType()),
-            StructField("partition", StringType()),
-            StructField("offset", StringType()),
-            StructField("sequenceNumber", LongType()),
-            StructField("enqueuedTime", TimestampType()),
-            StructField("publisher", StringType()),
-            StructField("partitionKey", StringType()),
-            StructField("properties", MapType(StringType(), StringType())),
-            StructField("systemProperties", MapType(StringType(), StringType())),
-            # Not the connector's: an amqp-value / amqp-sequence body (body is null then), or a
-            # message that is not valid AMQP, as received (docs/spark_source.md).
-            StructField("amqpBody", BinaryType()),
-        ]
-    )
+    types: dict[str, DataType] = {
+        "binary": BinaryType(),
+        "string": StringType(),
+        "bigint": LongType(),
+        "timestamp": TimestampType(),
+        "map<string,string>": MapType(StringType(), StringType()),
+    }
+    return StructType([StructField(name, types[sql], True) for name, sql in fields])
 
 
 def source_arrow_schema() -> pa.Schema:

@@ -7,9 +7,10 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -43,6 +44,7 @@ from dagster_eventhub_ingest.dagster_project.schedules import (
 )
 from dagster_eventhub_ingest.dagster_project.sensors import partitions_to_add
 from dagster_eventhub_ingest.ops.run.report import PartitionReport
+from dagster_eventhub_ingest.ops.sinks.read import output_schema
 from dagster_eventhub_ingest.resources.config import IngestAssetConfig, LagCheckOptions, SparkConfig
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
 from dagster_eventhub_ingest.resources.spark.code_shipping import SHIP_CODE_CONF
@@ -751,6 +753,14 @@ def test_materialization_plan_one_point_per_batch_but_requested_partitions_done(
     ) == ["0", "1", "2"]
 
 
+def _described(md: Mapping[str, Any]) -> list[tuple[str, str]]:
+    return [(c.name, c.type) for c in md["dagster/column_schema"].value.columns]
+
+
+def _spark_columns(schema: Any) -> list[tuple[str, str]]:
+    return [(f.name, f.dataType.simpleString()) for f in schema.fields]
+
+
 def test_partition_metadata_has_standard_keys_and_no_zero_noise() -> None:
     md = partition_metadata(
         _written("0", 5, landed_total=25, checkpoint_sequence_number=4),
@@ -769,6 +779,9 @@ def test_partition_metadata_has_standard_keys_and_no_zero_noise() -> None:
     )
     names = [c.name for c in shared["dagster/column_schema"].value.columns]
     assert names[-2:] == ["eh_source", "eh_batch"]
+    # Described without pyspark, as the sink's Spark schema has them (Spark SQL type names).
+    assert _described(md) == _spark_columns(output_schema("one"))
+    assert _described(shared) == _spark_columns(output_schema("many"))
     # No frozen lag, no second copy of dagster/uri, the rest under the project's namespace.
     assert not {k for k in md if "lag" in k} and "output_location" not in md
     assert all(k.startswith(("dagster/", "eventhub/")) for k in md), sorted(md)

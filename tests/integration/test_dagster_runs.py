@@ -25,6 +25,7 @@ from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 from tests.support.fixtures.dagster import FAST_RETRY
+from tests.support.imports import imported, reporting_imports
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -516,11 +517,17 @@ def test_a_run_with_nothing_to_read_starts_no_jvm(
 ) -> None:
     """`dagster asset materialize` of the project's defs.yaml over a hub with nothing new: the
     PySpark resource starts its session only when there is something to read, so the run
-    (and the step's process) never starts a JVM, and the partitions are reported up to date."""
+    (and the step's process) never starts a JVM nor imports pyspark, py4j or pyarrow, and the
+    partitions are reported up to date."""
     hub = make_eventhub(partitions=4)
     env = _cli_env(hub, azurite_connection_string, container_name, tmp_path / "sink", tmp_path)
     proc = subprocess.Popen(
-        CLI, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        reporting_imports("dagster", *CLI[1:]),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     output: list[str] = []
     reader = threading.Thread(target=lambda: output.append(proc.stdout.read()))  # type: ignore[union-attr]
@@ -537,6 +544,11 @@ def test_a_run_with_nothing_to_read_starts_no_jvm(
     assert proc.returncode == 0, text[-4000:]
     assert "RUN_SUCCESS" in text
     assert not java, "a JVM started for a run with nothing to read"
+    assert imported(text) == [], "a run with nothing to read imported Spark's modules"
+    assert "complete=True events=0 " in text  # the run's report: nothing read
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        materialized = instance.get_materialized_partitions(dg.AssetKey("eventhub_events"))
+    assert materialized == {"0", "1", "2", "3"}  # every partition reported up to date
     assert not (tmp_path / "sink").exists()
 
 

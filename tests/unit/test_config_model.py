@@ -45,8 +45,13 @@ def test_strategy_names_are_the_registered_strategies() -> None:
 
 def test_output_columns_are_the_source_schema() -> None:
     from dagster_eventhub_ingest.resources.eventhubs_source import eventhubs_schema
+    from dagster_eventhub_ingest.resources.settings import EVENT_FIELDS
 
     assert list(OUTPUT_COLUMNS) == eventhubs_schema().fieldNames()
+    # The declared Spark SQL types are the schema's (the Dagster column schema shows them).
+    assert [(f.name, f.dataType.simpleString(), f.nullable) for f in eventhubs_schema().fields] == [
+        (name, sql, True) for name, sql in EVENT_FIELDS
+    ]
     assert set(PARTITION_COLUMNS) <= set(OUTPUT_COLUMNS)
 
 
