@@ -3,7 +3,8 @@
 Most scheduled runs of a quiet hub find nothing new. Such a run asks the hub and the store and
 reports every partition up to date; it imports no pyspark, py4j or pyarrow (nor starts a JVM),
 so it pays for none of them. The Dagster step's twin is in tests/integration/test_dagster_runs.py
-(``test_a_run_with_nothing_to_read_starts_no_jvm``).
+(``test_a_run_with_nothing_to_read_starts_no_jvm``), the Airflow task's in
+tests/airflow/test_airflow_dags.py (``test_a_task_with_nothing_to_read_imports_no_spark``).
 """
 
 from __future__ import annotations
