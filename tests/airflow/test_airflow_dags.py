@@ -24,6 +24,7 @@ from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 from tests.airflow.conftest import ROOT, connection_env
+from tests.support.fixtures.emulator import checkpoint_at_last_event
 from tests.support.imports import imported, reporting_imports
 
 pytestmark = [pytest.mark.airflow, pytest.mark.integration, pytest.mark.spark]
@@ -280,23 +281,13 @@ def _result_of(out: str) -> dict[str, Any]:
 
 
 def test_a_task_with_nothing_to_read_imports_no_spark(
-    airflow_db: str,
-    monkeypatch: pytest.MonkeyPatch,
-    make_eventhub: Callable[..., Any],
-    blob_store_settings: StoreSettings,
-    tmp_path: Path,
+    airflow_db: str, env: dict[str, Any], blob_store_settings: StoreSettings
 ) -> None:
-    """The ingest task over a hub with nothing new, in a fresh process as a worker runs it:
-    every partition reported up to date, nothing read, and no pyspark, py4j or pyarrow imported
-    (no JVM either), so a scheduled task that finds nothing pays for none of them."""
-    hub = make_eventhub(partitions=2)
-    sink = tmp_path / "sink"
-    _set_connections(
-        monkeypatch,
-        hub,
-        blob_store_settings,
-        {"format": "parquet", "path": str(sink), "spark": {"master": "local[1]"}},
-    )
+    """The ingest task over a hub an earlier run brought up to date, in a fresh process as a
+    worker runs it: every partition reported up to date at its checkpoint, nothing read, and
+    no pyspark, py4j or pyarrow imported (no JVM either), so a scheduled task that finds nothing
+    pays for none of them."""
+    checkpoints = checkpoint_at_last_event(env["hub"], blob_store_settings)
     when = datetime(2026, 3, 1, tzinfo=timezone.utc).isoformat()
     done = subprocess.run(
         reporting_imports("tests.airflow._run_dag", "test", "eventhub_ingest_once", when),
@@ -312,10 +303,12 @@ def test_a_task_with_nothing_to_read_imports_no_spark(
     assert result["tis"] == {"ingest[-1]": ["success", 1]}, out[-3000:]
     [report] = _reports("eventhub_ingest_once", result["run_id"]).values()
     assert report["complete"] is True and (report["events"], report["cycles"]) == (0, 0)
-    assert all(p["up_to_date"] for p in report["partitions"].values())
-    assert sorted(report["partitions"]) == sorted(hub.partition_ids)
+    assert {
+        pid: (p["up_to_date"], p["checkpoint_sequence_number"])
+        for pid, p in report["partitions"].items()
+    } == {pid: (True, EVENTS - 1) for pid in checkpoints}
     assert imported(done.stderr) == [], "a task with nothing to read imported Spark's modules"
-    assert not sink.exists()
+    assert not Path(env["sink"].path).exists()
 
 
 @pytest.mark.slow

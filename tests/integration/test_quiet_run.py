@@ -18,34 +18,14 @@ from typing import Any
 
 import pytest
 
-from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
-from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 from dagster_eventhub_ingest.resources.store.settings import StoreSettings
 from tests.support.cli import CLI_TIMEOUT, ROOT, write_config
+from tests.support.fixtures.emulator import checkpoint_at_last_event
 from tests.support.imports import imported, reporting_imports
 
 pytestmark = pytest.mark.integration
 
 _EVENTS = 5
-
-
-def _checkpoint_every_event(hub: Any, store_settings: StoreSettings) -> None:
-    """What an earlier run leaves behind: every checkpoint at its partition's last event."""
-    backend = AzureBlobBackend.from_settings(store_settings)
-    try:
-        backend.ensure_container(create=True)
-        store = PartitionStore(backend, hub.settings().hub_ref())
-        with hub.consumer() as consumer:
-            for pid in hub.partition_ids:
-                props = consumer.get_partition_properties(pid)
-                own = store.claim(pid, "an-earlier-run", None)
-                assert own is not None
-                own = store.checkpoint(
-                    own, props["last_enqueued_sequence_number"], str(props["last_enqueued_offset"])
-                )
-                assert store.release(own)
-    finally:
-        backend.close()
 
 
 @pytest.mark.timeout(CLI_TIMEOUT + 60)
@@ -62,7 +42,7 @@ def test_a_run_with_nothing_to_read_imports_no_spark(
         for pid in hub.partition_ids:
             hub.send(pid, [f"{pid}-{i}".encode() for i in range(_EVENTS)])
         store = StoreSettings(container=container_name, connection_string=azurite_connection_string)
-        _checkpoint_every_event(hub, store)
+        assert checkpoint_at_last_event(hub, store) == dict.fromkeys(hub.partition_ids, _EVENTS - 1)
     config = write_config(tmp_path, hub, container_name)
     env = {**os.environ, "EH_CONN": hub.connection_string, "ST_CONN": azurite_connection_string}
     done = subprocess.run(
