@@ -17,7 +17,9 @@ checkpoint container and sink, so all read the very same events:
   (``EHINGEST_JVM_ARCHIVE=off``: a fresh host's first run without the writer) and
   ``unverified`` (the same, its JVM not verifying Spark's classes:
   ``EHINGEST_JVM_SKIP_VERIFY=on``, docs/deploy.md), their medians and ratios: the side-by-side
-  figures.
+  figures. ``--candidate KEY=VALUE`` (repeatable) adds two alternated variants, ``warm
+  candidate`` and ``candidate`` (no archive), with those environment variables besides, and the
+  candidate's own ratio.
 
 The warm run goes first and last, and the ratios are to their median. The reader's native step
 is compiled into both caches first (``ehingest build-reader``: the platform wheel ships it
@@ -102,21 +104,41 @@ def main() -> None:
         help="instead of the fresh runs: N alternated rounds of warm, no archive (as a fresh "
         "host's first run) and no archive unverified, their medians and ratios",
     )
+    parser.add_argument(
+        "--candidate",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --alternate: two more alternated variants, warm and no archive with this "
+        "environment variable besides (repeatable; a JVM option: JAVA_TOOL_OPTIONS=...)",
+    )
     add_json_flag(parser)
     args = parser.parse_args()
+    bad = [c for c in args.candidate if "=" not in c or c.startswith("=")]
+    if bad:
+        parser.error(f"--candidate takes KEY=VALUE (an environment variable), got {bad[0]!r}")
+    if args.candidate and not args.alternate:
+        parser.error("--candidate is for --alternate N (the side-by-side rounds)")
     with report("fresh_host.py", args.json) as rep:
         _main(args, rep)
 
 
-def _alternate(rounds: int, run: Any, warm_env: dict[str, str], rep: Any) -> None:
+def _alternate(
+    rounds: int, run: Any, warm_env: dict[str, str], rep: Any, candidate: list[str]
+) -> None:
     """``rounds`` rounds of: the warm cache, no archive (a fresh host's first run), no archive
-    without verifying Spark's classes; each variant's medians and their ratios."""
+    without verifying Spark's classes (and no archive with the ``candidate`` environment);
+    each variant's medians and their ratios."""
     off = {**warm_env, "EHINGEST_JVM_ARCHIVE": "off"}
     variants = {
         "warm": warm_env,
         "no archive": off,
         "unverified": {**off, "EHINGEST_JVM_SKIP_VERIFY": "on"},
     }
+    if candidate:
+        extra = dict(c.split("=", 1) for c in candidate)
+        variants["warm candidate"] = {**warm_env, **extra}
+        variants["candidate"] = {**off, **extra}
     got: dict[str, list[dict]] = {name: [] for name in variants}
     for i in range(rounds):
         for name, env in variants.items():
@@ -136,15 +158,16 @@ def _alternate(rounds: int, run: Any, warm_env: dict[str, str], rep: Any) -> Non
     for name, m in medians.items():
         rep.add(f"{name}, median", {**m, "jvm_cpu_seconds": jvm[name]})
         print(
-            f"  {name:<10} {m['seconds']:6.2f} s, CPU {m['cpu_seconds']:6.2f} s, "
+            f"  {name:<14} {m['seconds']:6.2f} s, CPU {m['cpu_seconds']:6.2f} s, "
             f"JVM {jvm[name]:.2f} s"
         )
-    for name in ("no archive", "unverified"):
+    for name in [n for n in variants if n != "warm"]:
+        base = "warm candidate" if name == "candidate" else "warm"
         for key in ("seconds", "cpu_seconds"):
             ratio = rep.add(
-                f"{name} / warm, {key}", round(medians[name][key] / medians["warm"][key], 2)
+                f"{name} / {base}, {key}", round(medians[name][key] / medians[base][key], 2)
             )
-            print(f"  {name} / warm ({key}): {ratio:.2f}")
+            print(f"  {name} / {base} ({key}): {ratio:.2f}")
     saved = rep.add(
         "JVM CPU, unverified against no archive, s", round(jvm["unverified"] - jvm["no archive"], 2)
     )
@@ -196,7 +219,7 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
 
         print(f"\nehingest run, cold, end to end, {args.events:,} events:")
         if args.alternate:
-            _alternate(args.alternate, run, warm_env, rep)
+            _alternate(args.alternate, run, warm_env, rep, args.candidate)
             return
         run("warm", warm_env)
         for i in (1, 2, 3):
