@@ -12,8 +12,11 @@ rounds, the order rotated each round. ``--modes`` picks what runs beside ``ehing
     and ``defs/eventhub_events/defs.yaml``, all 4 partitions), from the command's launch.
 ``tick``
     The same definitions and defs.yaml with the schedule on a one-minute cron, switched on,
-    run by ``dagster-daemon run`` on a fresh instance (its queued run coordinator, default run
-    launcher), from the tick's scheduled time.
+    run by ``dagster-daemon run`` on a fresh instance with the settings docs/dagster.yaml
+    recommends (its queued run coordinator dequeues every second; ``--dequeue-interval 5`` is
+    Dagster's default, ``--dequeue-interval 1 5`` both), default run launcher, from the tick's
+    scheduled time. Its ``queue_wait`` phase (``RUN_ENQUEUED`` to ``RUN_DEQUEUED``) is the
+    time the run waited for the daemon's dequeue.
 ``airflow``
     ``airflow dags test`` of the example DAG (``airflow_provider/example_dags``: the lag
     sensor, then 2 mapped ingest tasks; the first reads everything, the second finds it
@@ -89,6 +92,10 @@ MARKS = (
     "ASSET_MATERIALIZATION",
     "RUN_SUCCESS",
 )
+#: The phase ending at RUN_DEQUEUED, the run's wait in the queued run coordinator's queue.
+QUEUE_WAIT = "queue_wait"
+#: The Dagster instance settings docs/dagster.md recommends for the schedule (its one home).
+INSTANCE_YAML = ROOT / "docs" / "dagster.yaml"
 #: How the run's own phases line starts (ops/run/entry.py), as the step logs it.
 PHASES_LINE = "run phases owner="
 #: The materialization metadata holding a batch's events (dagster_project/metadata.py).
@@ -138,11 +145,26 @@ def _dagster_env(
     return full
 
 
-def _new_home(path: Path) -> Path:
+def instance_settings(dequeue_interval: int | None = None) -> dict[str, Any]:
+    """docs/dagster.yaml, with the queued run coordinator's ``dequeue_interval_seconds`` set
+    to ``dequeue_interval`` when given."""
+    import yaml
+
+    settings: dict[str, Any] = yaml.safe_load(INSTANCE_YAML.read_text())
+    if dequeue_interval is not None:
+        settings["run_coordinator"]["config"]["dequeue_interval_seconds"] = dequeue_interval
+    return settings
+
+
+def _new_home(path: Path, settings: dict[str, Any] | None = None) -> Path:
+    """A fresh Dagster instance at ``path``: ``settings`` in its dagster.yaml (default none:
+    Dagster's defaults), no telemetry."""
     import dagster as dg
+    import yaml
 
     path.mkdir()
-    (path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    config = {**(settings or {}), "telemetry": {"enabled": False}}
+    (path / "dagster.yaml").write_text(yaml.safe_dump(config))
     with dg.DagsterInstance.from_config(str(path)) as instance:  # as a deployment has it
         instance.get_runs(limit=1)
     return path
@@ -181,7 +203,8 @@ def run_phases(home: Path, launched: float, run_id: str | None = None) -> dict[s
     before = 0.0
     for mark in MARKS:
         if mark in times:
-            phases[f"to {mark}"] = round(times[mark] - before, 3)
+            queued = mark == "RUN_DEQUEUED" and "RUN_ENQUEUED" in times
+            phases[QUEUE_WAIT if queued else f"to {mark}"] = round(times[mark] - before, 3)
             before = times[mark]
     return {
         "status": status.value,
@@ -238,17 +261,26 @@ def run_finished(home: Path, run_id: str) -> float:
 
 
 def schedule_tick(
-    conn: str, store: str, container: str, workdir: Path, env: dict[str, str], project: Path
+    conn: str,
+    store: str,
+    container: str,
+    workdir: Path,
+    env: dict[str, str],
+    project: Path,
+    dequeue_interval: int | None = None,
 ) -> dict[str, Any]:
     """One tick of the project's schedule (every minute, switched on) through ``dagster-daemon
-    run`` on a fresh instance: from the tick's scheduled time to the run's materialization.
+    run`` on a fresh instance with docs/dagster.yaml's settings (``dequeue_interval``, when
+    given, instead of its dequeue interval): from the tick's scheduled time to the run's
+    materialization.
 
     The daemon starts just after a minute's start, so it has loaded the code location well
     before the next one; its run is the next minute's tick.
     """
     from dagster_eventhub_ingest.emulator.azurite import stop_process
 
-    home = _new_home(workdir / f"home-tick-{container}")
+    settings = instance_settings(dequeue_interval)
+    home = _new_home(workdir / f"home-tick-{container}", settings)
     module = f"{project.name.removeprefix('proj-')}.definitions"
     workspace = home / "workspace.yaml"
     workspace.write_text(
@@ -291,7 +323,11 @@ def schedule_tick(
         r = run_phases(home, scheduled, run.run_id)
         assert r["status"] == "SUCCESS", (r, (home / "daemon.log").read_text()[-3000:])
         r.pop("last")  # RUN_SUCCESS: the run's end
-        return {"seconds": round(run_finished(home, run.run_id) - scheduled, 2), **r}
+        return {
+            "seconds": round(run_finished(home, run.run_id) - scheduled, 2),
+            "dequeue_interval_s": settings["run_coordinator"]["config"]["dequeue_interval_seconds"],
+            **r,
+        }
     finally:
         stop_process(daemon, grace=30)
         log.close()
@@ -689,6 +725,14 @@ def main() -> None:
         "server",
     )
     parser.add_argument(
+        "--dequeue-interval",
+        type=int,
+        nargs="+",
+        default=[instance_settings()["run_coordinator"]["config"]["dequeue_interval_seconds"]],
+        help="the tick's queued run coordinator's dequeue_interval_seconds, one tick contender "
+        "each (default: docs/dagster.yaml's; 5 is Dagster's default)",
+    )
+    parser.add_argument(
         "--connect-events", type=int, default=1000, help="events of the Spark Connect runs"
     )
     parser.add_argument(
@@ -706,6 +750,8 @@ def main() -> None:
 
 #: What ``--modes`` chooses from.
 MODES = ("materialize", "tick", "airflow", "scheduler", "connect")
+#: How a schedule tick contender's name starts (", dequeue <N>s" follows).
+TICK = "dagster schedule tick"
 #: Cores of the standalone worker under the Spark Connect server (the whole machine).
 CONNECT_CORES = 2
 
@@ -748,7 +794,25 @@ def _compare(
             f"{'met' if met else 'NOT met'}",
             flush=True,
         )
+        queued = [r for r in rs if QUEUE_WAIT in r["phases"]]
+        waits: dict[str, Any] = {}
+        if queued:  # what of it is Dagster's queue, not this package
+            w = statistics.median(r["phases"][QUEUE_WAIT] for r in queued)
+            rest = statistics.median(
+                r["to_materialization_s"] - r["phases"][QUEUE_WAIT] for r in queued
+            )
+            print(
+                f"    of which {QUEUE_WAIT} (RUN_ENQUEUED to RUN_DEQUEUED, the daemon's "
+                f"dequeue) {w:.2f} s; to materialization without it {rest:.2f} s "
+                f"({rest - e:+.2f} s)",
+                flush=True,
+            )
+            waits = {
+                "queue_wait_median_s": round(w, 2),
+                "to_materialization_without_queue_wait_median_s": round(rest, 2),
+            }
         figures[kind] = {
+            **waits,
             "to_materialization_median_s": round(m, 2),
             "to_end_median_s": round(d, 2),
             "materialization - ehingest, s": round(m - e, 2),
@@ -808,9 +872,16 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
                         dagster_run, conn, store, workdir=tmp, home=home, env=env
                     )
                 if "tick" in args.modes:
-                    contenders["dagster schedule tick"] = partial(
-                        schedule_tick, conn, store, workdir=tmp, env=env, project=ticking
-                    )
+                    for interval in args.dequeue_interval:
+                        contenders[f"{TICK}, dequeue {interval}s"] = partial(
+                            schedule_tick,
+                            conn,
+                            store,
+                            workdir=tmp,
+                            env=env,
+                            project=ticking,
+                            dequeue_interval=interval,
+                        )
                 if "airflow" in args.modes:
                     contenders["airflow dags test"] = partial(
                         airflow_dags_test, conn, store, workdir=tmp, home=airflow_home
@@ -819,7 +890,7 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
                     contenders["airflow scheduler"] = partial(deployment.run, conn, store)
                 # Untimed: a JVM archive each venv writes once, Dagster's instance migrations
                 # (not a tick: it waits for the next minute).
-                warm = {k: f for k, f in contenders.items() if k != "dagster schedule tick"}
+                warm = {k: f for k, f in contenders.items() if not k.startswith(TICK)}
                 _round(warm, n, 1, "w")
                 writer_done(cache_dir(), 600)
                 _compare(rep, f"{n} events", _round(contenders, n, args.repeat, "r"))
