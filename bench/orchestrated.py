@@ -15,8 +15,8 @@ rounds, the order rotated each round. ``--modes`` picks what runs beside ``ehing
     run by ``dagster-daemon run`` on a fresh instance with the settings docs/dagster.yaml
     recommends (its queued run coordinator dequeues every second; ``--dequeue-interval 5`` is
     Dagster's default, ``--dequeue-interval 1 5`` both), default run launcher, from the tick's
-    scheduled time. Its ``queue_wait`` phase (``RUN_ENQUEUED`` to ``RUN_DEQUEUED``) is the
-    time the run waited for the daemon's dequeue.
+    scheduled time. Its ``queue_wait`` phase (``RUN_ENQUEUED`` to ``RUN_STARTING``, which the
+    daemon reports when it dequeues the run) is the time the run waited in Dagster's queue.
 ``airflow``
     ``airflow dags test`` of the example DAG (``airflow_provider/example_dags``: the lag
     sensor, then 2 mapped ingest tasks; the first reads everything, the second finds it
@@ -92,7 +92,9 @@ MARKS = (
     "ASSET_MATERIALIZATION",
     "RUN_SUCCESS",
 )
-#: The phase ending at RUN_DEQUEUED, the run's wait in the queued run coordinator's queue.
+#: The phase after RUN_ENQUEUED: the run's wait in the queued run coordinator's queue, until
+#: the daemon dequeues it (Dagster 1.13 reports RUN_STARTING then; RUN_DEQUEUED is declared,
+#: not reported).
 QUEUE_WAIT = "queue_wait"
 #: The Dagster instance settings docs/dagster.md recommends for the schedule (its one home).
 INSTANCE_YAML = ROOT / "docs" / "dagster.yaml"
@@ -201,11 +203,12 @@ def run_phases(home: Path, launched: float, run_id: str | None = None) -> dict[s
             events += int(rows.value) if rows is not None else 0  # type: ignore[arg-type]
     phases: dict[str, float] = {}
     before = 0.0
+    previous = None
     for mark in MARKS:
         if mark in times:
-            queued = mark == "RUN_DEQUEUED" and "RUN_ENQUEUED" in times
-            phases[QUEUE_WAIT if queued else f"to {mark}"] = round(times[mark] - before, 3)
-            before = times[mark]
+            name = QUEUE_WAIT if previous == "RUN_ENQUEUED" else f"to {mark}"
+            phases[name] = round(times[mark] - before, 3)
+            before, previous = times[mark], mark
     return {
         "status": status.value,
         "events": events,
@@ -802,8 +805,8 @@ def _compare(
                 r["to_materialization_s"] - r["phases"][QUEUE_WAIT] for r in queued
             )
             print(
-                f"    of which {QUEUE_WAIT} (RUN_ENQUEUED to RUN_DEQUEUED, the daemon's "
-                f"dequeue) {w:.2f} s; to materialization without it {rest:.2f} s "
+                f"    of which {QUEUE_WAIT} (RUN_ENQUEUED to the daemon's dequeue) {w:.2f} s; "
+                f"to materialization without it {rest:.2f} s "
                 f"({rest - e:+.2f} s)",
                 flush=True,
             )
