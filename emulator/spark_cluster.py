@@ -9,12 +9,17 @@ pyspark, which Spark puts on its workers' path itself, nor Dagster, which no exe
 like the executors of any real cluster, it has the dependencies and never the repository, so the
 project's code reaches it only by being shipped (resources/spark/code_shipping.py).
 
-Every process started here binds 127.0.0.1 and is stopped (its process group) on exit.
+Every process started here binds 127.0.0.1 and is stopped (its process group) on exit. A service
+is ready when it answers as itself, not when its port is open: a port chosen free can be taken by
+another process (tiers run side by side) before the service binds it. The services are made to
+fail on a taken port rather than move to the next one (which would leave us waiting on the other
+process's), and are then started again on other ports.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -24,10 +29,12 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
-from dagster_eventhub_ingest.emulator.azurite import ROOT, free_port, stop_process, wait_for_port
+from dagster_eventhub_ingest.emulator.azurite import ROOT, free_port, stop_process
 from dagster_eventhub_ingest.resources.spark.session import SPARK_CONF_DIR
 
 #: Every application on the 2-core worker takes one core, so the Spark Connect server (a
@@ -133,11 +140,6 @@ def _spawn(args: list[str], env: dict[str, str], log: Path, cwd: Path) -> subpro
     )
 
 
-def _alive_workers(ui_port: int) -> int:
-    with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as resp:
-        return int(json.load(resp).get("aliveworkers", 0))
-
-
 def _tail(log: Path) -> str:
     try:
         return log.read_text(errors="replace")[-3000:]
@@ -145,58 +147,147 @@ def _tail(log: Path) -> str:
         return ""
 
 
+#: How many times a service is started on fresh ports when one it was given was taken.
+_ATTEMPTS = 3
+#: What a Spark service logs when it cannot bind a port it was given: the master fails so with
+#: ``spark.port.maxRetries=0`` (it would otherwise move to the next port), the Connect server
+#: does so by default (``spark.connect.grpc.port.maxRetries`` is 0).
+_PORT_TAKEN = "java.net.BindException"
+
+
+def _answered(
+    proc: subprocess.Popen, ready: Callable[[], bool], what: str, log: Path, timeout: float
+) -> bool:
+    """Wait until ``ready()``: True; False when the process ended because a port was taken.
+
+    Raises when it ended for another reason or did not answer within ``timeout`` seconds
+    (then it is stopped).
+    """
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc.poll() is not None:
+            said = _tail(log)
+            if _PORT_TAKEN in said:
+                return False
+            raise RuntimeError(f"{what} stopped (exit code {proc.returncode}): {said}")
+        if time.monotonic() > deadline:
+            stop_process(proc)
+            raise TimeoutError(f"{what} did not answer in {timeout:.0f} s: {_tail(log)}")
+        time.sleep(0.5)
+    return True
+
+
+def _master_state(ui_port: int) -> dict[str, Any]:
+    """The master's state from its web UI's ``/json/`` ({} when nothing answers as a master)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as resp:
+            state = json.load(resp)
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def _master_is_up(ui_port: int, master_url: str) -> bool:
+    """Whether the master we started serves its UI there: alive, at the URL we hand out."""
+    state = _master_state(ui_port)
+    return state.get("status") == "ALIVE" and state.get("url") == master_url
+
+
+def _answers_as_spark_connect(port: int) -> bool:
+    """Whether a Spark Connect server answers on the port: it tells its Spark version.
+
+    One call of Spark Connect's own gRPC service in a session of its own, released after.
+    """
+    import grpc
+    from pyspark.sql.connect import proto
+    from pyspark.sql.connect.proto.base_pb2_grpc import SparkConnectServiceStub
+
+    session, user = str(uuid.uuid4()), proto.UserContext(user_id="ehingest-readiness")
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = SparkConnectServiceStub(channel)
+        version = proto.AnalyzePlanRequest.SparkVersion()
+        request = proto.AnalyzePlanRequest(
+            session_id=session, user_context=user, spark_version=version
+        )
+        try:
+            answer = stub.AnalyzePlan(request, timeout=10)
+        except grpc.RpcError:
+            return False
+        release = proto.ReleaseSessionRequest(session_id=session, user_context=user)
+        with contextlib.suppress(grpc.RpcError):
+            stub.ReleaseSession(release, timeout=10)
+    return bool(answer.spark_version.version)
+
+
 @contextlib.contextmanager
 def standalone_cluster(
     executor_python: Path, workdir: Path, cores: int = 2, memory: str = "2g"
 ) -> Iterator[str]:
-    """A master and one worker (``cores``) on 127.0.0.1; yields the master URL; always stopped."""
+    """A master and one worker (``cores``) on 127.0.0.1; yields the master URL; always stopped.
+
+    Ready when the master's UI says it is alive at the URL yielded and the worker registered with
+    it. The master fails on a taken port (``spark.port.maxRetries=0``, for its process alone) and
+    is started again on others; the worker binds ports the system assigns.
+    """
     home = spark_home()
     env = spark_env(executor_python)
-    port, ui, worker_ui = free_port(), free_port(), free_port()
-    master_url = f"spark://127.0.0.1:{port}"
+    master_env = {
+        **env,
+        "SPARK_MASTER_OPTS": f"{env.get('SPARK_MASTER_OPTS', '')} -Dspark.port.maxRetries=0",
+    }
+    master_log = workdir / "master.log"
     with contextlib.ExitStack() as stack:
-        master = _spawn(
-            [
-                str(home / "bin" / "spark-class"),
-                "org.apache.spark.deploy.master.Master",
-                *("--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)),
-            ],
-            env,
-            workdir / "master.log",
-            workdir,
-        )
-        stack.callback(stop_process, master)
-        try:
-            wait_for_port(port, timeout=120, proc=master)
-        except Exception as exc:
-            raise RuntimeError(f"master did not start: {_tail(workdir / 'master.log')}") from exc
+        for _ in range(_ATTEMPTS):
+            port, ui = free_port(), free_port()
+            master_url = f"spark://127.0.0.1:{port}"
+            master = _spawn(
+                [
+                    str(home / "bin" / "spark-class"),
+                    "org.apache.spark.deploy.master.Master",
+                    *("--host", "127.0.0.1", "--port", str(port), "--webui-port", str(ui)),
+                ],
+                master_env,
+                master_log,
+                workdir,
+            )
+            stack.callback(stop_process, master)
+            up = functools.partial(_master_is_up, ui, master_url)
+            if _answered(master, up, "the master", master_log, 120):
+                break
+        else:
+            raise RuntimeError(
+                f"the master's ports were taken {_ATTEMPTS} times: {_tail(master_log)}"
+            )
         (workdir / "work").mkdir(exist_ok=True)
+        worker_log = workdir / "worker.log"
         worker = _spawn(
             [
                 str(home / "bin" / "spark-class"),
                 "org.apache.spark.deploy.worker.Worker",
                 *("--host", "127.0.0.1", "--cores", str(cores), "--memory", memory),
-                *("--work-dir", str(workdir / "work"), "--webui-port", str(worker_ui)),
+                *("--work-dir", str(workdir / "work"), "--webui-port", "0"),
                 master_url,
             ],
             env,
-            workdir / "worker.log",
+            worker_log,
             workdir,
         )
         stack.callback(stop_process, worker)
-        deadline = time.monotonic() + 120
-        while True:
-            with contextlib.suppress(OSError, ValueError):
-                if _alive_workers(ui) >= 1:
-                    break
-            if worker.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"worker did not register: {_tail(workdir / 'worker.log')}")
-            time.sleep(0.5)
+
+        def registered() -> bool:
+            return int(_master_state(ui).get("aliveworkers", 0)) >= 1
+
+        if not _answered(worker, registered, "the worker", worker_log, 120):
+            raise RuntimeError(f"the worker could not bind a port: {_tail(worker_log)}")
         yield master_url
 
 
 class ConnectServer:
-    """A Spark Connect server process on a cluster; :meth:`url` waits until it listens."""
+    """A Spark Connect server process on a cluster; :meth:`url` waits until it answers.
+
+    Started at once, so that it boots while the caller does something else. When its port was
+    taken before it bound it, :meth:`url` starts it again on another.
+    """
 
     def __init__(
         self,
@@ -205,37 +296,47 @@ class ConnectServer:
         workdir: Path,
         conf: dict[str, str] | None = None,
     ) -> None:
-        home = spark_home()
-        env = spark_env(executor_python)
+        self._master_url = master_url
+        self._env = spark_env(executor_python)
         # spark-submit sizes this server like a daemon (SPARK_DAEMON_MEMORY), not by driver memory.
-        env["SPARK_DAEMON_MEMORY"] = "768m"
-        self.port = free_port()
+        self._env["SPARK_DAEMON_MEMORY"] = "768m"
+        self._conf = {**APP_CONF, **(conf or {})}
+        self._workdir = workdir
         self.log = workdir / "connect.log"
+        self._ready = False
+        self._start()
+
+    def _start(self) -> None:
+        self.port = free_port()
         conf = {
-            **APP_CONF,
-            **(conf or {}),
+            **self._conf,
             "spark.connect.grpc.binding.port": str(self.port),
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.sql.session.timeZone": "UTC",
         }
-        args = [str(home / "bin" / "spark-submit"), "--master", master_url]
+        args = [str(spark_home() / "bin" / "spark-submit"), "--master", self._master_url]
         args += ["--class", "org.apache.spark.sql.connect.service.SparkConnectServer"]
         args += ["--name", "ehingest-connect"]
         for key, value in conf.items():
             args += ["--conf", f"{key}={value}"]
         args.append("spark-internal")
-        self.proc = _spawn(args, env, self.log, workdir)
-        self._ready = False
+        self.proc = _spawn(args, self._env, self.log, self._workdir)
 
     def url(self) -> str:
-        """``sc://127.0.0.1:<port>`` once the server accepts connections."""
+        """``sc://127.0.0.1:<port>`` once the server answers as Spark Connect there."""
         if not self._ready:
-            try:
-                wait_for_port(self.port, timeout=240, proc=self.proc)
-            except Exception as exc:
-                raise RuntimeError(f"Connect server did not start: {_tail(self.log)}") from exc
+            for attempt in range(_ATTEMPTS):
+                if attempt:
+                    self._start()
+                answers = functools.partial(_answers_as_spark_connect, self.port)
+                if _answered(self.proc, answers, "the Connect server", self.log, 240):
+                    break
+            else:
+                raise RuntimeError(
+                    f"the Connect server's port was taken {_ATTEMPTS} times: {_tail(self.log)}"
+                )
             self._ready = True
         return f"sc://127.0.0.1:{self.port}"
 
