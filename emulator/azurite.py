@@ -35,18 +35,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_port(port: int, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
-    """Block until 127.0.0.1:port accepts connections, or raise with the process's output."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"service exited early with code {proc.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
-            return
-        time.sleep(0.1)
-    raise TimeoutError(f"nothing listening on 127.0.0.1:{port} after {timeout}s")
-
-
 def azurite_binary() -> str:
     """Path of ``azurite-blob`` from the project's pinned npm install (``npm ci``)."""
     local = ROOT / "node_modules" / ".bin" / "azurite-blob"
