@@ -9,6 +9,7 @@ in-process fake with the same contract.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -40,6 +41,33 @@ if TYPE_CHECKING:
     from dagster_eventhub_ingest.resources.sink import SinkSettings
 
 __all__ = ["Ingestor", "SinkEvent", "SparkIngestor"]
+
+
+logger = logging.getLogger(__name__)
+
+#: What a read imports of pyspark and of this package's Spark side, on any thread.
+SPARK_MODULES = (
+    "pyspark.sql",
+    "pyspark.sql.datasource",
+    "dagster_eventhub_ingest.resources.eventhubs_source.read",
+    "dagster_eventhub_ingest.resources.eventhubs_source.source",
+    "dagster_eventhub_ingest.resources.spark.session",
+)
+
+
+def import_spark_modules() -> None:
+    """Import :data:`SPARK_MODULES` in the calling thread, before a second thread uses Spark.
+
+    pyspark's modules import each other in cycles. Two threads importing them at once can each
+    get the other's half-initialised module: ``ImportError: cannot import name 'SQLContext' from
+    partially initialized module 'pyspark.sql'``, or the import system's "deadlock detected".
+    A run with nothing to read imports none of them (the package's faces load lazily), so the
+    run imports them here, once it knows it reads.
+    """
+    import importlib
+
+    for name in SPARK_MODULES:
+        importlib.import_module(name)
 
 
 class SinkEvent(NamedTuple):
@@ -108,6 +136,10 @@ class Ingestor(ABC):
     def interrupt(self) -> None:  # noqa: B027 (optional hook)
         """Interrupt the read and write in flight (from any thread; a stop request calls it)."""
 
+    def wind_down(self) -> None:  # noqa: B027 (optional hook)
+        """End what :meth:`start_early` still runs in the background; the run calls it as it
+        ends, before its caller stops the session."""
+
     def task_counts(self) -> tuple[int, int] | None:
         """(completed, total) tasks of the read in flight; None when it cannot tell."""
         return None
@@ -168,6 +200,7 @@ class SparkIngestor(Ingestor):
         self._early: threading.Thread | None = None
         self._started: SparkSession | None = spark
         self._ready = threading.Event()
+        self._winding_down = threading.Event()
         self._start_error: BaseException | None = None
         # When this ingestor began starting a session, and how long the start took.
         self._start_began: float | None = None
@@ -184,6 +217,7 @@ class SparkIngestor(Ingestor):
         self.max_readers_per_partition = max_readers_per_partition
         # Every Spark operation of ingest() carries it, so interrupt() stops exactly those.
         self._tag = f"ehingest-{uuid.uuid4().hex[:12]}"
+        self._warm_tag = f"{self._tag}-warm-up"
         self._interrupted = False
 
     @property
@@ -253,6 +287,7 @@ class SparkIngestor(Ingestor):
         """
         if self._early is not None:
             return
+        import_spark_modules()
         given = self._spark
 
         def work() -> None:
@@ -266,10 +301,42 @@ class SparkIngestor(Ingestor):
                 return
             finally:
                 self._ready.set()
-            warm_session(session, with_planners=given is not None)
+            if self._winding_down.is_set():
+                return
+            tags = _Tags(session)
+            try:
+                tags.add(self._warm_tag)  # wind_down cancels the warm-up's jobs by it
+                try:
+                    warm_session(session, with_planners=given is not None)
+                finally:
+                    tags.remove(self._warm_tag)
+            except Exception:  # a session that ended meanwhile: the run says what happened
+                logger.debug("tagging the warm-up's Spark jobs failed", exc_info=True)
 
         self._early = threading.Thread(target=work, name="ehingest-spark-start", daemon=True)
         self._early.start()
+
+    def wind_down(self, timeout: float = 10.0) -> None:
+        """Cancel :meth:`start_early`'s warm-up jobs and wait up to ``timeout`` seconds for its
+        thread, so that the caller stops the session after them, not under them.
+
+        A run that ends soon after its start (a configuration error found with the session, a
+        cancelled run) would otherwise stop the JVM while the warm-up's job still talks to it,
+        and py4j logs that as an error with its traceback. A session still starting is left to
+        whoever stops it (``OwnedSession.close`` waits for or kills the start); its thread
+        then warms nothing.
+        """
+        early = self._early
+        if early is None or not early.is_alive():
+            return
+        self._winding_down.set()
+        if not self._ready.is_set() or self._started is None:
+            return
+        try:
+            _Tags(self._started).cancel(self._warm_tag)
+        except Exception:
+            logger.debug("cancelling the warm-up's Spark jobs failed", exc_info=True)
+        early.join(timeout)
 
     @property
     def output_location(self) -> str | None:

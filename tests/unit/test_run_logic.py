@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Sequence
@@ -28,6 +31,7 @@ from dagster_eventhub_ingest.resources.sink import SinkSettings
 from dagster_eventhub_ingest.resources.store.memory import InMemoryBackend
 from dagster_eventhub_ingest.resources.store.partition_store import PartitionStore
 from dagster_eventhub_ingest.resources.store.records import Checkpoint, Intent, Ownership
+from tests.support.cli import ROOT
 from tests.support.raising import Crash, crash
 from tests.support.run_fakes import (
     HUB,
@@ -841,6 +845,88 @@ def test_an_early_session_start_is_waited_for_at_first_use_and_timed_as_spark_st
     assert 0.1 <= clock.seconds["spark_start"] < 0.6
     # Made active in the thread that uses it (a classic session is active where it was made).
     assert (session._jsparkSession, threading.current_thread().name) in session._jvm.active
+
+
+def test_the_session_start_thread_finds_spark_s_modules_imported_by_the_run_s_thread() -> None:
+    """A run imports pyspark only once it reads (start_early), and then before the session's
+    thread starts: two threads importing pyspark's cyclic modules at once can each get the
+    other's half-initialised module. In a fresh interpreter, where nothing imported them yet."""
+    code = textwrap.dedent(
+        """
+        import sys
+        from dagster_eventhub_ingest.ops.run.ingestor import SPARK_MODULES, SparkIngestor
+        from dagster_eventhub_ingest.resources.settings import EventHubSettings
+        from dagster_eventhub_ingest.resources.sink import SinkSettings
+
+        assert "pyspark" not in sys.modules, "imported before the run knows it reads"
+        missing = []
+
+        def factory():
+            missing.append([m for m in SPARK_MODULES if m not in sys.modules])
+            raise RuntimeError("no session in this test")
+
+        settings = EventHubSettings(
+            eventhub_name="hub",
+            connection_string="Endpoint=sb://ns.example/;SharedAccessKeyName=k;SharedAccessKey=s",
+        )
+        ingestor = SparkIngestor(None, settings, SinkSettings(path="/tmp/x"), spark_factory=factory)
+        ingestor.start_early()
+        ingestor._early.join(60)
+        print(missing)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[[]]", done.stdout
+
+
+def test_a_run_s_end_cancels_the_warm_up_and_waits_for_it_before_the_session_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run that ends while start_early's warm-up job still runs (a configuration error found
+    with the session) cancels that job by its tag and waits for the thread: its caller then
+    stops the JVM after the job, not under it (py4j would log the broken call as an error)."""
+    import dagster_eventhub_ingest.ops.run.warm_up as warm_up
+
+    class _Context:  # a classic session's job tags, thread by thread as Spark keeps them
+        def __init__(self) -> None:
+            self.tags: set[str] = set()
+            self.cancelled: list[str] = []
+            self.cancel = threading.Event()
+
+        def addJobTag(self, tag: str) -> None:
+            self.tags.add(tag)
+
+        def removeJobTag(self, tag: str) -> None:
+            self.tags.discard(tag)
+
+        def cancelJobsWithTag(self, tag: str) -> None:
+            if tag in self.tags:
+                self.cancelled.append(tag)
+                self.cancel.set()
+
+    class _Session:
+        sparkContext = _Context()
+
+    session = _Session()
+    warming = threading.Event()
+
+    def warm(spark: object, *, with_planners: bool) -> None:
+        warming.set()
+        assert spark is session and spark.sparkContext.cancel.wait(30)  # a job until cancelled
+
+    monkeypatch.setattr(warm_up, "warm_session", warm)
+    ingestor = _spark_ingestor(lambda: session)
+    ingestor.start_early()
+    assert warming.wait(30)
+    t0 = time.perf_counter()
+    ingestor.wind_down()
+    assert time.perf_counter() - t0 < 5  # cancelled, not waited out
+    assert ingestor._early is not None and not ingestor._early.is_alive()
+    assert len(session.sparkContext.cancelled) == 1 and not session.sparkContext.tags
+    ingestor.wind_down()  # again: nothing left to end
 
 
 def test_an_early_session_start_that_fails_raises_where_the_session_is_first_used() -> None:
