@@ -228,87 +228,93 @@ def _run(
     with clock.phase("management"):
         hub, store, ingestor, me = _run_parts(config, spark, spark_factory, attempt, owner_id)
     cancel.on_cancel(ingestor.interrupt)
-
-    def preflight() -> None:
-        from dagster_eventhub_ingest.ops.sinks.checks import check_sink_layout
-        from dagster_eventhub_ingest.ops.sinks.source import check_sink_source
-
-        check_sink_layout(config.sink)  # a changed partition_by would land replays twice
-        # Another source's sink, or one shared without saying so: refused before any claim.
-        check_sink_source(config.sink, store.hub, lambda: ingestor.spark)
-
-    common: dict[str, Any] = {
-        "owner_id": owner_id,
-        "log": log,
-        "on_progress": on_progress,
-        "progress_interval": progress_interval,
-        "preflight": preflight,
-        "clock": clock,
-        "cancel": cancel,
-    }
-    if replay is not None:
-        processor = Processor(config, store, hub, ingestor, claim=lambda targets: {}, **common)
-        report = processor.replay(replay, partition_ids)
-        report.phases = clock.as_dict()
-        return report
-    from dagster_eventhub_ingest.ops.balancing import delete_heartbeat
-    from dagster_eventhub_ingest.ops.balancing.liveness import take_owner_id, write_heartbeat
-
-    member = _Membership()
-    # Takeovers, dropped claims and owner-id takeovers reach the run's event log too.
-    run_log = TeeLog(log).extra_only()
-    claim = DefaultClaim(
-        config,
-        store,
-        owner_id,
-        is_owner_dead,
-        joined_at=lambda: member.joined_at,
-        expected_peers=expected_peers,
-        run_log=run_log,
-        cancel=cancel,
-    )
-
-    def heartbeat() -> None:
-        # Every renewal tick: a live process is never silent for the expiry, so another one
-        # started with its owner id sees it write and is refused (take_owner_id).
-        member.heartbeat = write_heartbeat(store, owner_id, member.heartbeat)
-
-    processor = Processor(config, store, hub, ingestor, claim=claim, heartbeat=heartbeat, **common)
-    pause_point("before_join")
-    me.start()
     try:
-        # One live process per owner id, before anything is claimed or read; this heartbeat
-        # also announces the owner, so the join grace runs while the hub is snapshotted.
-        with clock.phase("management"):
-            member.heartbeat = take_owner_id(
-                store,
-                owner_id,
-                me,
-                expiry=timedelta(seconds=config.lease_expiry_seconds),
-                run_log=run_log,
-            )
-    except BaseException:
-        me.stop()
-        raise
-    member.joined_at = time.monotonic()
-    try:
-        report = processor.run(partition_ids)
-    finally:
-        me.stop()
-        # Graceful leave: peers stop counting this owner at once (leases were released).
+
+        def preflight() -> None:
+            from dagster_eventhub_ingest.ops.sinks.checks import check_sink_layout
+            from dagster_eventhub_ingest.ops.sinks.source import check_sink_source
+
+            check_sink_layout(config.sink)  # a changed partition_by would land replays twice
+            # Another source's sink, or one shared without saying so: refused before any claim.
+            check_sink_source(config.sink, store.hub, lambda: ingestor.spark)
+
+        common: dict[str, Any] = {
+            "owner_id": owner_id,
+            "log": log,
+            "on_progress": on_progress,
+            "progress_interval": progress_interval,
+            "preflight": preflight,
+            "clock": clock,
+            "cancel": cancel,
+        }
+        if replay is not None:
+            processor = Processor(config, store, hub, ingestor, claim=lambda targets: {}, **common)
+            report = processor.replay(replay, partition_ids)
+            report.phases = clock.as_dict()
+            return report
+        from dagster_eventhub_ingest.ops.balancing import delete_heartbeat
+        from dagster_eventhub_ingest.ops.balancing.liveness import take_owner_id, write_heartbeat
+
+        member = _Membership()
+        # Takeovers, dropped claims and owner-id takeovers reach the run's event log too.
+        run_log = TeeLog(log).extra_only()
+        claim = DefaultClaim(
+            config,
+            store,
+            owner_id,
+            is_owner_dead,
+            joined_at=lambda: member.joined_at,
+            expected_peers=expected_peers,
+            run_log=run_log,
+            cancel=cancel,
+        )
+
+        def heartbeat() -> None:
+            # Every renewal tick: a live process is never silent for the expiry, so another one
+            # started with its owner id sees it write and is refused (take_owner_id).
+            member.heartbeat = write_heartbeat(store, owner_id, member.heartbeat)
+
+        processor = Processor(
+            config, store, hub, ingestor, claim=claim, heartbeat=heartbeat, **common
+        )
+        pause_point("before_join")
+        me.start()
         try:
-            with clock.phase("checkpoint"):
-                delete_heartbeat(store, owner_id)
-        except Exception:  # a leftover heartbeat only ages out
-            logger.warning(
-                "could not delete heartbeat owner=%s (it ages out)",
-                owner_id,
-                exc_info=logger.isEnabledFor(logging.INFO),
-            )
-    report.phases = clock.as_dict()
-    # Where the run's time went, in the orchestrator's run log too (Dagster's event log).
-    TeeLog(log).info(f"run phases owner={owner_id}: {clock.line()}")
-    return report
+            # One live process per owner id, before anything is claimed or read; this heartbeat
+            # also announces the owner, so the join grace runs while the hub is snapshotted.
+            with clock.phase("management"):
+                member.heartbeat = take_owner_id(
+                    store,
+                    owner_id,
+                    me,
+                    expiry=timedelta(seconds=config.lease_expiry_seconds),
+                    run_log=run_log,
+                )
+        except BaseException:
+            me.stop()
+            raise
+        member.joined_at = time.monotonic()
+        try:
+            report = processor.run(partition_ids)
+        finally:
+            me.stop()
+            # Graceful leave: peers stop counting this owner at once (leases were released).
+            try:
+                with clock.phase("checkpoint"):
+                    delete_heartbeat(store, owner_id)
+            except Exception:  # a leftover heartbeat only ages out
+                logger.warning(
+                    "could not delete heartbeat owner=%s (it ages out)",
+                    owner_id,
+                    exc_info=logger.isEnabledFor(logging.INFO),
+                )
+        report.phases = clock.as_dict()
+        # Where the run's time went, in the orchestrator's run log too (Dagster's event log).
+        TeeLog(log).info(f"run phases owner={owner_id}: {clock.line()}")
+        return report
+    finally:
+        # Before the caller stops the session: the warm-up's jobs end first.
+        ingestor.wind_down()
 
 
 def _import_store_client() -> None:
