@@ -17,6 +17,9 @@ rounds, the order rotated each round. ``--modes`` picks what runs beside ``ehing
     Dagster's default, ``--dequeue-interval 1 5`` both), default run launcher, from the tick's
     scheduled time. Its ``queue_wait`` phase (``RUN_ENQUEUED`` to ``RUN_STARTING``, which the
     daemon reports when it dequeues the run) is the time the run waited in Dagster's queue.
+    The daemon starts at second 2 of the minute before the tick (``--daemon-start 2 32``: a
+    contender each): every 60 s it replaces its code server with a new process, which loads
+    the definitions again; started at second 2, the first replacement comes during the run.
 ``airflow``
     ``airflow dags test`` of the example DAG (``airflow_provider/example_dags``: the lag
     sensor, then 2 mapped ingest tasks; the first reads everything, the second finds it
@@ -271,14 +274,18 @@ def schedule_tick(
     env: dict[str, str],
     project: Path,
     dequeue_interval: int | None = None,
+    daemon_start: int = 2,
 ) -> dict[str, Any]:
     """One tick of the project's schedule (every minute, switched on) through ``dagster-daemon
     run`` on a fresh instance with docs/dagster.yaml's settings (``dequeue_interval``, when
     given, instead of its dequeue interval): from the tick's scheduled time to the run's
     materialization.
 
-    The daemon starts just after a minute's start, so it has loaded the code location well
-    before the next one; its run is the next minute's tick.
+    The daemon starts ``daemon_start`` seconds past a minute, so it has loaded the code
+    location before the next one; its run is the next minute's tick. Dagster's daemon replaces
+    the code server it started every 60 s (``dagster._daemon.controller``'s
+    ``RELOAD_WORKSPACE_INTERVAL``): a new process that imports Dagster and loads the
+    definitions, ~2 s of CPU; with ``daemon_start`` 2 that lands on the run, with 32 after it.
     """
     from dagster_eventhub_ingest.emulator.azurite import stop_process
 
@@ -292,7 +299,7 @@ def schedule_tick(
         "      location_name: bench\n"
     )
     full = {**_dagster_env(conn, store, container, workdir, home, env), "PYTHONPATH": str(project)}
-    time.sleep((62 - time.time() % 60) % 60)  # start at second ~2 of a minute
+    time.sleep((60 + daemon_start - time.time() % 60) % 60)  # at second ~daemon_start
     log = open(home / "daemon.log", "wb")  # noqa: SIM115 - closed below
     daemon = subprocess.Popen(
         [str(Path(sys.executable).with_name("dagster-daemon")), "run", "-w", str(workspace)],
@@ -329,6 +336,7 @@ def schedule_tick(
         return {
             "seconds": round(run_finished(home, run.run_id) - scheduled, 2),
             "dequeue_interval_s": settings["run_coordinator"]["config"]["dequeue_interval_seconds"],
+            "daemon_start_s": daemon_start,
             **r,
         }
     finally:
@@ -736,6 +744,16 @@ def main() -> None:
         "each (default: docs/dagster.yaml's; 5 is Dagster's default)",
     )
     parser.add_argument(
+        "--daemon-start",
+        type=int,
+        nargs="+",
+        default=[2],
+        choices=range(60),
+        metavar="SECOND",
+        help="second of the minute the tick's daemon starts, one tick contender each (default "
+        "2: its 60 s code server replacement lands during the run; 32: after it)",
+    )
+    parser.add_argument(
         "--connect-events", type=int, default=1000, help="events of the Spark Connect runs"
     )
     parser.add_argument(
@@ -753,7 +771,8 @@ def main() -> None:
 
 #: What ``--modes`` chooses from.
 MODES = ("materialize", "tick", "airflow", "scheduler", "connect")
-#: How a schedule tick contender's name starts (", dequeue <N>s" follows).
+#: How a schedule tick contender's name starts (", dequeue <N>s" follows, then ", daemon at
+#: :<SS>" when --daemon-start names other seconds than 2).
 TICK = "dagster schedule tick"
 #: Cores of the standalone worker under the Spark Connect server (the whole machine).
 CONNECT_CORES = 2
@@ -876,15 +895,18 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
                     )
                 if "tick" in args.modes:
                     for interval in args.dequeue_interval:
-                        contenders[f"{TICK}, dequeue {interval}s"] = partial(
-                            schedule_tick,
-                            conn,
-                            store,
-                            workdir=tmp,
-                            env=env,
-                            project=ticking,
-                            dequeue_interval=interval,
-                        )
+                        for start in args.daemon_start:
+                            at = f", daemon at :{start:02d}" if args.daemon_start != [2] else ""
+                            contenders[f"{TICK}, dequeue {interval}s{at}"] = partial(
+                                schedule_tick,
+                                conn,
+                                store,
+                                workdir=tmp,
+                                env=env,
+                                project=ticking,
+                                dequeue_interval=interval,
+                                daemon_start=start,
+                            )
                 if "airflow" in args.modes:
                     contenders["airflow dags test"] = partial(
                         airflow_dags_test, conn, store, workdir=tmp, home=airflow_home
