@@ -772,7 +772,7 @@ def main() -> None:
 #: What ``--modes`` chooses from.
 MODES = ("materialize", "tick", "airflow", "scheduler", "connect")
 #: How a schedule tick contender's name starts (", dequeue <N>s" follows, then ", daemon at
-#: :<SS>" when --daemon-start names other seconds than 2).
+#: second <S>" when --daemon-start names other seconds than 2).
 TICK = "dagster schedule tick"
 #: Cores of the standalone worker under the Spark Connect server (the whole machine).
 CONNECT_CORES = 2
@@ -788,7 +788,8 @@ def _round(
         order = kinds[i % len(kinds) :] + kinds[: i % len(kinds)]
         for kind in order:
             load = [round(x, 2) for x in os.getloadavg()]
-            r = contenders[kind](f"{tag}{i}-{kind.split()[-1][:4]}-{n}")
+            # Each contender's own container (its place in the list: names may end alike).
+            r = contenders[kind](f"{tag}{i}-{kinds.index(kind)}{kind.split()[-1][:4]}-{n}")
             assert r["events"] == n, (kind, r)
             r["load"] = load
             runs[kind].append(r)
@@ -896,7 +897,7 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
                 if "tick" in args.modes:
                     for interval in args.dequeue_interval:
                         for start in args.daemon_start:
-                            at = f", daemon at :{start:02d}" if args.daemon_start != [2] else ""
+                            at = f", daemon at second {start}" if args.daemon_start != [2] else ""
                             contenders[f"{TICK}, dequeue {interval}s{at}"] = partial(
                                 schedule_tick,
                                 conn,
