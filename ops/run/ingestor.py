@@ -46,7 +46,7 @@ __all__ = ["Ingestor", "SinkEvent", "SparkIngestor"]
 logger = logging.getLogger(__name__)
 
 #: What a read imports of pyspark and of this package's Spark side, on any thread.
-SPARK_MODULES = (
+READ_MODULES = (
     "pyspark.sql",
     "pyspark.sql.datasource",
     "dagster_eventhub_ingest.resources.eventhubs_source.read",
@@ -55,8 +55,8 @@ SPARK_MODULES = (
 )
 
 
-def import_spark_modules() -> None:
-    """Import :data:`SPARK_MODULES` in the calling thread, before a second thread uses Spark.
+def import_read_modules() -> None:
+    """Import :data:`READ_MODULES` in the calling thread, before a second thread uses Spark.
 
     pyspark's modules import each other in cycles. Two threads importing them at once can each
     get the other's half-initialised module: ``ImportError: cannot import name 'SQLContext' from
@@ -66,7 +66,7 @@ def import_spark_modules() -> None:
     """
     import importlib
 
-    for name in SPARK_MODULES:
+    for name in READ_MODULES:
         importlib.import_module(name)
 
 
@@ -287,7 +287,7 @@ class SparkIngestor(Ingestor):
         """
         if self._early is not None:
             return
-        import_spark_modules()
+        import_read_modules()
         given = self._spark
 
         def work() -> None:
