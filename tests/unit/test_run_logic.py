@@ -606,11 +606,15 @@ def test_a_failing_owner_heartbeat_is_said_in_the_run_log() -> None:
     def heartbeat() -> None:
         raise StoreUnavailableError("Blob Storage did not answer (AccountKey=c2VjcmV0)")
 
-    with LeaseKeeper(store, "run-a", interval=0.02, on_tick=heartbeat, warn=lines.append) as k:
-        k.hold([own])
+    keeper = LeaseKeeper(store, "run-a", interval=0.02, on_tick=heartbeat, warn=lines.append)
+    keeper.hold([own])  # before the renewer's first tick, which names what is held
+    keeper.start()
+    try:
         deadline = _time.monotonic() + 10
         while not lines and _time.monotonic() < deadline:
             _time.sleep(0.01)
+    finally:
+        keeper.stop()
     assert lines, "no heartbeat warning reached the run log"
     assert lines[0].startswith(
         f"owner heartbeat failed hub={HUB.describe()} partitions=['0'] owner=run-a: "
