@@ -7,6 +7,7 @@ Azurite binds 127.0.0.1 on a free port and is always stopped.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import socket
@@ -15,7 +16,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 #: The repository (where ``npm ci`` put the pinned Azurite).
@@ -33,6 +34,46 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def log_tail(log: Path | str) -> str:
+    """The end of a service's log ("" when it cannot be read)."""
+    try:
+        return Path(log).read_text(errors="replace")[-3000:]
+    except OSError:
+        return ""
+
+
+def wait_answering(
+    proc: subprocess.Popen,
+    ready: Callable[[], bool],
+    what: str,
+    log: Path | str,
+    timeout: float,
+    port_taken: str,
+) -> bool:
+    """Wait until the service answers as itself (``ready()``): True. False when it exited
+    because a port it was given was taken (``port_taken`` in its log): the caller starts it
+    again on another. An open port is not enough: a port chosen free can be bound by another
+    process before the service binds it.
+
+    Raises when it exited for another reason, or did not answer within ``timeout`` seconds
+    (then it is stopped); both quote its log.
+    """
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc.poll() is not None:
+            said = log_tail(log)
+            if port_taken in said:
+                return False
+            raise RuntimeError(
+                f"{what} stopped (exit code {proc.returncode}): {said.strip() or 'no output'}"
+            )
+        if time.monotonic() > deadline:
+            stop_process(proc)
+            raise TimeoutError(f"{what} did not answer in {timeout:.0f} s: {log_tail(log)}")
+        time.sleep(0.1)
+    return True
 
 
 def azurite_binary() -> str:
@@ -104,20 +145,14 @@ def azurite(port: int | None = None, location: str | None = None) -> Iterator[st
                 start_new_session=True,
             )
             stack.callback(stop_process, proc)
-            deadline = time.monotonic() + 30
-            while proc.poll() is None and time.monotonic() < deadline:
-                if _answers_as_azurite(bound):
-                    yield azurite_connection_string(bound)
-                    return
-                time.sleep(0.1)
-            stop_process(proc)
-            with open(out, errors="replace") as f:
-                said = f.read()[-2000:]
-        if port is not None or "EADDRINUSE" not in said or attempt == 2:
-            raise RuntimeError(
-                f"Azurite did not start on 127.0.0.1:{bound} (exit code {proc.returncode}): "
-                f"{said.strip() or 'no output'}"
-            )
+            what = f"Azurite on 127.0.0.1:{bound}"
+            up = functools.partial(_answers_as_azurite, bound)
+            if wait_answering(proc, up, what, out, 30, port_taken="EADDRINUSE"):
+                yield azurite_connection_string(bound)
+                return
+            said = log_tail(out).strip()  # before its temp dir goes
+        if port is not None or attempt == 2:
+            raise RuntimeError(f"{what}: its port was taken: {said}")
 
 
 def stop_process(proc: subprocess.Popen, grace: float = 5.0) -> None:

@@ -27,14 +27,19 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from dagster_eventhub_ingest.emulator.azurite import ROOT, free_port, stop_process
+from dagster_eventhub_ingest.emulator.azurite import (
+    ROOT,
+    free_port,
+    log_tail,
+    stop_process,
+    wait_answering,
+)
 from dagster_eventhub_ingest.resources.spark.session import SPARK_CONF_DIR
 
 #: Every application on the 2-core worker takes one core, so the Spark Connect server (a
@@ -140,41 +145,12 @@ def _spawn(args: list[str], env: dict[str, str], log: Path, cwd: Path) -> subpro
     )
 
 
-def _tail(log: Path) -> str:
-    try:
-        return log.read_text(errors="replace")[-3000:]
-    except OSError:
-        return ""
-
-
 #: How many times a service is started on fresh ports when one it was given was taken.
 _ATTEMPTS = 3
 #: What a Spark service logs when it cannot bind a port it was given: the master fails so with
 #: ``spark.port.maxRetries=0`` (it would otherwise move to the next port), the Connect server
 #: does so by default (``spark.connect.grpc.port.maxRetries`` is 0).
 _PORT_TAKEN = "java.net.BindException"
-
-
-def _answered(
-    proc: subprocess.Popen, ready: Callable[[], bool], what: str, log: Path, timeout: float
-) -> bool:
-    """Wait until ``ready()``: True; False when the process ended because a port was taken.
-
-    Raises when it ended for another reason or did not answer within ``timeout`` seconds
-    (then it is stopped).
-    """
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if proc.poll() is not None:
-            said = _tail(log)
-            if _PORT_TAKEN in said:
-                return False
-            raise RuntimeError(f"{what} stopped (exit code {proc.returncode}): {said}")
-        if time.monotonic() > deadline:
-            stop_process(proc)
-            raise TimeoutError(f"{what} did not answer in {timeout:.0f} s: {_tail(log)}")
-        time.sleep(0.5)
-    return True
 
 
 def _master_state(ui_port: int) -> dict[str, Any]:
@@ -252,11 +228,11 @@ def standalone_cluster(
             )
             stack.callback(stop_process, master)
             up = functools.partial(_master_is_up, ui, master_url)
-            if _answered(master, up, "the master", master_log, 120):
+            if wait_answering(master, up, "the master", master_log, 120, _PORT_TAKEN):
                 break
         else:
             raise RuntimeError(
-                f"the master's ports were taken {_ATTEMPTS} times: {_tail(master_log)}"
+                f"the master's ports were taken {_ATTEMPTS} times: {log_tail(master_log)}"
             )
         (workdir / "work").mkdir(exist_ok=True)
         worker_log = workdir / "worker.log"
@@ -277,8 +253,8 @@ def standalone_cluster(
         def registered() -> bool:
             return int(_master_state(ui).get("aliveworkers", 0)) >= 1
 
-        if not _answered(worker, registered, "the worker", worker_log, 120):
-            raise RuntimeError(f"the worker could not bind a port: {_tail(worker_log)}")
+        if not wait_answering(worker, registered, "the worker", worker_log, 120, _PORT_TAKEN):
+            raise RuntimeError(f"the worker could not bind a port: {log_tail(worker_log)}")
         yield master_url
 
 
@@ -331,11 +307,13 @@ class ConnectServer:
                 if attempt:
                     self._start()
                 answers = functools.partial(_answers_as_spark_connect, self.port)
-                if _answered(self.proc, answers, "the Connect server", self.log, 240):
+                if wait_answering(
+                    self.proc, answers, "the Connect server", self.log, 240, _PORT_TAKEN
+                ):
                     break
             else:
                 raise RuntimeError(
-                    f"the Connect server's port was taken {_ATTEMPTS} times: {_tail(self.log)}"
+                    f"the Connect server's port was taken {_ATTEMPTS} times: {log_tail(self.log)}"
                 )
             self._ready = True
         return f"sc://127.0.0.1:{self.port}"
