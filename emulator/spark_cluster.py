@@ -139,10 +139,11 @@ def spark_env(executor_python: Path) -> dict[str, str]:
 
 
 def _spawn(args: list[str], env: dict[str, str], log: Path, cwd: Path) -> subprocess.Popen:
-    out = open(log, "wb")  # noqa: SIM115 - closed by the caller's stack via the process
-    return subprocess.Popen(
-        args, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    # The child holds its own copy of the log's descriptor; ours closes once it is spawned.
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            args, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 #: How many times a service is started on fresh ports when one it was given was taken.
