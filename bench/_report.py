@@ -13,12 +13,13 @@ import contextlib
 import json
 import os
 import platform
+import signal
 import sys
 import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["Report", "add_json_flag", "load_average", "report"]
+__all__ = ["Report", "add_json_flag", "load_average", "report", "sigterm_unwinds"]
 
 
 def load_average() -> list[float]:
@@ -65,13 +66,33 @@ class Report:
 
 
 @contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM (``kill``, a CI timeout) ends the block as an exception would, so the services
+    the script started (Azurite, the emulator, Spark's daemons) are stopped on the way out
+    rather than left running; the handler before is restored after."""
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
 def report(script: str, as_json: bool) -> Iterator[Report]:
     """A :class:`Report` for ``bench/<script>``: with ``as_json``, what the block prints goes
     to stderr and the JSON document to stdout at the end; either way the cores and the load
-    average at the start and the end are printed."""
+    average at the start and the end are printed. SIGTERM unwinds the block
+    (:func:`sigterm_unwinds`)."""
     rep = Report(script)
     out = sys.stdout
-    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+    with (
+        sigterm_unwinds(),
+        contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext(),
+    ):
         print(f"cores {os.cpu_count()}, load average {rep.load_start}", flush=True)
         yield rep
         doc = rep.document()

@@ -42,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _report import sigterm_unwinds  # noqa: E402
 from ingest_throughput import emulator_process, load_average, run_cli, send  # noqa: E402
 
 from dagster_eventhub_ingest.emulator.azurite import azurite  # noqa: E402
@@ -251,4 +252,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with sigterm_unwinds():
+        main()
