@@ -17,13 +17,14 @@ from dagster_eventhub_ingest.resources.eventhubs_source.partition_range import (
     split_range,
 )
 from dagster_eventhub_ingest.resources.eventhubs_source.position import EventPosition
-from dagster_eventhub_ingest.resources.eventhubs_source.read import EventHubsInputPartition
 from dagster_eventhub_ingest.resources.eventhubs_source.receiver import first_event_at
 from dagster_eventhub_ingest.resources.ranges import SeqRange
 from dagster_eventhub_ingest.resources.settings import EventHubSettings
 
 if TYPE_CHECKING:
     from azure.eventhub import EventHubConsumerClient
+
+    from dagster_eventhub_ingest.resources.eventhubs_source.read import EventHubsInputPartition
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,9 @@ def input_partitions(
     At most ``max_readers_per_partition`` readers per range; a hole inside a range follows
     ``on_data_loss`` on the executor (the driver already decided about expired starts).
     """
+    # An input partition is pyspark's: imported when a read is planned, not with the plan.
+    from dagster_eventhub_ingest.resources.eventhubs_source.read import EventHubsInputPartition
+
     return [
         EventHubsInputPartition(
             settings=options.settings,

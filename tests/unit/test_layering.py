@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.imports import SPARK_MODULES
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -165,6 +167,24 @@ def test_executor_modules_do_not_import_driver_only_packages() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert out.stdout.strip() == "", f"executor-side imports pull in: {out.stdout.strip()}"
+
+
+def test_planning_a_read_imports_no_spark() -> None:
+    """The driver plans a read (options, ranges, the plan) before it knows there is anything to
+    read; a run with nothing to read imports no pyspark, py4j or pyarrow
+    (tests/integration/test_quiet_run.py), so neither may the plan's names. ``ReadPlan`` once
+    imported pyspark through the input partitions' module."""
+    ns = NAMESPACE
+    code = (
+        f"import sys\nfrom {ns}.resources import ReadPlan, ReadOptions, PartitionRange\n"
+        f"from {ns}.resources.eventhubs_source.plan import input_partitions\n"
+        f"print(sorted(m for m in {SPARK_MODULES!r} if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "[]", f"planning a read imported: {out.stdout.strip()}"
 
 
 def test_the_engine_the_cli_and_the_emulator_never_load_dagster() -> None:
