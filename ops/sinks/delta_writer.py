@@ -28,10 +28,15 @@ from pyspark.sql.datasource import (
 
 from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN
 from dagster_eventhub_ingest.ops.sinks.failures import failure_cause, sink_error
-from dagster_eventhub_ingest.ops.sinks.parquet_columns import NO_STATISTICS_COLUMNS, PLAIN_COLUMNS
+from dagster_eventhub_ingest.ops.sinks.parquet_files import (
+    NULL_DIRECTORY,
+    PartitionedParquetFiles,
+    keyed_rows,
+    unreadable_file,
+)
 from dagster_eventhub_ingest.ops.sinks.read import delta_arrow_schema
 from dagster_eventhub_ingest.ops.sinks.storage import delta_uri
-from dagster_eventhub_ingest.resources.errors import SinkError, redact
+from dagster_eventhub_ingest.resources.errors import SinkError
 from dagster_eventhub_ingest.resources.eventhubs_source.source import register_python_source
 from dagster_eventhub_ingest.resources.sink import SinkSettings
 
@@ -54,9 +59,6 @@ __all__ = [
 
 #: Internal Python data source that writes a batch into a Delta table with delta-rs.
 DELTA_WRITER_SOURCE = "ehingest_deltalake"
-
-
-_NULL_DIR = "__HIVE_DEFAULT_PARTITION__"
 
 
 @dataclass(frozen=True)
@@ -117,78 +119,37 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         import time
         import urllib.parse
 
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-
         schema = self._schema()
         cols = self.partition_cols
         filesystem, root = self._filesystem()
-        writers: dict[tuple[str | None, ...], Any] = {}
-        paths: dict[tuple[str | None, ...], tuple[str, str]] = {}
-        counts: dict[tuple[str | None, ...], int] = {}
         file_stats: dict[tuple[str | None, ...], dict[str, Any]] = {}
         outside = 0
-        task = uuid.uuid4().hex[:12]
-        try:
+        with PartitionedParquetFiles(
+            filesystem,
+            root,
+            cols,
+            self.attempt,
+            lambda v: NULL_DIRECTORY if v is None else urllib.parse.quote(v),
+        ) as files:
             for batch in iterator:
-                table = pa.Table.from_batches([batch]).cast(schema)
                 # Rows outside the batch ranges have no key: count them, never write them.
-                keyed = pc.is_valid(table.column(BATCH_COLUMN))
-                inside = pc.sum(keyed).as_py() or 0
-                outside += table.num_rows - inside
-                if inside < table.num_rows:
-                    table = table.filter(keyed)
-                if table.num_rows == 0:
-                    continue
-                keys = [table.column(c).cast(pa.string()) for c in cols]
-                combos = _partition_values(keys)
-                for values in combos:
-                    if len(combos) == 1:  # the usual batch: one key, nothing to pick out
-                        part = table.drop_columns(cols)
-                    else:
-                        mask = None
-                        for k, v in zip(keys, values, strict=True):
-                            m = pc.is_null(k) if v is None else pc.equal(k, v)
-                            mask = m if mask is None else pc.and_(mask, m)
-                        part = table.filter(mask).drop_columns(cols)
-                    if values not in writers:
-                        rel_dir = "/".join(
-                            f"{c}={_NULL_DIR if v is None else urllib.parse.quote(v)}"
-                            for c, v in zip(cols, values, strict=True)
-                        )
-                        rel = f"{rel_dir}/part-{self.attempt}-{task}-{len(writers):05d}.parquet"
-                        full = f"{root.rstrip('/')}/{rel}"
-                        filesystem.create_dir(full.rsplit("/", 1)[0], recursive=True)
-                        writers[values] = pq.ParquetWriter(
-                            full,
-                            part.schema,
-                            filesystem=filesystem,
-                            compression="snappy",
-                            **_parquet_column_options(part.schema),
-                        )
-                        paths[values] = (rel, full)
-                        counts[values] = 0
-                        file_stats[values] = {}
-                    writers[values].write_table(part)
-                    counts[values] += part.num_rows
-                    _file_min_max(file_stats[values], part)
-        finally:
-            for writer in writers.values():
-                writer.close()
+                table, skipped = keyed_rows(batch, schema)
+                outside += skipped
+                for values, part in files.write(table):
+                    _file_min_max(file_stats.setdefault(values, {}), part)
         now_ms = int(time.time() * 1000)
         parts = []
-        for values, (rel, full) in paths.items():
+        for values, written in files.files.items():
             fstats = file_stats[values]
             parts.append(
                 DeltaPart(
-                    path=rel,
-                    size=int(filesystem.get_file_info(full).size or 0),
+                    path=written.rel,
+                    size=int(filesystem.get_file_info(written.full).size or 0),
                     partition_values=dict(zip(cols, values, strict=True)),
-                    num_records=counts[values],
+                    num_records=written.rows,
                     stats=json.dumps(
                         {
-                            "numRecords": counts[values],
+                            "numRecords": written.rows,
                             "minValues": fstats.get("min", {}),
                             "maxValues": fstats.get("max", {}),
                             "nullCount": {},
@@ -247,22 +208,14 @@ class DeltaBatchWriter(DataSourceArrowWriter):
     def _unreadable_part(self, msgs: list[DeltaTaskMessage]) -> str | None:
         """Why a file the tasks reported is not committable here (missing, unreadable, other
         row count), or None when every file exists with its rows."""
-        import pyarrow.parquet as pq
-        from pyarrow import fs as pafs
-
         filesystem, root = self._filesystem()
         for m in msgs:
             for p in m.parts:
-                full = f"{root.rstrip('/')}/{p.path}"
-                if filesystem.get_file_info(full).type != pafs.FileType.File:
-                    return f"file {p.path!r} written by a task does not exist here"
-                try:
-                    with filesystem.open_input_file(full) as f:
-                        rows = pq.ParquetFile(f).metadata.num_rows
-                except Exception as exc:
-                    return f"file {p.path!r} is not readable Parquet: {redact(str(exc))[:200]}"
-                if rows != p.num_records:
-                    return f"file {p.path!r} holds {rows} rows, its task wrote {p.num_records}"
+                problem = unreadable_file(
+                    filesystem, f"{root.rstrip('/')}/{p.path}", p.path, p.num_records
+                )
+                if problem is not None:
+                    return problem
         return None
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -294,48 +247,6 @@ class DeltaBatchSource(DataSource):
             keys=json.loads(self.options["keys"]),
             storage_options=json.loads(self.options.get("storage_secret_options", "{}")),
         )
-
-
-def _partition_values(keys: list[pa.ChunkedArray]) -> list[tuple[str | None, ...]]:
-    """The distinct combinations of the partition columns' values (``keys``), in order of first
-    appearance. Through ``pc.unique`` for one column and Python for several: a table's
-    ``group_by`` imports pyarrow's query engine and pandas with it, in every Python worker that
-    writes."""
-    import pyarrow.compute as pc
-
-    if len(keys) == 1:
-        return [(value,) for value in pc.unique(keys[0]).to_pylist()]
-    return list(dict.fromkeys(zip(*(k.to_pylist() for k in keys), strict=True)))
-
-
-def _leaf_paths(name: str, type: pa.DataType) -> list[str]:
-    """The Parquet column paths pyarrow writes for a field (a map's ``name.key_value.key`` and
-    ``.value``, a list's ``name.list.element``, a struct's ``name.child``): what its per-column
-    writer options name."""
-    import pyarrow as pa
-
-    if pa.types.is_map(type):
-        return [
-            *_leaf_paths(f"{name}.key_value.key", type.key_type),
-            *_leaf_paths(f"{name}.key_value.value", type.item_type),
-        ]
-    if pa.types.is_struct(type):
-        return [p for field in type for p in _leaf_paths(f"{name}.{field.name}", field.type)]
-    if pa.types.is_list(type) or pa.types.is_large_list(type):
-        return _leaf_paths(f"{name}.list.element", type.value_type)
-    return [name]
-
-
-def _parquet_column_options(schema: pa.Schema) -> dict[str, list[str]]:
-    """pyarrow's ``ParquetWriter`` options for the columns of ``schema``: a dictionary and
-    statistics for every column except those
-    :mod:`dagster_eventhub_ingest.ops.sinks.parquet_columns` names (as the Spark formats'
-    Parquet is written)."""
-    leaves = [(field.name, p) for field in schema for p in _leaf_paths(field.name, field.type)]
-    return {
-        "use_dictionary": [p for top, p in leaves if top not in PLAIN_COLUMNS],
-        "write_statistics": [p for top, p in leaves if top not in NO_STATISTICS_COLUMNS],
-    }
 
 
 def _min_opt(a: Any, b: Any) -> Any:
