@@ -12,7 +12,11 @@ twice per round:
 * ``spark``: :func:`~dagster_eventhub_ingest.ops.sinks.spark_writer.write_spark` (dynamic
   partition overwrite, the format options) of the same rows cached in the JVM, one task per
   partition; the JVM's CPU (psutil). The rows are already in memory, so this is the write
-  alone: in a run the JVM also turns the readers' Arrow batches into rows first.
+  alone: in a run the JVM also turns the readers' Arrow batches into rows first;
+* ``source``: the same cached rows through Spark's own Python data source write
+  (``write_parquet_from_arrow``: the JVM turns its rows into Arrow batches and streams them to
+  Python workers, which run ``ParquetBatchWriter``); the JVM's CPU and its Python processes'
+  (psutil, reaped workers included), printed apart and summed.
 
 Each figure is the best of ``--repeat`` rounds after a warm-up; it prints both in microseconds
 per event and their ratio. local[2].
@@ -58,7 +62,10 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
     from pyspark.sql import functions as F
 
     from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN, batch_key
-    from dagster_eventhub_ingest.ops.sinks.parquet_writer import ParquetBatchWriter
+    from dagster_eventhub_ingest.ops.sinks.parquet_writer import (
+        ParquetBatchWriter,
+        write_parquet_from_arrow,
+    )
     from dagster_eventhub_ingest.ops.sinks.read import output_schema
     from dagster_eventhub_ingest.ops.sinks.spark_writer import write_spark
     from dagster_eventhub_ingest.resources.eventhubs_source.schema import arrow_schema
@@ -71,6 +78,16 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
     def jvm_cpu() -> float:
         t = java.cpu_times()
         return t.user + t.system
+
+    def python_cpu() -> float:
+        total = 0.0
+        for proc in java.children(recursive=True):
+            try:
+                t = proc.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += t.user + t.system + t.children_user + t.children_system
+        return total
 
     schema = output_schema()
     p = args.partitions
@@ -116,12 +133,14 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
     )
     print(
         f"{'arrow us/ev':>12} {'spark us/ev':>12} {'arrow/spark':>12} {'arrow s':>8} {'spark s':>8}"
+        f" {'source JVM':>11} {'source py':>10} {'source/spark':>13}"
     )
     best: dict[str, float] = {}
+    parts = (0.0, 0.0)
     wall: dict[str, float] = {}
     try:
         for round_ in range(args.repeat + 1):  # the first is a warm-up, not counted
-            for name in ("arrow", "spark"):
+            for name in ("arrow", "spark", "source"):
                 out = tmp / name
                 shutil.rmtree(out, ignore_errors=True)
                 sink = SinkSettings(format="parquet", path=str(out))
@@ -132,10 +151,17 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
                     messages = [writer.write(iter(part.to_batches())) for part in by_partition]
                     writer.commit(list(messages))
                     used = time.process_time() - c0
-                else:
+                elif name == "spark":
                     c0 = jvm_cpu()
                     write_spark(rows, sink)
                     used = jvm_cpu() - c0
+                else:
+                    c0, p0 = jvm_cpu(), python_cpu()
+                    write_parquet_from_arrow(rows, sink, keys)
+                    jvm_part, py_part = jvm_cpu() - c0, python_cpu() - p0
+                    used = jvm_part + py_part
+                    if round_ and used / n * 1e6 < best.get(name, float("inf")):
+                        parts = (jvm_part / n * 1e6, py_part / n * 1e6)
                 seconds = time.perf_counter() - t0
                 if round_:
                     us = used / n * 1e6
@@ -144,6 +170,7 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     ratio = best["arrow"] / best["spark"]
+    source_ratio = best["source"] / best["spark"]
     rep.add(
         "cpu",
         {
@@ -155,11 +182,16 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
             "arrow / spark": round(ratio, 2),
             "arrow_seconds": round(wall["arrow"], 2),
             "spark_seconds": round(wall["spark"], 2),
+            "source_us_per_event": round(best["source"], 2),
+            "source_jvm_us_per_event": round(parts[0], 2),
+            "source_python_us_per_event": round(parts[1], 2),
+            "source / spark": round(source_ratio, 2),
         },
     )
     print(
         f"{best['arrow']:>12.2f} {best['spark']:>12.2f} {ratio:>12.2f} "
-        f"{wall['arrow']:>8.2f} {wall['spark']:>8.2f}",
+        f"{wall['arrow']:>8.2f} {wall['spark']:>8.2f} {parts[0]:>11.2f} {parts[1]:>10.2f} "
+        f"{source_ratio:>13.2f}",
         flush=True,
     )
     rows.unpersist()
