@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from _events import synthetic_events  # noqa: E402
 from _report import add_json_flag, report  # noqa: E402
 
 
@@ -92,28 +93,13 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
     schema = output_schema()
     p = args.partitions
     per = args.events // p
-    hexes = max(1, args.size // 32)
     keys = [batch_key(str(i), 0, per - 1) for i in range(p)]
     rows = (
-        spark.range(0, per * p, 1, p)
+        synthetic_events(spark, per, p, args.size, incompressible=True)
         .select(
-            # Incompressible bodies: a distinct hash for each 32 bytes.
-            F.expr(
-                f"unhex(concat_ws('', transform(sequence(1, {hexes}), "
-                "i -> sha2(concat(cast(id as string), '-', cast(i as string)), 256))))"
-            ).alias("body"),
-            (F.col("id") / per).cast("long").cast("string").alias("partition"),
-            F.col("id").cast("string").alias("offset"),
-            (F.col("id") % per).alias("sequenceNumber"),
-            F.current_timestamp().alias("enqueuedTime"),
-            F.lit(None).cast("string").alias("publisher"),
-            F.lit(None).cast("string").alias("partitionKey"),
-            F.create_map().cast(schema["properties"].dataType).alias("properties"),
-            F.create_map().cast(schema["systemProperties"].dataType).alias("systemProperties"),
+            "*",
             F.lit(None).cast("binary").alias("amqpBody"),
-            F.concat((F.col("id") / per).cast("long").cast("string"), F.lit(f"-0-{per - 1}")).alias(
-                BATCH_COLUMN
-            ),
+            F.concat(F.col("partition"), F.lit(f"-0-{per - 1}")).alias(BATCH_COLUMN),
         )
         .cache()
     )

@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from _events import synthetic_events  # noqa: E402
 from _report import add_json_flag, report  # noqa: E402
 
 
@@ -63,10 +64,8 @@ def main() -> None:
 def _main(args: argparse.Namespace, rep: Any) -> None:
 
     import psutil
-    from pyspark.sql import functions as F
 
     from dagster_eventhub_ingest.ops.sinks.write import write_batch
-    from dagster_eventhub_ingest.resources.eventhubs_source import eventhubs_schema
     from dagster_eventhub_ingest.resources.ranges import SeqRange
     from dagster_eventhub_ingest.resources.sink import SinkSettings
     from dagster_eventhub_ingest.resources.spark.session import local_spark_session
@@ -78,8 +77,6 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
         t = java.cpu_times()
         return t.user + t.system
 
-    schema = eventhubs_schema()
-    hexes = max(1, args.size // 32)
     print(
         f"write_batch JVM CPU per event: {args.events:,} events of {args.size} bytes, local[2], "
         f"best of {args.repeat}",
@@ -93,29 +90,11 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-write-") as tmp:
         for p in args.partitions:
             per = args.events // p
-            # Laid out as the source reads them: one Spark partition (task) per Event Hub
-            # partition, each task's rows one partition's range in sequence order.
-            rows = (
-                spark.range(0, per * p, 1, p)
-                .select(
-                    F.expr(f"unhex(repeat(sha2(cast(id as string), 256), {hexes}))").alias("body"),
-                    (F.col("id") / per).cast("long").cast("string").alias("partition"),
-                    F.col("id").cast("string").alias("offset"),
-                    (F.col("id") % per).alias("sequenceNumber"),
-                    F.current_timestamp().alias("enqueuedTime"),
-                    F.lit(None).cast("string").alias("publisher"),
-                    F.lit(None).cast("string").alias("partitionKey"),
-                    F.create_map().cast(schema["properties"].dataType).alias("properties"),
-                    F.create_map()
-                    .cast(schema["systemProperties"].dataType)
-                    .alias("systemProperties"),
-                )
-                .cache()
-            )
+            rows = synthetic_events(spark, per, p, args.size).cache()
             rows.count()
             ranges = {str(i): SeqRange(0, per - 1) for i in range(p)}
             best: dict[str, float] = {}
-            for rep in range(args.repeat + 1):  # the first is a warm-up, not counted
+            for round_ in range(args.repeat + 1):  # the first is a warm-up, not counted
                 for name in names:
                     out = Path(tmp) / name
                     shutil.rmtree(out, ignore_errors=True)
@@ -126,7 +105,7 @@ def _main(args: argparse.Namespace, rep: Any) -> None:
                         sink = SinkSettings(format="parquet", path=str(out))
                         write_batch(rows, sink, ranges, stats_method=name)
                     used = (jvm_cpu() - c0) / (per * p) * 1e6
-                    if rep:
+                    if round_:
                         best[name] = min(best.get(name, used), used)
             rows.unpersist()
             floor = best["parquet"]
