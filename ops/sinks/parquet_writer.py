@@ -17,7 +17,9 @@ left in the staging were never reported and are never moved. A commit without an
 what an earlier attempt of the batch wrote. ``abort`` removes the staging; staging a crashed
 driver left is removed by :func:`~dagster_eventhub_ingest.ops.sinks.staging.clean_batch_staging`
 (its rule, :func:`~dagster_eventhub_ingest.ops.sinks.staging.remove_batch_staging`, is
-applied by ``commit`` and ``abort`` for the batch's keys).
+applied by ``commit`` and ``abort`` for the batch's keys; a task of a failed job that was
+still being stopped may write into the staging after ``abort``: the next commit of the keys
+removes that).
 
 :func:`parquet_fused_applies` says which sinks it writes; the others keep Spark's path.
 """
@@ -45,7 +47,12 @@ from dagster_eventhub_ingest.ops.sinks.parquet_files import (
     spark_directory_value,
     unreadable_file,
 )
-from dagster_eventhub_ingest.ops.sinks.staging import WRITER_STAGING_PREFIX, remove_batch_staging
+from dagster_eventhub_ingest.ops.sinks.staging import (
+    WRITER_STAGING_PREFIX,
+    clean_batch_staging,
+    remove_batch_staging,
+    wait_for_running_tasks,
+)
 from dagster_eventhub_ingest.ops.sinks.storage import delta_uri, is_local_path
 from dagster_eventhub_ingest.resources.errors import SinkError, redact
 from dagster_eventhub_ingest.resources.eventhubs_source.source import register_python_source
@@ -71,10 +78,11 @@ __all__ = [
 #: Internal Python data source that writes a batch of a ``parquet`` sink with pyarrow.
 PARQUET_WRITER_SOURCE = "ehingest_parquet"
 
-#: Spark SQL types whose partition directory values this writer renders as Spark does (the
-#: value cast to a string). A timestamp's Spark renders in the session's time zone with its
-#: own fraction rules: such sinks keep Spark's path.
-_PARTITION_TYPES = ("string", "bigint", "int", "smallint", "tinyint", "boolean")
+#: Spark SQL types of the partition columns whose directory values this writer names as Spark
+#: does (the value cast to a string; the output's partition columns are strings and
+#: ``sequenceNumber``). A timestamp Spark renders in the session's time zone with its own
+#: fraction rules: such sinks keep Spark's path.
+_PARTITION_TYPES = ("string", "bigint")
 
 
 def parquet_fused_applies(sink: SinkSettings, schema: StructType) -> bool:
@@ -82,8 +90,8 @@ def parquet_fused_applies(sink: SinkSettings, schema: StructType) -> bool:
     schema, ``eh_batch`` included) as Spark's path would; False keeps Spark's path.
 
     True for a ``parquet`` sink on a local path (a shared mount on a cluster) whose
-    ``partition_by`` columns are strings, integers or booleans. False for a table (the catalog
-    records partitions), an object-store URI (the ``parquet`` sink reaches it through the
+    ``partition_by`` columns are strings or longs (``sequenceNumber``). False for a table (the
+    catalog records partitions), an object-store URI (the ``parquet`` sink reaches it through the
     cluster's Hadoop settings, which pyarrow does not read; and pyarrow's Azure file system
     renames only on hierarchical-namespace accounts), and a ``partition_by`` column of another
     type (``enqueuedTime``: Spark renders a timestamp directory in the session's time zone).
@@ -295,13 +303,20 @@ def write_parquet_from_arrow(keyed: DataFrame, sink: SinkSettings, keys: list[st
     ``parquet`` sink through :class:`ParquetBatchWriter` in Spark's tasks."""
     assert sink.path is not None
     register_python_source(keyed.sparkSession, ParquetBatchSource)
-    (
-        keyed.write.format(PARQUET_WRITER_SOURCE)
-        .mode("append")
-        .option("path", delta_uri(sink.path))
-        .option("partition_by", json.dumps([*sink.partition_by, BATCH_COLUMN]))
-        .option("keys", json.dumps(keys))
-        # The key holds "secret" so Spark redacts the value in plans and logs.
-        .option("storage_secret_options", json.dumps(dict(sink.storage_options)))
-        .save()
-    )
+    try:
+        (
+            keyed.write.format(PARQUET_WRITER_SOURCE)
+            .mode("append")
+            .option("path", delta_uri(sink.path))
+            .option("partition_by", json.dumps([*sink.partition_by, BATCH_COLUMN]))
+            .option("keys", json.dumps(keys))
+            # The key holds "secret" so Spark redacts the value in plans and logs.
+            .option("storage_secret_options", json.dumps(dict(sink.storage_options)))
+            .save()
+        )
+    except BaseException:
+        # A task of the failed job that Spark was still stopping may write into the staging
+        # after the abort removed it (the next commit of these keys would remove it too).
+        wait_for_running_tasks(keyed.sparkSession, timeout=10.0)
+        clean_batch_staging(sink, keys, settle_seconds=3.0)
+        raise
