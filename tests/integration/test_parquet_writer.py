@@ -193,6 +193,12 @@ def test_a_batch_spark_wrote_is_replaced_and_the_others_kept(
     assert {p.name for p in (tmp_path / "sink").glob("partition=0/eh_batch=0-10-19/*.parquet")} <= (
         spark_files
     )
+    # Both writers' batches read as one, by every reader the run uses.
+    everything = ["0-0-9", "1-0-9", "0-10-19"]
+    mixed = read_batches(spark, sink, everything, schema=again.schema)
+    assert mixed.count() == 30 and mixed.schema == read_batches(spark, sink, everything).schema
+    assert spark.read.parquet(str(sink.path)).count() == 30
+    verify_written(spark, sink, everything, 30, str(sink.path), with_stats=True)
     # And back: Spark's writer replaces what this one wrote.
     spark_write(keyed(spark, first), sink, first)
     assert keys(read_sink(spark, sink)) == expected({"0": (0, 19), "1": (0, 9)})
