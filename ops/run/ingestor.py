@@ -449,6 +449,7 @@ class SparkIngestor(Ingestor):
         its own from Spark's planner process (~2 s of a cold run); the readers still find events
         that expired since (DataLossError).
         """
+        from dagster_eventhub_ingest.ops.sinks.fused import fuses
         from dagster_eventhub_ingest.resources.errors import RunCancelledError
         from dagster_eventhub_ingest.resources.eventhubs_source.stats import read_stats_accumulator
 
@@ -462,7 +463,10 @@ class SparkIngestor(Ingestor):
             # (classic): the write then observes no statistics and verifies by a row count
             # (dagster_eventhub_ingest.ops.sinks.write). A read that may skip expired events keeps
             # the statistics of what the sink holds.
-            with nullcontext() if expired_before else read_stats_accumulator(spark) as stats:
+            # A fused read and write (dagster_eventhub_ingest.ops.sinks.fused) brings what each
+            # reader read back with its commit message: no accumulator.
+            no_stats = expired_before or fuses(self.sink)
+            with nullcontext() if no_stats else read_stats_accumulator(spark) as stats:
                 return self._ingest(ranges, expired_before, generations, partition_infos, stats)
         finally:
             tags.remove(self._tag)
@@ -509,27 +513,45 @@ class SparkIngestor(Ingestor):
         generations: Mapping[str, int] | None,
         read_stats: Callable[[], Mapping[SubRangeKey, SubRangeStats]] | None = None,
     ) -> dict[str, PartitionWriteStats]:
+        from dagster_eventhub_ingest.ops.sinks.fused import fused_read
         from dagster_eventhub_ingest.ops.sinks.write import write_batch
-        from dagster_eventhub_ingest.resources.errors import SinkError
+        from dagster_eventhub_ingest.resources.errors import EventHubIngestError, SinkError
         from dagster_eventhub_ingest.resources.eventhubs_source import read_eventhubs
 
         try:
-            # The source checks the ranges against the service when the DataFrame is created.
-            df = read_eventhubs(self.spark, options)
-            # Spark Connect creates the source lazily, when the plan is first analysed: do it
-            # here so its errors (DataLossError for on_data_loss, RangeError) are unwrapped.
-            _ = df.columns
+            # The source checks the ranges against the service when the read is planned. A
+            # sink the reader tasks write themselves gets a fused read and write; any other a
+            # DataFrame that write_batch writes.
+            fused = fused_read(
+                self.spark,
+                options,
+                self.sink,
+                ranges,
+                generations=generations,
+                source=self.source,
+            )
+            if fused is None:
+                df = read_eventhubs(self.spark, options)
+                # Spark Connect creates the source lazily, when the plan is first analysed: do
+                # it here so its errors (DataLossError for on_data_loss, RangeError) are
+                # unwrapped.
+                _ = df.columns
+        except EventHubIngestError:
+            raise  # the sink's checks, or the source's own error
         except Exception as exc:
             raise _unwrap(exc) from exc
         try:
-            result = write_batch(
-                df,
-                self.sink,
-                dict(ranges),
-                generations=generations,
-                read_stats=read_stats,
-                source=self.source,
-            )
+            if fused is not None:
+                result = fused.write()
+            else:
+                result = write_batch(
+                    df,
+                    self.sink,
+                    dict(ranges),
+                    generations=generations,
+                    read_stats=read_stats,
+                    source=self.source,
+                )
         except SinkError as exc:
             # The job reads and writes in one pass: a reader's failure (the hub killed
             # mid-read, events expired) surfaces from the write. Say what really failed.

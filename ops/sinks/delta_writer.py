@@ -53,6 +53,7 @@ __all__ = [
     "DeltaBatchWriter",
     "DeltaPart",
     "DeltaTaskMessage",
+    "delta_batch_writer",
     "write_deltalake",
 ]
 
@@ -277,7 +278,9 @@ def _file_min_max(acc: dict[str, Any], part: pa.Table) -> None:
             maxs["enqueuedTime"] = max(maxs.get("enqueuedTime", hi_s), hi_s)
 
 
-def write_deltalake(keyed: DataFrame, sink: SinkSettings, keys: list[str]) -> None:
+def delta_batch_writer(sink: SinkSettings, keys: list[str], schema: StructType) -> DeltaBatchWriter:
+    """The writer of one batch (``keys``) of rows of ``schema`` into the sink's Delta table,
+    which is created here if it does not exist yet (and refused if partitioned otherwise)."""
     from deltalake import DeltaTable
 
     assert sink.path is not None
@@ -286,7 +289,7 @@ def write_deltalake(keyed: DataFrame, sink: SinkSettings, keys: list[str]) -> No
     try:
         dt = DeltaTable.create(
             table_uri,
-            schema=delta_arrow_schema(keyed.schema),
+            schema=delta_arrow_schema(schema),
             mode="ignore",
             partition_by=partition_cols,
             storage_options=dict(sink.storage_options) or None,
@@ -304,14 +307,27 @@ def write_deltalake(keyed: DataFrame, sink: SinkSettings, keys: list[str]) -> No
             f"writer needs {partition_cols} (partition_by + {BATCH_COLUMN!r}); write to a new "
             "path or use the same partition_by"
         )
+    return DeltaBatchWriter(
+        table_uri=table_uri,
+        partition_cols=partition_cols,
+        schema_json=schema.json(),
+        keys=keys,
+        storage_options=dict(sink.storage_options),
+    )
+
+
+def write_deltalake(keyed: DataFrame, sink: SinkSettings, keys: list[str]) -> None:
+    """Write ``keyed`` (the batch's rows with their batch key) through Spark's tasks
+    (:class:`DeltaBatchSource`), then commit them as one transaction."""
+    writer = delta_batch_writer(sink, keys, keyed.schema)
     register_python_source(keyed.sparkSession, DeltaBatchSource)
     (
         keyed.write.format(DELTA_WRITER_SOURCE)
         .mode("append")
-        .option("table_uri", table_uri)
-        .option("partition_by", json.dumps(partition_cols))
+        .option("table_uri", writer.table_uri)
+        .option("partition_by", json.dumps(writer.partition_cols))
         .option("keys", json.dumps(keys))
         # The key holds "secret" so Spark redacts the value in plans and logs.
-        .option("storage_secret_options", json.dumps(dict(sink.storage_options)))
+        .option("storage_secret_options", json.dumps(writer.storage_options))
         .save()
     )

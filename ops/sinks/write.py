@@ -39,7 +39,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from dagster_eventhub_ingest.ops.sinks.batch import (
     BATCH_COLUMN,
@@ -79,11 +79,20 @@ from dagster_eventhub_ingest.resources.ranges import SeqRange
 from dagster_eventhub_ingest.resources.sink import DELTALAKE_FORMAT, SinkSettings
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from dagster_eventhub_ingest.resources.eventhubs_source.stats import SubRangeKey, SubRangeStats
 
-__all__ = ["WriteResult", "write_batch"]
+__all__ = [
+    "BatchTarget",
+    "WriteResult",
+    "batch_target",
+    "check_partition_by",
+    "finish_batch",
+    "write_batch",
+    "write_failure",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -147,6 +156,123 @@ def _normalise_ranges(ranges: Mapping[str, SeqRange]) -> dict[str, SeqRange]:
     return out
 
 
+class BatchTarget(NamedTuple):
+    """One batch as a writer sees it: its ranges, their batch keys, the source its rows name
+    (in a sink several sources share, else None) and where it goes."""
+
+    ranges: dict[str, SeqRange]
+    keys: dict[str, str]
+    shared_by: SinkSource | None
+    location: str
+
+
+def batch_target(
+    spark: SparkSession,
+    sink: SinkSettings,
+    ranges: Mapping[str, SeqRange],
+    generations: Mapping[str, int] | None,
+    source: SinkSource | None,
+) -> BatchTarget:
+    """The batch of ``ranges`` in ``sink``, checked before anything is written (the sink's
+    layout and its reach from the session's executors; a shared sink needs the source)."""
+    check_sink_layout(sink)
+    rng = _normalise_ranges(ranges)
+    if sink.sources == "many" and source is None:
+        raise ConfigurationError(
+            "write_batch: a sink with sources: many needs the events' source (source=...): its "
+            "batch keys and rows name it"
+        )
+    shared_by = source if sink.sources == "many" else None
+    keys = _batch_keys(
+        rng,
+        {str(p): int(g) for p, g in (generations or {}).items()},
+        None if shared_by is None else shared_by.tag,
+    )
+    check_sink_for_session(sink, spark)
+    return BatchTarget(rng, keys, shared_by, sink_location(sink, spark))
+
+
+def check_partition_by(sink: SinkSettings, columns: list[str]) -> None:
+    """Refuse a ``partition_by`` naming a column the batch does not have."""
+    unknown = [c for c in sink.partition_by if c not in columns]
+    if unknown:
+        raise ConfigurationError(
+            f"sink partition_by: unknown column(s) {unknown}; valid: {', '.join(columns)}"
+        )
+
+
+def write_failure(exc: Exception, sink: SinkSettings, target: BatchTarget) -> Exception:
+    """What a failed write of ``target`` raises: the project's code missing on the executors,
+    or a :class:`SinkError` naming the sink and the cause (``retryable`` from it)."""
+    from dagster_eventhub_ingest.resources.spark.code_shipping import missing_module_error
+
+    missing_module = missing_module_error(exc)
+    if missing_module is not None:
+        return missing_module
+    return sink_error(
+        f"sink {sink.format} {'path' if sink.path else 'table'} {target.location!r}: cannot "
+        f"write batch {sorted(target.keys.values())}: {failure_cause(exc)}; check "
+        "that the location exists and is writable by the Spark executors (and the format "
+        "is available in the session)",
+        exc,
+    )
+
+
+def finish_batch(
+    spark: SparkSession,
+    sink: SinkSettings,
+    target: BatchTarget,
+    method: StatsMethod,
+    written: int,
+    *,
+    metrics_row: Mapping[str, Any],
+    reader_row: Mapping[str, Any] | None,
+    schema: StructType,
+) -> WriteResult:
+    """After a batch's write: read back its row count (raise unless it is ``written``) and its
+    statistics by ``method`` (from ``metrics_row`` observed during the write, ``reader_row``
+    from the readers, or the sink). ``schema``: the events' columns as written."""
+    from dagster_eventhub_ingest.ops.run.progress import phase
+
+    rng, keys, _, location = target
+    with phase("verify"):
+        read_back = verify_written(
+            spark,
+            sink,
+            list(keys.values()),
+            written,
+            location,
+            with_stats=method == "split",
+            schema=schema,
+        )
+    if method == "observe":
+        stats = stats_from_row(metrics_row, rng, keys)
+    elif reader_row is not None:
+        stats = stats_from_row(reader_row, rng, keys)
+    elif method == "split":
+        stats = stats_from_row(
+            row_from_split(metrics_row, read_back, rng, keys, location), rng, keys
+        )
+    else:
+        batches = read_batches(spark, sink, list(keys.values()), schema=schema)
+        row = batches.agg(*stat_columns(rng)).first()
+        stats = stats_from_row(row.asDict() if row is not None else {}, rng, keys)
+    result = WriteResult(output_location=location, format=sink.format, partitions=stats)
+    logger.info(
+        "wrote %d events (%d body bytes) to %s %s, statistics by %s: %s",
+        result.events,
+        result.bytes,
+        sink.format,
+        location,
+        method,
+        ", ".join(
+            f"partition {s.partition_id} [{s.first_sequence_number}, {s.last_sequence_number}]"
+            for s in stats.values()
+        ),
+    )
+    return result
+
+
 # The batch's predicates, key and aggregates are SQL text, parsed once each (``F.expr``). Built
 # with the Column API, every ``col``, ``lit``, ``when``, ``&`` and ``alias`` is a round trip to
 # the JVM: for a batch of 32 partitions ~27,000 of them, 2-4 s of driver time on every write
@@ -206,34 +332,15 @@ def write_batch(
     """
     from pyspark.sql import Observation
 
-    from dagster_eventhub_ingest.resources.spark.code_shipping import missing_module_error
-
-    check_sink_layout(sink)
-    rng = _normalise_ranges(ranges)
-    if sink.sources == "many" and source is None:
-        raise ConfigurationError(
-            "write_batch: a sink with sources: many needs the events' source (source=...): its "
-            "batch keys and rows name it"
-        )
-    shared_by = source if sink.sources == "many" else None
-    keys = _batch_keys(
-        rng,
-        {str(p): int(g) for p, g in (generations or {}).items()},
-        None if shared_by is None else shared_by.tag,
-    )
-    check_sink_for_session(sink, df.sparkSession)
+    target = batch_target(df.sparkSession, sink, ranges, generations, source)
+    rng, keys, shared_by, location = target
     missing = [c for c in ("partition", "sequenceNumber", "offset", "body") if c not in df.columns]
     if missing:
         raise ConfigurationError(
             f"write_batch: the DataFrame lacks column(s) {missing}; it must have the eventhubs "
             "source schema"
         )
-    unknown = [c for c in sink.partition_by if c not in df.columns]
-    if unknown:
-        raise ConfigurationError(
-            f"sink partition_by: unknown column(s) {unknown}; valid: {', '.join(df.columns)}"
-        )
-    location = sink_location(sink, df.sparkSession)
+    check_partition_by(sink, df.columns)
     method = choose_stats_method(sink, len(rng), stats_method, by_readers=read_stats is not None)
     observation = None
     observed = df
@@ -268,16 +375,7 @@ def write_batch(
     except (SinkError, ConfigurationError):
         raise
     except Exception as exc:
-        missing_module = missing_module_error(exc)
-        if missing_module is not None:
-            raise missing_module from exc
-        raise sink_error(
-            f"sink {sink.format} {'path' if sink.path else 'table'} {location!r}: cannot write "
-            f"batch {sorted(keys.values())}: {failure_cause(exc)}; check "
-            "that the location exists and is writable by the Spark executors (and the format "
-            "is available in the session)",
-            exc,
-        ) from exc
+        raise write_failure(exc, sink, target) from exc
     reader_row = None
     if observation is None:
         assert read_stats is not None
@@ -296,44 +394,16 @@ def write_batch(
                 "(read_eventhubs(spark, plan)) and pass plan.ranges_dict() as ranges"
             )
         written = int(metrics_row.get("inside") or 0)
-    from dagster_eventhub_ingest.ops.run.progress import phase
-
-    with phase("verify"):
-        read_back = verify_written(
-            df.sparkSession,
-            sink,
-            list(keys.values()),
-            written,
-            location,
-            with_stats=method == "split",
-            schema=df.schema,
-        )
-    if method == "observe":
-        stats = stats_from_row(metrics_row, rng, keys)
-    elif reader_row is not None:
-        stats = stats_from_row(reader_row, rng, keys)
-    elif method == "split":
-        stats = stats_from_row(
-            row_from_split(metrics_row, read_back, rng, keys, location), rng, keys
-        )
-    else:
-        batches = read_batches(df.sparkSession, sink, list(keys.values()), schema=df.schema)
-        row = batches.agg(*stat_columns(rng)).first()
-        stats = stats_from_row(row.asDict() if row is not None else {}, rng, keys)
-    result = WriteResult(output_location=location, format=sink.format, partitions=stats)
-    logger.info(
-        "wrote %d events (%d body bytes) to %s %s, statistics by %s: %s",
-        result.events,
-        result.bytes,
-        sink.format,
-        location,
+    return finish_batch(
+        df.sparkSession,
+        sink,
+        target,
         method,
-        ", ".join(
-            f"partition {s.partition_id} [{s.first_sequence_number}, {s.last_sequence_number}]"
-            for s in stats.values()
-        ),
+        written,
+        metrics_row=metrics_row,
+        reader_row=reader_row,
+        schema=df.schema,
     )
-    return result
 
 
 # --------------------------------------------------------------------------------------------

@@ -83,21 +83,24 @@ class EventHubsInputPartition(InputPartition):
         return f"EventHubsInputPartition({self.settings.eventhub_name}, {self.range})"
 
 
-def read_input_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+def read_input_partition(
+    partition: InputPartition, on_done: Callable[[SubRangeStats], None] | None = None
+) -> Iterator[pa.RecordBatch]:
     """Receive one planned sub-range on an executor: the batch and the stream reader's ``read``.
 
     The client is created here, never pickled; a partition of another source reads nothing.
+    ``on_done`` gets what was read, after the last batch was taken (as the read-stats
+    accumulator does when the partition names one).
     """
     if not isinstance(partition, EventHubsInputPartition):
         return iter(())
     aid = getattr(partition, "read_stats", None)
-    on_done = None
     if aid is not None:
         from dagster_eventhub_ingest.resources.eventhubs_source.stats import send_read_stats
 
         rng = partition.range
         key = (rng.partition_id, rng.start, rng.end)
-        on_done = partial(send_read_stats, aid, key)
+        on_done = _both(partial(send_read_stats, aid, key), on_done)
     return read_range(
         partition.settings,
         partition.range,
@@ -292,6 +295,19 @@ class _Unusual:
                 self.first,
                 self.last,
             )
+
+
+def _both(
+    first: Callable[[SubRangeStats], None], second: Callable[[SubRangeStats], None] | None
+) -> Callable[[SubRangeStats], None]:
+    if second is None:
+        return first
+
+    def both(stats: SubRangeStats) -> None:
+        first(stats)
+        second(stats)
+
+    return both
 
 
 def _event_sequence_number(event: Any) -> int | None:
