@@ -3,7 +3,8 @@
 Write side: :mod:`.write` (:func:`write_batch`) keys every row by its batch
 (:mod:`.batch`: the batch key and per-partition statistics), writes through
 :mod:`.spark_writer` (Spark formats, dynamic partition overwrite) or :mod:`.delta_writer`
-(``deltalake``, delta-rs), cleans what a failed attempt left (:mod:`.staging`), reads the batch
+(``deltalake``, delta-rs; in the ingestion run written by the reader tasks themselves,
+:mod:`.fused`), cleans what a failed attempt left (:mod:`.staging`), reads the batch
 back before any checkpoint moves (:mod:`.verify`) and counts it (:mod:`.statistics`; the row
 predicates as SQL text are :mod:`.sql`). Read side: :mod:`.read` (the output schema,
 :func:`read_sink`, :func:`read_batches`) and :mod:`.place` (the batch keys and record a sink

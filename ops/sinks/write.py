@@ -19,7 +19,10 @@ Writing a batch replaces exactly the directories / Delta partitions of its keys,
   driver but each task's commit message, naming its files),
   then the driver commits them with ``create_write_transaction(mode="overwrite",
   partition_filters=[("eh_batch", "in", keys)])``: the batch's old files are removed and the new
-  ones added in one Delta transaction. Files of a crashed attempt are never in the log.
+  ones added in one Delta transaction. Files of a crashed attempt are never in the log. The
+  ingestion run skips the DataFrame for it: its reader tasks write what they read with the same
+  writer (:mod:`dagster_eventhub_ingest.ops.sinks.fused`), and the batch is checked and counted
+  by the same :func:`finish_batch`.
 
 Nothing is silently lost on a cluster: a local path that executors on other machines cannot
 share is refused before anything is claimed (:func:`check_sink_reachable`), the Delta commit
