@@ -242,10 +242,9 @@ class FusedBatch:
                 _abort_quietly(self.writer)
             raise write_failure(exc, self.sink, self.target) from exc
         read = {t.read[0]: t.read[1] for t in tasks if t.read is not None}
-        rng = self.target.ranges
-        # A read that may skip expired events holds fewer rows than its ranges: its statistics
-        # are what the sink holds.
-        reader_row = None if self.skips else row_from_readers(read, rng)
+        # A read that may skip expired events has fewer rows than its ranges: its statistics
+        # are of what its readers read (the verification compares the rows they wrote).
+        reader_row = row_from_readers(read, self.target.ranges, complete=not self.skips)
         return finish_batch(
             self.frame.sparkSession,
             self.sink,

@@ -94,14 +94,17 @@ def choose_stats_method(
 
 
 def row_from_readers(
-    found: Mapping[SubRangeKey, SubRangeStats], ranges: Mapping[str, SeqRange]
+    found: Mapping[SubRangeKey, SubRangeStats],
+    ranges: Mapping[str, SeqRange],
+    *,
+    complete: bool = True,
 ) -> dict[str, Any] | None:
     """The row :func:`stats_from_row` reads, from what the readers said they read; None (the
     statistics are then read back) unless their sub-ranges tile ``ranges`` exactly, each with
-    every event of it."""
+    every event of it (``complete``; without it, whatever the readers read of it)."""
     from dagster_eventhub_ingest.resources.eventhubs_source.stats import partition_totals
 
-    totals = partition_totals(found, ranges)
+    totals = partition_totals(found, ranges, complete=complete)
     if totals is None:
         logger.warning(
             "the readers' statistics do not cover the batch %s (%d sub-range(s) reported): "

@@ -105,11 +105,16 @@ PartitionTotals = tuple[
 
 
 def partition_totals(
-    found: Mapping[SubRangeKey, SubRangeStats], ranges: Mapping[str, SeqRange]
+    found: Mapping[SubRangeKey, SubRangeStats],
+    ranges: Mapping[str, SeqRange],
+    *,
+    complete: bool = True,
 ) -> dict[str, PartitionTotals] | None:
     """Per partition of ``ranges``, the statistics of its sub-ranges together; None unless the
     sub-ranges found tile every range exactly (a reader whose update did not arrive, or one of
-    another read) and each read every event of its sub-range."""
+    another read) and, with ``complete``, each read every event of its sub-range (without it,
+    a read that skipped expired events, whose plan may start after a range's start: the
+    totals are of what was read)."""
     by_pid: dict[str, list[tuple[int, int, SubRangeStats]]] = {}
     for (pid, start, end), stats in found.items():
         by_pid.setdefault(pid, []).append((start, end, stats))
@@ -118,22 +123,24 @@ def partition_totals(
     out: dict[str, PartitionTotals] = {}
     for pid, (start, end) in ranges.items():
         subs = sorted(by_pid[pid])
-        expected = start
+        # An incomplete read's plan may have cut off an expired head: its readers start later.
+        expected = start if complete else max(start, subs[0][0])
         for s, e, stats in subs:
-            if s != expected or stats[0] != e - s + 1:
+            if s != expected or (complete and stats[0] != e - s + 1):
                 return None
             expected = e + 1
         if expected != end + 1:
             return None
-        stats_list = [stats for _, _, stats in subs]
-        firsts = [s[5] for s in stats_list if s[5] is not None]
-        lasts = [s[6] for s in stats_list if s[6] is not None]
+        # Sub-ranges in order; one that read nothing (all of it skipped) has no bounds.
+        read = [stats for _, _, stats in subs if stats[0]]
+        firsts = [s[5] for s in read if s[5] is not None]
+        lasts = [s[6] for s in read if s[6] is not None]
         out[pid] = (
-            sum(s[0] for s in stats_list),
-            sum(s[1] for s in stats_list),
-            stats_list[0][2],
-            stats_list[-1][3],
-            stats_list[-1][4],
+            sum(s[0] for s in read),
+            sum(s[1] for s in read),
+            read[0][2] if read else None,
+            read[-1][3] if read else None,
+            read[-1][4] if read else None,
             _time(min(firsts)) if firsts else None,
             _time(max(lasts)) if lasts else None,
         )

@@ -137,19 +137,26 @@ def test_the_driver_gets_one_small_row_per_reader_and_only_the_commit_shows_file
 
 
 def test_an_expired_head_keeps_the_key_of_the_whole_range(
-    spark, make_eventhub, eventhub_emulator, tmp_path: Path
+    spark, make_eventhub, eventhub_emulator, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """``expired_before``: the readers skip the expired head, the batch keeps the key of the
-    whole range (a replay replaces it), and its statistics are what the sink holds."""
+    whole range (a replay replaces it), and its statistics are what the readers read (nothing
+    read back)."""
+    import logging
+
     from dagster_eventhub_ingest.ops.run.ingestor import SparkIngestor
     from tests.support.fixtures.emulator import expired_hub
 
     hub = expired_hub(make_eventhub, eventhub_emulator)
     sink = SinkSettings(format="deltalake", path=str(tmp_path / "delta"))
     ingestor = SparkIngestor(spark, hub.settings(), sink, receive_timeout_seconds=10.0)
-    for _ in range(2):
-        stats = ingestor.ingest({"0": (0, 19)}, expired_before={"0": 10})["0"]
+    with caplog.at_level(logging.INFO, logger="dagster_eventhub_ingest.ops.sinks.write"):
+        for _ in range(2):
+            stats = ingestor.ingest({"0": (0, 19)}, expired_before={"0": 10})["0"]
+    assert caplog.text.count("statistics by reader") == 2, caplog.text
     assert (stats.batch_key, stats.events, stats.first_sequence_number) == ("0-0-19", 10, 10)
+    assert (stats.last_sequence_number, stats.missing_events) == (19, 10)
+    assert stats.bytes == sum(len(f"new-{i}") for i in range(10))
     keys = _keys_by_row(sink)
     assert sorted(keys) == [("0", s) for s in range(10, 20)]
     assert set(keys.values()) == {"0-0-19"}

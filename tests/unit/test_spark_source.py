@@ -441,6 +441,19 @@ def test_partition_totals_need_sub_ranges_that_tile_every_range() -> None:
     assert partition_totals(gap, ranges) is None  # a sub-range without all its events
     overlap = {**found, ("0", 9, 14): sub(6, 9, 14, 0, 0)}
     assert partition_totals(overlap, ranges) is None
+    # A read that skipped expired events: its plan starts after the range's start, a sub-range
+    # read nothing, another has a hole; the totals are of what was read.
+    skipped = {
+        ("0", 4, 7): (0, 0, None, None, None, None, None),
+        ("0", 8, 11): sub(2, 8, 11, 6_000_000, 7_000_000),
+        ("0", 12, 14): sub(3, 12, 14, 5_000_000, 9_000_000),
+    }
+    assert partition_totals(skipped, {"0": (0, 14)}) is None  # complete reads only
+    cut = partition_totals(skipped, {"0": (0, 14)}, complete=False)
+    assert cut is not None and cut["0"][:5] == (5, 50, 8, 14, "1400")
+    assert partition_totals(skipped, {"0": (0, 15)}, complete=False) is None  # short of the end
+    early = {**skipped, ("0", 0, 2): sub(3, 0, 2, 0, 0)}  # a hole between sub-ranges
+    assert partition_totals(early, {"0": (0, 14)}, complete=False) is None
 
 
 @pytest.mark.parametrize("has_concat", [True, False])
