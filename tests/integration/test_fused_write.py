@@ -162,6 +162,26 @@ def test_an_expired_head_keeps_the_key_of_the_whole_range(
     assert set(keys.values()) == {"0-0-19"}
 
 
+def test_a_readers_data_loss_is_raised_as_itself_and_nothing_is_committed(
+    spark, make_eventhub, eventhub_emulator, tmp_path: Path
+) -> None:
+    """Events that expired after the run's look (its partition infos say they are there) are
+    found by a reader task while it writes: the run gets the reader's DataLossError, with its
+    advice, not a sink error; nothing is committed."""
+    from dagster_eventhub_ingest.ops.run.ingestor import SparkIngestor
+    from dagster_eventhub_ingest.resources.azure.hub_client import PartitionInfo
+    from dagster_eventhub_ingest.resources.errors import DataLossError
+    from tests.support.fixtures.emulator import expired_hub
+
+    hub = expired_hub(make_eventhub, eventhub_emulator)
+    sink = SinkSettings(format="deltalake", path=str(tmp_path / "delta"))
+    ingestor = SparkIngestor(spark, hub.settings(), sink, receive_timeout_seconds=10.0)
+    stale = {"0": PartitionInfo("0", 0, 19)}  # the run's look from before the events expired
+    with pytest.raises(DataLossError, match=r"\[0, 9\] of .* are missing.*on_data_loss"):
+        ingestor.ingest({"0": (0, 19)}, partition_infos=stale)
+    assert _table(sink).to_pyarrow_table().num_rows == 0
+
+
 _RETRIED = """
 import json, sys
 from pathlib import Path
