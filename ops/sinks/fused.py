@@ -26,7 +26,7 @@ from __future__ import annotations
 import base64
 import logging
 import pickle
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -76,14 +76,7 @@ _TASK_COLUMN = "task"
 def fuses(sink: SinkSettings) -> bool:
     """Whether the run writes ``sink``'s batches from its reader tasks (:func:`fused_writer`
     gives a writer for it)."""
-    return _writer_kind(sink) is not None
-
-
-def _writer_kind(sink: SinkSettings) -> str | None:
-    # The one place choosing the sinks a reader task writes.
-    if sink.path is not None and sink.format == DELTALAKE_FORMAT:
-        return DELTALAKE_FORMAT
-    return None
+    return _opener(sink) is not None
 
 
 def fused_writer(
@@ -95,11 +88,21 @@ def fused_writer(
     Any picklable ``DataSourceArrowWriter`` serves: ``write`` runs in each reader task, with
     that task's batches; ``commit`` and ``abort`` on the driver, with the tasks' messages.
     """
-    kind = _writer_kind(sink)
-    if kind == DELTALAKE_FORMAT:
+    opener = _opener(sink)
+    return None if opener is None else opener(sink, keys, schema)
+
+
+def _opener(
+    sink: SinkSettings,
+) -> Callable[[SinkSettings, list[str], StructType], DataSourceArrowWriter] | None:
+    """The one place choosing the sinks the reader tasks write, and their writer's opener
+    (``(sink, keys, schema) -> writer``: it may create the table, before anything is read)."""
+    if sink.path is None:
+        return None
+    if sink.format == DELTALAKE_FORMAT:
         from dagster_eventhub_ingest.ops.sinks.delta_writer import delta_batch_writer
 
-        return delta_batch_writer(sink, keys, schema)
+        return delta_batch_writer
     return None
 
 
