@@ -222,6 +222,7 @@ class FusedBatch:
                 or the verification did.
             ConfigurationError: the project's code is missing on the executors.
         """
+        from dagster_eventhub_ingest.ops.sinks.staging import wait_for_running_tasks
         from dagster_eventhub_ingest.ops.sinks.statistics import row_from_readers
         from dagster_eventhub_ingest.ops.sinks.write import finish_batch, write_failure
         from dagster_eventhub_ingest.resources.errors import ConfigurationError, SinkError
@@ -240,8 +241,10 @@ class FusedBatch:
             raise
         except Exception as exc:
             if not tasks:
-                # The job failed: no task's message reached here (a writer may still clean up
-                # by its own convention). A commit failure aborted above.
+                # The job failed: no task's message reached here; a writer may still clean up
+                # by its own convention (its attempt's staging), once a task Spark was still
+                # stopping can no longer write behind it. A commit failure aborted above.
+                wait_for_running_tasks(self.frame.sparkSession, timeout=10.0)
                 _abort_quietly(self.writer)
             raise write_failure(exc, self.sink, self.target) from exc
         read = {t.read[0]: t.read[1] for t in tasks if t.read is not None}
