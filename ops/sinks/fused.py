@@ -103,6 +103,14 @@ def _opener(
         from dagster_eventhub_ingest.ops.sinks.delta_writer import delta_batch_writer
 
         return delta_batch_writer
+    from dagster_eventhub_ingest.ops.sinks.parquet_writer import (
+        ParquetBatchWriter,
+        parquet_fused_applies,
+    )
+    from dagster_eventhub_ingest.ops.sinks.read import output_schema
+
+    if parquet_fused_applies(sink, output_schema(sink.sources)):
+        return ParquetBatchWriter.for_sink
     return None
 
 
