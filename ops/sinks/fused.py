@@ -17,8 +17,9 @@ Exactly once: a task attempt that fails after writing files never reaches the co
 files are in no log); Spark keeps one result per partition, so a speculative or re-run
 attempt's message is dropped; nothing is visible before the commit.
 
-:func:`fused_writer` chooses the sinks this applies to (a ``deltalake`` path); for the others
-the run reads into a DataFrame and :func:`write_batch` writes it.
+:func:`fused_writer` chooses the sinks this applies to (a ``deltalake`` path, and a ``parquet``
+path :func:`~dagster_eventhub_ingest.ops.sinks.parquet_writer.parquet_fused_applies` takes);
+for the others the run reads into a DataFrame and :func:`write_batch` writes it.
 """
 
 from __future__ import annotations
