@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from dagster_eventhub_ingest.ops.sinks.staging import STAGING_PREFIXES
 from dagster_eventhub_ingest.resources.store.azure_blob import AzureBlobBackend
 from tests.support.cli import start_ehingest, write_config
 from tests.support.faultproxy import FaultProxy
@@ -144,7 +145,13 @@ def test_a_driver_killed_mid_write_leaves_staging_that_the_rerun_removes(
         )
 
     def staged() -> list[Path]:
-        return [s for s in out.glob(".spark-staging-*") if any(s.rglob("eh_batch=*"))]
+        """Staging holding a batch's directory: Spark's, or the reader tasks' own writer's."""
+        return [
+            s
+            for prefix in STAGING_PREFIXES
+            for s in out.glob(f"{prefix}*")
+            if any(s.rglob("eh_batch=*"))
+        ]
 
     first = spawn("killed")
     try:
@@ -165,7 +172,7 @@ def test_a_driver_killed_mid_write_leaves_staging_that_the_rerun_removes(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(rerun.pid, signal.SIGKILL)
     assert "removed staging" in (tmp_path / "rerun.log").read_text()
-    assert list(out.glob(".spark-staging-*")) == []
+    assert [s for prefix in STAGING_PREFIXES for s in out.glob(f"{prefix}*")] == []
     assert_exactly_once(landed_events(out), sent_events(sent))
 
 
