@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN
 from dagster_eventhub_ingest.ops.sinks.failures import failure_cause, sink_error
 from dagster_eventhub_ingest.ops.sinks.read import nothing_there, read_batches
-from dagster_eventhub_ingest.ops.sinks.storage import delta_uri
+from dagster_eventhub_ingest.ops.sinks.storage import delta_uri, is_local_path
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, SinkError
 from dagster_eventhub_ingest.resources.sink import DELTALAKE_FORMAT, SinkSettings
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-__all__ = ["delta_batch_rows", "read_back_stats", "verify_written"]
+__all__ = ["delta_batch_rows", "parquet_batch_rows", "read_back_stats", "verify_written"]
 
 
 def verify_written(
@@ -39,12 +39,16 @@ def verify_written(
     driver (or the next reader) cannot see it is an error, never a silent loss. With
     ``with_stats`` (Spark formats) the same pass returns, per batch key found, the statistics
     :func:`read_back_stats` reads; otherwise an empty dict. ``schema``: what was written (see
-    :func:`read_batches`).
+    :func:`read_batches`). A ``parquet`` sink on a local path (a mount the executors share) is
+    counted from its files' footers on the driver (:func:`parquet_batch_rows`), with no Spark
+    job; the others by a Spark read.
     """
     stats: dict[str, dict[str, Any]] = {}
     try:
         if sink.format == DELTALAKE_FORMAT:
             found = delta_batch_rows(sink, keys)
+        elif not with_stats and sink.format == "parquet" and _local_path(sink):
+            found = parquet_batch_rows(sink, keys)
         elif with_stats:
             stats = read_back_stats(spark, sink, keys, schema)
             found = sum(int(s["n"]) for s in stats.values())
@@ -142,4 +146,48 @@ def delta_batch_rows(sink: SinkSettings, keys: list[str]) -> int:
     ):
         if key in keys:
             total += int(rows or 0)
+    return total
+
+
+def _local_path(sink: SinkSettings) -> bool:
+    return sink.path is not None and is_local_path(sink.path)
+
+
+def _visible(name: str) -> bool:
+    """Whether a reader of the sink sees a file or directory of this name: Spark and pyarrow's
+    datasets skip names starting with ``_`` or ``.`` (staging, ``_SUCCESS``, checksums)."""
+    return not name.startswith(("_", "."))
+
+
+def parquet_batch_rows(sink: SinkSettings, keys: list[str]) -> int:
+    """Rows a ``parquet`` sink on a local path holds for ``keys``, from the footers of the files
+    a reader of the sink sees in their ``eh_batch`` directories (under the ``partition_by``
+    ones); nothing else is read. What Spark's count of the same batches reads, without a job."""
+    import pyarrow.parquet as pq
+    from pyarrow import fs as pafs
+
+    from dagster_eventhub_ingest.ops.sinks.parquet_files import spark_directory_value
+    from dagster_eventhub_ingest.ops.sinks.storage import arrow_filesystem
+
+    assert sink.path is not None
+    filesystem, root = arrow_filesystem(delta_uri(sink.path), dict(sink.storage_options))
+
+    def directories(parent: str) -> list[str]:
+        found = filesystem.get_file_info(pafs.FileSelector(parent, allow_not_found=True))
+        return [
+            e.path for e in found if e.type == pafs.FileType.Directory and _visible(e.base_name)
+        ]
+
+    level = [root.rstrip("/")]
+    for _ in sink.partition_by:
+        level = [d for parent in level for d in directories(parent)]
+    wanted = [f"{BATCH_COLUMN}={spark_directory_value(k)}" for k in keys]
+    total = 0
+    for parent in level:
+        for name in wanted:
+            selector = pafs.FileSelector(f"{parent}/{name}", allow_not_found=True)
+            for entry in filesystem.get_file_info(selector):
+                if entry.type == pafs.FileType.File and _visible(entry.base_name):
+                    with filesystem.open_input_file(entry.path) as f:
+                        total += pq.ParquetFile(f).metadata.num_rows
     return total

@@ -775,8 +775,10 @@ def test_json_and_orc_batches_verify_and_report_their_statistics(
 def test_verification_reads_the_batch_without_inferring_its_schema(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """The verification passes the written columns to the reader: no job reads a footer for
-    the schema, so it runs the jobs of a count over a known schema and no more."""
+    """A read of the batch given the written columns (the verification's read on a sink it
+    reads through Spark) runs no job for a footer's schema: the jobs of a count over a known
+    schema and no more. On a local ``parquet`` path the verification runs no Spark job at all:
+    it counts the batch's rows from its files' footers on the driver."""
     from dagster_eventhub_ingest.ops.sinks.read import read_batches
     from dagster_eventhub_ingest.ops.sinks.verify import verify_written
 
@@ -799,14 +801,54 @@ def test_verification_reads_the_batch_without_inferring_its_schema(
         f"count-{uuid.uuid4().hex}",
         lambda: spark.read.schema(df.schema).parquet(str(tmp_path / "parquet")).count(),
     )
-    verify = jobs(
-        f"verify-{uuid.uuid4().hex}",
-        lambda: verify_written(spark, sink, [key], 50, sink.path or "", schema=df.schema),
+    given = jobs(
+        f"given-{uuid.uuid4().hex}",
+        lambda: read_batches(spark, sink, [key], schema=df.schema).count(),
     )
     inferred = jobs(
         f"inferred-{uuid.uuid4().hex}", lambda: read_batches(spark, sink, [key]).count()
     )
-    assert verify == plain < inferred
+    assert given == plain < inferred
+    verify = jobs(
+        f"verify-{uuid.uuid4().hex}",
+        lambda: verify_written(spark, sink, [key], 50, sink.path or "", schema=df.schema),
+    )
+    assert verify == 0
+
+
+@pytest.mark.spark
+def test_a_local_parquet_batch_is_counted_from_the_files_a_reader_sees(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The verification's count of a local ``parquet`` sink (footers on the driver) is Spark's
+    count of the same batches: under the ``partition_by`` directories, only the batch's keys,
+    nothing in hidden directories or files (staging, ``_SUCCESS``, checksums); a file gone is
+    a failed verification."""
+    import shutil
+
+    from dagster_eventhub_ingest.ops.sinks.read import read_batches
+    from dagster_eventhub_ingest.ops.sinks.verify import parquet_batch_rows, verify_written
+
+    ranges = {"0": (0, 9), "1": (0, 4), "2": (20, 26)}
+    sink = SinkSettings(path=str(tmp_path / "p"), partition_by=("partition",))
+    df = events(spark, ranges)
+    write_batch(df, sink, ranges)
+    keys = {p: batch_key(p, *r) for p, r in ranges.items()}
+    both = [keys["0"], keys["1"]]
+    assert parquet_batch_rows(sink, both) == 15 == read_batches(spark, sink, both).count()
+    assert parquet_batch_rows(sink, [keys["2"]]) == 7
+    root = tmp_path / "p"
+    data = sorted((root / "partition=0" / f"eh_batch={keys['0']}").glob("part-*.parquet"))
+    assert data
+    hidden = root / ".ehingest-staging-x" / "partition=0" / f"eh_batch={keys['0']}"
+    hidden.mkdir(parents=True)
+    shutil.copy(data[0], hidden / data[0].name)
+    shutil.copy(data[0], data[0].parent / f"_{data[0].name}")
+    shutil.copy(data[0], data[0].parent / f".{data[0].name}")
+    assert parquet_batch_rows(sink, both) == 15 == read_batches(spark, sink, both).count()
+    data[0].unlink()
+    with pytest.raises(SinkError, match=r"15 event\(s\) were written but \d+ are readable"):
+        verify_written(spark, sink, both, 15, sink.path or "")
 
 
 _NO_PANDAS = """
