@@ -465,7 +465,7 @@ class SparkIngestor(Ingestor):
             # the statistics of what the sink holds.
             # A fused read and write (dagster_eventhub_ingest.ops.sinks.fused) brings what each
             # reader read back with its commit message: no accumulator.
-            no_stats = expired_before or fuses(self.sink)
+            no_stats = expired_before or fuses(self.sink, spark)
             with nullcontext() if no_stats else read_stats_accumulator(spark) as stats:
                 return self._ingest(ranges, expired_before, generations, partition_infos, stats)
         finally:

@@ -27,6 +27,7 @@ __all__ = [
     "check_sink_format",
     "check_sink_layout",
     "check_sink_reachable",
+    "driver_sees_path",
     "sink_location",
 ]
 
@@ -147,6 +148,16 @@ def check_sink_for_session(sink: SinkSettings, spark: SparkSession) -> None:
     if sink.path is None or sink.shared or not is_local_path(sink.path):
         return  # no need to ask the session anything
     check_sink_reachable(sink, local=session_is_local(spark), engine=describe_engine(spark))
+
+
+def driver_sees_path(sink: SinkSettings, spark: SparkSession) -> bool:
+    """Whether this process sees the sink's local path where Spark's driver does: a local path
+    (or a mount every node shares) and a classic session, whose driver this process is. A Spark
+    Connect client is not the server's driver, and need not see a mount the server's executors
+    share; its batches are committed and counted on the server."""
+    from dagster_eventhub_ingest.resources.spark.kind import is_connect_session
+
+    return sink.path is not None and is_local_path(sink.path) and not is_connect_session(spark)
 
 
 def check_sink_format(sink: SinkSettings, spark: SparkSession | Callable[[], SparkSession]) -> None:

@@ -74,14 +74,14 @@ _JOB_OPTION = "job_secret"
 _TASK_COLUMN = "task"
 
 
-def fuses(sink: SinkSettings) -> bool:
-    """Whether the run writes ``sink``'s batches from its reader tasks (:func:`fused_writer`
-    gives a writer for it)."""
-    return _opener(sink) is not None
+def fuses(sink: SinkSettings, spark: SparkSession) -> bool:
+    """Whether the run writes ``sink``'s batches from its reader tasks on ``spark``
+    (:func:`fused_writer` gives a writer for it)."""
+    return _opener(sink, spark) is not None
 
 
 def fused_writer(
-    sink: SinkSettings, keys: list[str], schema: StructType
+    sink: SinkSettings, keys: list[str], schema: StructType, spark: SparkSession
 ) -> DataSourceArrowWriter | None:
     """The writer of one batch (``keys``) whose rows have ``schema`` (the events, the source in
     a shared sink, the batch key); None where the run writes through a DataFrame instead.
@@ -89,28 +89,34 @@ def fused_writer(
     Any picklable ``DataSourceArrowWriter`` serves: ``write`` runs in each reader task, with
     that task's batches; ``commit`` and ``abort`` on the driver, with the tasks' messages.
     """
-    opener = _opener(sink)
+    opener = _opener(sink, spark)
     return None if opener is None else opener(sink, keys, schema)
 
 
 def _opener(
-    sink: SinkSettings,
+    sink: SinkSettings, spark: SparkSession
 ) -> Callable[[SinkSettings, list[str], StructType], DataSourceArrowWriter] | None:
     """The one place choosing the sinks the reader tasks write, and their writer's opener
-    (``(sink, keys, schema) -> writer``: it may create the table, before anything is read)."""
+    (``(sink, keys, schema) -> writer``: it may create the table, before anything is read).
+
+    The commit runs in this process: a ``deltalake`` table is opened here on any session (as
+    :func:`~dagster_eventhub_ingest.ops.sinks.delta_writer.write_deltalake` opens it); a
+    ``parquet`` path's files are checked and renamed here, so only where this process is
+    Spark's driver (:func:`~dagster_eventhub_ingest.ops.sinks.checks.driver_sees_path`)."""
     if sink.path is None:
         return None
     if sink.format == DELTALAKE_FORMAT:
         from dagster_eventhub_ingest.ops.sinks.delta_writer import delta_batch_writer
 
         return delta_batch_writer
+    from dagster_eventhub_ingest.ops.sinks.checks import driver_sees_path
     from dagster_eventhub_ingest.ops.sinks.parquet_writer import (
         ParquetBatchWriter,
         parquet_fused_applies,
     )
     from dagster_eventhub_ingest.ops.sinks.read import output_schema
 
-    if parquet_fused_applies(sink, output_schema(sink.sources)):
+    if driver_sees_path(sink, spark) and parquet_fused_applies(sink, output_schema(sink.sources)):
         return ParquetBatchWriter.for_sink
     return None
 
@@ -296,7 +302,7 @@ def fused_read(
         ConfigurationError, SinkError: the sink cannot take the batch (before anything is read).
         Planner errors of the ``eventhubs`` source, as ``read_eventhubs`` raises them.
     """
-    if not fuses(sink):
+    if not fuses(sink, spark):
         return None
     from pyspark import cloudpickle
 
@@ -307,7 +313,7 @@ def fused_read(
 
     target = batch_target(spark, sink, ranges, generations, source)
     check_partition_by(sink, [name for name, _ in EVENT_FIELDS])
-    writer = fused_writer(sink, list(target.keys.values()), output_schema(sink.sources))
+    writer = fused_writer(sink, list(target.keys.values()), output_schema(sink.sources), spark)
     assert writer is not None
     shared = target.shared_by
     job = _Job(writer, dict(target.keys), None if shared is None else shared.name)

@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN
+from dagster_eventhub_ingest.ops.sinks.checks import driver_sees_path
 from dagster_eventhub_ingest.ops.sinks.failures import failure_cause, sink_error
 from dagster_eventhub_ingest.ops.sinks.read import nothing_there, read_batches
-from dagster_eventhub_ingest.ops.sinks.storage import delta_uri, is_local_path
+from dagster_eventhub_ingest.ops.sinks.storage import delta_uri
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, SinkError
 from dagster_eventhub_ingest.resources.sink import DELTALAKE_FORMAT, SinkSettings
 
@@ -40,14 +41,14 @@ def verify_written(
     ``with_stats`` (Spark formats) the same pass returns, per batch key found, the statistics
     :func:`read_back_stats` reads; otherwise an empty dict. ``schema``: what was written (see
     :func:`read_batches`). A ``parquet`` sink on a local path (a mount the executors share) is
-    counted from its files' footers on the driver (:func:`parquet_batch_rows`), with no Spark
-    job; the others by a Spark read.
+    counted from its files' footers here, where this process is Spark's driver
+    (:func:`parquet_batch_rows`, no Spark job); the others by a Spark read.
     """
     stats: dict[str, dict[str, Any]] = {}
     try:
         if sink.format == DELTALAKE_FORMAT:
             found = delta_batch_rows(sink, keys)
-        elif not with_stats and sink.format == "parquet" and _local_path(sink):
+        elif not with_stats and sink.format == "parquet" and driver_sees_path(sink, spark):
             found = parquet_batch_rows(sink, keys)
         elif with_stats:
             stats = read_back_stats(spark, sink, keys, schema)
@@ -147,10 +148,6 @@ def delta_batch_rows(sink: SinkSettings, keys: list[str]) -> int:
         if key in keys:
             total += int(rows or 0)
     return total
-
-
-def _local_path(sink: SinkSettings) -> bool:
-    return sink.path is not None and is_local_path(sink.path)
 
 
 def _visible(name: str) -> bool:

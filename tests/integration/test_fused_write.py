@@ -1,4 +1,4 @@
-"""The run's fused read and write into a ``deltalake`` sink: reader tasks write what they read,
+"""The run's fused read and write: reader tasks write what they read,
 only their commit messages reach the driver, and the commit makes each event visible once.
 
 Real parts: the emulator through the real SDK, Azurite, a local SparkSession, delta-rs.
@@ -230,3 +230,30 @@ def test_a_reader_task_that_fails_after_writing_part_of_its_rows_lands_them_once
     out = script_in_fresh_jvm(_RETRIED, hub.connection_string, hub.name, str(tmp_path / "delta"))
     assert out["events"] == out["rows"] == out["distinct"] == 20000
     assert out["on_disk"] > out["logged"] == 2  # the failed attempt's file: on disk only
+
+
+class _ConnectSession:
+    """Stands for a Spark Connect session in the one thing the choice asks of it: its type's
+    module (``is_connect_session``)."""
+
+
+_ConnectSession.__module__ = "pyspark.sql.connect.session"
+
+
+def test_the_reader_tasks_write_the_sinks_whose_commit_this_process_can_make(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``deltalake`` paths on any session; ``parquet`` paths on the local file system with
+    string or long partition columns, where this process is Spark's driver (a Spark Connect
+    client need not see a mount the server's executors share); tables and other partition
+    types keep the DataFrame write."""
+    from dagster_eventhub_ingest.ops.sinks.fused import fuses
+
+    connect: Any = _ConnectSession()
+    delta = SinkSettings(format="deltalake", path=str(tmp_path / "d"))
+    parquet = SinkSettings(path=str(tmp_path / "p"), partition_by=("partition",))
+    assert fuses(delta, spark) and fuses(delta, connect)
+    assert fuses(parquet, spark) and not fuses(parquet, connect)
+    assert not fuses(SinkSettings(table="events"), spark)
+    assert not fuses(SinkSettings(path=str(tmp_path / "t"), partition_by=("enqueuedTime",)), spark)
+    assert not fuses(SinkSettings(format="json", path=str(tmp_path / "j")), spark)
