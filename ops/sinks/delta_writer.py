@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timezone
@@ -21,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
     DataSource,
-    DataSourceArrowWriter,
     DataSourceWriter,
     WriterCommitMessage,
 )
 
+from dagster_eventhub_ingest.ops.sinks.arrow_writer import ArrowBatchWriter
 from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN
 from dagster_eventhub_ingest.ops.sinks.failures import failure_cause, sink_error
 from dagster_eventhub_ingest.ops.sinks.parquet_files import (
@@ -82,33 +81,9 @@ class DeltaTaskMessage(WriterCommitMessage):
     outside: int
 
 
-class DeltaBatchWriter(DataSourceArrowWriter):
+class DeltaBatchWriter(ArrowBatchWriter):
     """Tasks write Parquet files into the table directory; ``commit`` makes them one Delta
-    transaction replacing the batch's partitions. Holds plain values only (pickled to tasks)."""
-
-    def __init__(
-        self,
-        table_uri: str,
-        partition_cols: list[str],
-        schema_json: str,
-        keys: list[str],
-        storage_options: dict[str, str] | None = None,
-    ) -> None:
-        self.table_uri = table_uri
-        self.partition_cols = partition_cols
-        self.schema_json = schema_json
-        self.keys = keys
-        self.storage_options = dict(storage_options or {})
-        self.attempt = uuid.uuid4().hex[:12]
-
-    def __repr__(self) -> str:
-        # storage_options may hold an account key or SAS: never in a repr (logs, tracebacks).
-        return f"DeltaBatchWriter({self.table_uri!r}, keys={self.keys})"
-
-    def _filesystem(self) -> tuple[Any, str]:
-        from dagster_eventhub_ingest.ops.sinks.storage import arrow_filesystem
-
-        return arrow_filesystem(self.table_uri, self.storage_options)
+    transaction replacing the batch's partitions."""
 
     def _schema(self) -> pa.Schema:
         from pyspark.sql.types import StructType
@@ -192,12 +167,12 @@ class DeltaBatchWriter(DataSourceArrowWriter):
         if problem is not None:
             self.abort(list(messages))
             raise SinkError(
-                f"sink deltalake path {self.table_uri!r}: not committing batch {self.keys}: "
+                f"sink deltalake path {self.location!r}: not committing batch {self.keys}: "
                 f"{problem}. The executors wrote where this driver cannot read (a local path on "
                 "a cluster?): use a location every node shares (abfss://..., a mounted volume)"
             )
         DeltaTable(
-            self.table_uri, storage_options=self.storage_options or None
+            self.location, storage_options=self.storage_options or None
         ).create_write_transaction(
             actions,
             mode="overwrite",
@@ -242,7 +217,7 @@ class DeltaBatchSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """A writer for one batch; the batch keys and table come in the options."""
         return DeltaBatchWriter(
-            table_uri=self.options["table_uri"],
+            location=self.options["table_uri"],
             partition_cols=json.loads(self.options["partition_by"]),
             schema_json=schema.json(),
             keys=json.loads(self.options["keys"]),
@@ -308,7 +283,7 @@ def delta_batch_writer(sink: SinkSettings, keys: list[str], schema: StructType) 
             "path or use the same partition_by"
         )
     return DeltaBatchWriter(
-        table_uri=table_uri,
+        location=table_uri,
         partition_cols=partition_cols,
         schema_json=schema.json(),
         keys=keys,
@@ -324,7 +299,7 @@ def write_deltalake(keyed: DataFrame, sink: SinkSettings, keys: list[str]) -> No
     (
         keyed.write.format(DELTA_WRITER_SOURCE)
         .mode("append")
-        .option("table_uri", writer.table_uri)
+        .option("table_uri", writer.location)
         .option("partition_by", json.dumps(writer.partition_cols))
         .option("keys", json.dumps(keys))
         # The key holds "secret" so Spark redacts the value in plans and logs.

@@ -28,18 +28,17 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
     DataSource,
-    DataSourceArrowWriter,
     DataSourceWriter,
     WriterCommitMessage,
 )
 
+from dagster_eventhub_ingest.ops.sinks.arrow_writer import ArrowBatchWriter
 from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN
 from dagster_eventhub_ingest.ops.sinks.parquet_files import (
     PartitionedParquetFiles,
@@ -122,24 +121,9 @@ class ParquetTaskMessage(WriterCommitMessage):
     outside: int
 
 
-class ParquetBatchWriter(DataSourceArrowWriter):
+class ParquetBatchWriter(ArrowBatchWriter):
     """Tasks write Parquet files into the attempt's staging; ``commit`` swaps in the batch's
-    partition directories. Holds plain values only (pickled to tasks)."""
-
-    def __init__(
-        self,
-        path: str,
-        partition_cols: list[str],
-        schema_json: str,
-        keys: list[str],
-        storage_options: dict[str, str] | None = None,
-    ) -> None:
-        self.path = delta_uri(path)
-        self.partition_cols = partition_cols
-        self.schema_json = schema_json
-        self.keys = keys
-        self.storage_options = dict(storage_options or {})
-        self.attempt = uuid.uuid4().hex[:12]
+    partition directories."""
 
     @classmethod
     def for_sink(
@@ -156,20 +140,10 @@ class ParquetBatchWriter(DataSourceArrowWriter):
             dict(sink.storage_options),
         )
 
-    def __repr__(self) -> str:
-        # storage_options may hold an account key or SAS: never in a repr (logs, tracebacks).
-        return f"ParquetBatchWriter({self.path!r}, keys={self.keys})"
-
     @property
     def staging(self) -> str:
         """The attempt's staging directory, relative to the sink path."""
         return f"{WRITER_STAGING_PREFIX}{self.attempt}"
-
-    def _filesystem(self) -> tuple[Any, str]:
-        from dagster_eventhub_ingest.ops.sinks.storage import arrow_filesystem
-
-        filesystem, root = arrow_filesystem(self.path, self.storage_options)
-        return filesystem, root.rstrip("/")
 
     def _schema(self) -> pa.Schema:
         from pyspark.sql.types import StructType
@@ -238,7 +212,7 @@ class ParquetBatchWriter(DataSourceArrowWriter):
             )
             if problem is not None:
                 raise SinkError(
-                    f"sink parquet path {self.path!r}: not committing batch {self.keys}: "
+                    f"sink parquet path {self.location!r}: not committing batch {self.keys}: "
                     f"{problem}. The executors wrote where this driver cannot read (a local "
                     "path on a cluster?): use a location every node shares (a mounted volume)"
                 )
@@ -275,7 +249,7 @@ class ParquetBatchWriter(DataSourceArrowWriter):
                 redact(str(exc))[:200],
             )
         # What a crashed earlier attempt of these keys left.
-        remove_batch_staging(self.path, self.storage_options, self.keys)
+        remove_batch_staging(self.location, self.storage_options, self.keys)
 
 
 class ParquetBatchSource(DataSource):
@@ -290,7 +264,7 @@ class ParquetBatchSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """A writer for one batch; the sink path and batch keys come in the options."""
         return ParquetBatchWriter(
-            path=self.options["path"],
+            location=self.options["path"],
             partition_cols=json.loads(self.options["partition_by"]),
             schema_json=schema.json(),
             keys=json.loads(self.options["keys"]),
