@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN
 from dagster_eventhub_ingest.ops.sinks.failures import failure_cause
-from dagster_eventhub_ingest.ops.sinks.storage import delta_uri, is_local_path
+from dagster_eventhub_ingest.ops.sinks.storage import delta_uri, hidden_name, is_local_path
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
 from dagster_eventhub_ingest.resources.failures import error_condition
 from dagster_eventhub_ingest.resources.sink import BUILTIN_FORMATS, DELTALAKE_FORMAT, SinkSettings
@@ -90,7 +90,7 @@ def _fs_layout(path: str) -> list[str] | None:
     current = root
     while True:
         entries = filesystem.get_file_info(pafs.FileSelector(current))
-        visible = [e for e in entries if not e.base_name.startswith(("_", "."))]
+        visible = [e for e in entries if not hidden_name(e.base_name)]
         dirs = [e for e in visible if e.type == pafs.FileType.Directory and "=" in e.base_name]
         if not dirs:
             return columns if visible or columns else None

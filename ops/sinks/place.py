@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN
 from dagster_eventhub_ingest.ops.sinks.checks import sink_location
-from dagster_eventhub_ingest.ops.sinks.storage import delta_uri, is_local_path
+from dagster_eventhub_ingest.ops.sinks.storage import delta_uri, hidden_name, is_local_path
 from dagster_eventhub_ingest.resources.errors import ConfigurationError
 from dagster_eventhub_ingest.resources.failures import already_exists
 from dagster_eventhub_ingest.resources.sink import DELTALAKE_FORMAT, SinkSettings
@@ -93,10 +93,6 @@ def sink_place(sink: SinkSettings, spark: SessionFn) -> SinkPlace:
     return SparkPathPlace(sink, spark)
 
 
-def _hidden(name: str) -> bool:
-    return name.startswith(("_", "."))
-
-
 def _key_of(directory: str) -> str | None:
     """The batch key of an ``eh_batch=<key>`` directory name (Spark escapes as ``%XX``)."""
     prefix = f"{BATCH_COLUMN}="
@@ -144,7 +140,7 @@ class LocalPlace:
                 if os.path.isdir(self.record):
                     lines = []
                     for name in sorted(os.listdir(self.record)):
-                        if not _hidden(name):
+                        if not hidden_name(name):
                             with open(os.path.join(self.record, name), encoding="utf-8") as f:
                                 lines += f.read().splitlines()
                 else:
@@ -167,7 +163,7 @@ class LocalPlace:
     def holds_data(self) -> bool:
         """Whether the folder holds anything but hidden names."""
         try:
-            return any(not _hidden(name) for name in os.listdir(self.root))
+            return any(not hidden_name(name) for name in os.listdir(self.root))
         except (FileNotFoundError, NotADirectoryError):
             return False
 
@@ -197,25 +193,31 @@ class LocalPlace:
 
     def batch_keys(self) -> list[str] | None:
         """The ``eh_batch=`` directories under the ``partition_by`` levels."""
-        levels = [self.root]
         try:
-            for _ in range(self.depth):
-                levels = [
-                    entry.path
-                    for level in levels
-                    for entry in os.scandir(level)
-                    if entry.is_dir() and not _hidden(entry.name)
-                ]
-            return [
-                key
-                for level in levels
-                for entry in os.scandir(level)
-                if entry.is_dir() and (key := _key_of(entry.name)) is not None
-            ]
+            return [key for key, _ in self.batch_directories()]
         except FileNotFoundError:
             return [] if not os.path.exists(self.root) else None
         except OSError:
             return None
+
+    def batch_directories(self) -> list[tuple[str, str]]:
+        """Each ``eh_batch=`` directory under the ``partition_by`` levels a reader of the sink
+        sees (no hidden names): its batch key and its path. Raises ``OSError`` when a level
+        cannot be listed (``FileNotFoundError`` without the folder)."""
+        levels = [self.root]
+        for _ in range(self.depth):
+            levels = [
+                entry.path
+                for level in levels
+                for entry in os.scandir(level)
+                if entry.is_dir() and not hidden_name(entry.name)
+            ]
+        return [
+            (key, entry.path)
+            for level in levels
+            for entry in os.scandir(level)
+            if entry.is_dir() and (key := _key_of(entry.name)) is not None
+        ]
 
 
 class DeltaPlace:

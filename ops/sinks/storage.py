@@ -34,6 +34,7 @@ __all__ = [
     "SECRET_OPTION_KEYS",
     "arrow_filesystem",
     "delta_uri",
+    "hidden_name",
     "is_azure_uri",
     "is_local_path",
 ]
@@ -59,6 +60,12 @@ _ALIASES = {
     "azure_endpoint": "endpoint",
     "azure_storage_use_emulator": "use_emulator",
 }
+
+
+def hidden_name(name: str) -> bool:
+    """Whether readers of a sink skip a file or directory of this name, as Spark's and
+    pyarrow's datasets do: a leading ``_`` or ``.`` (staging, ``_SUCCESS``, checksums)."""
+    return name.startswith(("_", "."))
 
 
 def is_local_path(path: str) -> bool:

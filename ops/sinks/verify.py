@@ -13,7 +13,7 @@ from dagster_eventhub_ingest.ops.sinks.batch import BATCH_COLUMN
 from dagster_eventhub_ingest.ops.sinks.checks import driver_sees_path
 from dagster_eventhub_ingest.ops.sinks.failures import failure_cause, sink_error
 from dagster_eventhub_ingest.ops.sinks.read import nothing_there, read_batches
-from dagster_eventhub_ingest.ops.sinks.storage import delta_uri
+from dagster_eventhub_ingest.ops.sinks.storage import delta_uri, hidden_name
 from dagster_eventhub_ingest.resources.errors import ConfigurationError, SinkError
 from dagster_eventhub_ingest.resources.sink import DELTALAKE_FORMAT, SinkSettings
 
@@ -150,41 +150,26 @@ def delta_batch_rows(sink: SinkSettings, keys: list[str]) -> int:
     return total
 
 
-def _visible(name: str) -> bool:
-    """Whether a reader of the sink sees a file or directory of this name: Spark and pyarrow's
-    datasets skip names starting with ``_`` or ``.`` (staging, ``_SUCCESS``, checksums)."""
-    return not name.startswith(("_", "."))
-
-
 def parquet_batch_rows(sink: SinkSettings, keys: list[str]) -> int:
     """Rows a ``parquet`` sink on a local path holds for ``keys``, from the footers of the files
     a reader of the sink sees in their ``eh_batch`` directories (under the ``partition_by``
-    ones); nothing else is read. What Spark's count of the same batches reads, without a job."""
+    ones; :meth:`~dagster_eventhub_ingest.ops.sinks.place.LocalPlace.batch_directories`);
+    nothing else is read. What Spark's count of the same batches reads, without a job."""
+    import os
+
     import pyarrow.parquet as pq
-    from pyarrow import fs as pafs
 
-    from dagster_eventhub_ingest.ops.sinks.parquet_files import spark_directory_value
-    from dagster_eventhub_ingest.ops.sinks.storage import arrow_filesystem
+    from dagster_eventhub_ingest.ops.sinks.place import LocalPlace
 
-    assert sink.path is not None
-    filesystem, root = arrow_filesystem(delta_uri(sink.path), dict(sink.storage_options))
-
-    def directories(parent: str) -> list[str]:
-        found = filesystem.get_file_info(pafs.FileSelector(parent, allow_not_found=True))
-        return [
-            e.path for e in found if e.type == pafs.FileType.Directory and _visible(e.base_name)
-        ]
-
-    level = [root.rstrip("/")]
-    for _ in sink.partition_by:
-        level = [d for parent in level for d in directories(parent)]
-    wanted = [f"{BATCH_COLUMN}={spark_directory_value(k)}" for k in keys]
+    wanted = set(keys)
+    try:
+        directories = LocalPlace(sink).batch_directories()
+    except FileNotFoundError:
+        return 0  # no folder yet: nothing there
     total = 0
-    for parent in level:
-        for name in wanted:
-            selector = pafs.FileSelector(f"{parent}/{name}", allow_not_found=True)
-            for entry in filesystem.get_file_info(selector):
-                if entry.type == pafs.FileType.File and _visible(entry.base_name):
-                    with filesystem.open_input_file(entry.path) as f:
-                        total += pq.ParquetFile(f).metadata.num_rows
+    for key, directory in directories:
+        if key in wanted:
+            for entry in os.scandir(directory):
+                if entry.is_file() and not hidden_name(entry.name):
+                    total += pq.ParquetFile(entry.path).metadata.num_rows
     return total
