@@ -8,6 +8,7 @@ this process's local driver JVM with the Python workers it runs.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -41,8 +42,6 @@ class OwnedSession:
     """
 
     def __init__(self, factory: Callable[[], SparkSession]) -> None:
-        import threading
-
         self._factory = factory
         self._lock = threading.Lock()
         self._stopping = threading.Lock()
@@ -172,7 +171,8 @@ def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECOND
     """End this process's local Spark driver JVM and the processes it started (Python workers),
     and forget its gateway so that a later session starts a JVM of its own.
 
-    The JVM's stdin is closed (PySpark's own way of telling its gateway the driver is gone; the
+    py4j stops sending the JVM the objects Python frees (:func:`_stop_object_releases`), then
+    the JVM's stdin is closed (PySpark's own way of telling its gateway the driver is gone; the
     JVM then exits, writing its class-data archive if it was to, see
     :mod:`dagster_eventhub_ingest.resources.spark.jvm_archive`); whatever of it and its children is
     still running after ``wait`` seconds is terminated, then killed. ``keep_archive=False`` (in
@@ -192,11 +192,13 @@ def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECOND
     proc = jvm_archive.gateway_process()
     if proc is None:
         return
+    releases_stopped = _stop_object_releases(SparkContext._gateway)
     join_preparations(5.0)
     try:
         tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
     except psutil.Error:
         tree = []
+    releases_stopped.wait(_RELEASE_IN_FLIGHT_SECONDS)
     if keep_archive:
         jvm_archive.finish_dumps()  # closes stdin and waits for a pending archive, if any
     with contextlib.suppress(OSError, ValueError):
@@ -234,6 +236,48 @@ def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECOND
     if gateway is not None:
         with contextlib.suppress(Exception):
             gateway.close()
+
+
+#: How long the end of a local driver waits for py4j's finalizer thread to finish a release
+#: already on its way (a round trip to a running JVM: well under a millisecond when idle). The
+#: thread sleeps a second between empty looks, so it is not waited for to the end.
+_RELEASE_IN_FLIGHT_SECONDS = 0.25
+
+
+def _stop_object_releases(gateway: Any) -> threading.Event:
+    """Stop py4j telling the JVM about the JVM objects Python frees, before the JVM is ended.
+
+    Python's garbage collector hands py4j every JVM object it frees, by the thousand as a
+    run's plans and rows go out of scope; py4j's finalizer thread sends each to the JVM as a
+    command of its own. One sent while the JVM exits fails, and py4j logs that (an ERROR with
+    its traceback when the JVM reset the connection) in the user's log. A JVM about to end
+    needs none of them: the client is marked disconnected, which py4j's release checks before
+    sending, and the finalizer thread is told to end after what it already holds (skipped
+    now). Returns an event set once the thread got there: a release it was sending meanwhile
+    has been answered. Set at once for a gateway without that thread (``PYSPARK_PIN_THREAD``
+    false: released objects are sent by whichever thread freed them, and checked the same).
+    """
+    from py4j.clientserver import SHUTDOWN_FINALIZER_WORKER
+
+    done = threading.Event()
+    client = getattr(gateway, "_gateway_client", None)
+    if client is None:
+        done.set()
+        return done
+    client.is_connected = False
+    queue = getattr(client, "finalizer_deque", None)
+    if queue is None:
+        done.set()
+        return done
+
+    class _Reached:
+        def garbage_collect_object(self, target_id: str, enqueue: bool) -> None:
+            done.set()
+
+    # The thread takes from the right: both come after everything queued before them.
+    queue.appendleft((_Reached(), ""))
+    queue.appendleft(SHUTDOWN_FINALIZER_WORKER)
+    return done
 
 
 def _wait_gone(procs: list[Any], timeout: float) -> list[Any]:

@@ -149,7 +149,7 @@ def test_an_unknown_spark_data_source_is_a_config_error_before_any_claim(
     err = done.stderr
     assert "sink format 'com.example.NoSuchSource'" in err and "no data source" in err
     assert "nothing was claimed or written" in err and "fully qualified class name" in err
-    assert "Traceback" not in err
+    assert "Traceback" not in err, err
     # Not one blob: no heartbeat, no lease, no intent.
     service = BlobServiceClient.from_connection_string(azurite_connection_string)
     container = service.get_container_client(container_name)

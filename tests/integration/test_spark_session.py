@@ -315,3 +315,43 @@ def test_a_retry_in_the_run_worker_s_process_gets_a_new_jvm_after_the_old_one_di
     assert first != second
     assert seen["java_left"] == []
     assert "the Spark driver JVM this run started has exited (code -9)" in done.stderr
+
+
+_RELEASES_GUEST = """
+import io, json, logging, threading
+from py4j.clientserver import FinalizerWorker
+from pyspark import SparkContext
+from dagster_eventhub_ingest.resources.spark.owned import OwnedSession
+from dagster_eventhub_ingest.resources.spark.session import local_spark_session
+
+log = io.StringIO()
+# py4j logs a reset connection at ERROR, a closed one at INFO.
+logging.basicConfig(stream=log, level=logging.INFO)
+owned = OwnedSession(
+    lambda: local_spark_session("releases", master="local[1]", register_source=False)
+)
+owned.get().range(1).count()
+# A run's plans and rows going out of scope as it ends: Python releases JVM objects by the
+# thousand, and py4j's finalizer thread tells the JVM of each, one command at a time.
+client = SparkContext._gateway._gateway_client
+for _ in range(200_000):
+    client.garbage_collect_object("o-released", True)
+owned.close()
+finalizers = [t for t in threading.enumerate() if isinstance(t, FinalizerWorker) and t.is_alive()]
+print(json.dumps({"log": log.getvalue(), "finalizers": len(finalizers)}))
+"""
+
+
+@pytest.mark.spark
+def test_ending_the_jvm_under_py4j_s_object_releases_logs_no_error() -> None:
+    """The JVM this process launched is ended while py4j's finalizer thread still has releases
+    to send: none is sent into the ending JVM, and the thread ends with the JVM.
+
+    A release sent as the JVM exits fails: py4j logs a closed connection at INFO and one the
+    JVM reset (it died with the command unread) as an ERROR with its traceback, which reached
+    the CLI's stderr on a configuration error under load (and would an orchestrator's task log).
+    """
+    seen = script_in_fresh_jvm(_RELEASES_GUEST)
+    assert "Exception while sending command" not in seen["log"], seen["log"][-3000:]
+    assert "Traceback" not in seen["log"], seen["log"][-3000:]
+    assert seen["finalizers"] == 0
