@@ -9,6 +9,7 @@ this process's local driver JVM with the Python workers it runs.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -129,6 +130,8 @@ class OwnedSession:
             import logging
 
             log = logging.getLogger(__name__)
+            if end_jvm:  # the finalizer thread gets through its queue while the session stops
+                _stop_object_releases(_current_gateway(), before_stop=True)
             # In a hurry, ending the JVM stops the context with it (its shutdown hook).
             if stop_context and (keep_archive or not end_jvm):
                 try:
@@ -192,13 +195,13 @@ def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECOND
     proc = jvm_archive.gateway_process()
     if proc is None:
         return
-    releases_stopped = _stop_object_releases(SparkContext._gateway)
+    releases = _stop_object_releases(SparkContext._gateway, before_stop=False)
     join_preparations(5.0)
     try:
         tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
     except psutil.Error:
         tree = []
-    releases_stopped.wait(_RELEASE_IN_FLIGHT_SECONDS)
+    releases.wait_in_flight()
     if keep_archive:
         jvm_archive.finish_dumps()  # closes stdin and waits for a pending archive, if any
     with contextlib.suppress(OSError, ValueError):
@@ -238,13 +241,42 @@ def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECOND
             gateway.close()
 
 
-#: How long the end of a local driver waits for py4j's finalizer thread to finish a release
-#: already on its way (a round trip to a running JVM: well under a millisecond when idle). The
-#: thread sleeps a second between empty looks, so it is not waited for to the end.
-_RELEASE_IN_FLIGHT_SECONDS = 0.25
+def _current_gateway() -> Any:
+    from pyspark import SparkContext
+
+    return SparkContext._gateway
 
 
-def _stop_object_releases(gateway: Any) -> threading.Event:
+class _Releases:
+    """py4j's releases of freed JVM objects to one JVM, stopped (:func:`_stop_object_releases`).
+
+    A release already on its way when they were stopped takes a round trip to the running JVM
+    (well under a millisecond when idle). :meth:`wait_in_flight` returns once the finalizer
+    thread got past it, or :data:`IN_FLIGHT_SECONDS` after the stop: the thread sleeps a second
+    between empty looks, and is not waited for to the end. An owned session stops them before
+    its stop, which takes longer than that: the JVM's end then does not wait.
+    """
+
+    IN_FLIGHT_SECONDS = 0.25
+
+    def __init__(self) -> None:
+        import time
+
+        self.since = time.monotonic()
+        self.reached = threading.Event()
+
+    def wait_in_flight(self) -> None:
+        import time
+
+        self.reached.wait(max(0.0, self.since + self.IN_FLIGHT_SECONDS - time.monotonic()))
+
+
+#: The gateway clients whose releases :func:`_stop_object_releases` stopped.
+_RELEASES_STOPPED: weakref.WeakKeyDictionary[Any, _Releases] = weakref.WeakKeyDictionary()
+_RELEASES_LOCK = threading.Lock()
+
+
+def _stop_object_releases(gateway: Any, *, before_stop: bool) -> _Releases:
     """Stop py4j telling the JVM about the JVM objects Python frees, before the JVM is ended.
 
     Python's garbage collector hands py4j every JVM object it frees, by the thousand as a
@@ -252,32 +284,40 @@ def _stop_object_releases(gateway: Any) -> threading.Event:
     command of its own. One sent while the JVM exits fails, and py4j logs that (an ERROR with
     its traceback when the JVM reset the connection) in the user's log. A JVM about to end
     needs none of them: the client is marked disconnected, which py4j's release checks before
-    sending, and the finalizer thread is told to end after what it already holds (skipped
-    now). Returns an event set once the thread got there: a release it was sending meanwhile
-    has been answered. Set at once for a gateway without that thread (``PYSPARK_PIN_THREAD``
-    false: released objects are sent by whichever thread freed them, and checked the same).
+    sending, and the finalizer thread is told to end after what it holds now (skipped from
+    then on). Once per client; a later call returns the same :class:`_Releases`.
+
+    ``before_stop``: the session is still to be stopped. Only a client with the finalizer
+    thread (PySpark's pinned threads, the default) is marked then, as it sends its other
+    commands whatever the mark says; a client without it (``PYSPARK_PIN_THREAD=false``: freed
+    objects are sent by whichever thread freed them, checking the same mark) would refuse the
+    stop's own calls, and is marked only by the call after the stop.
     """
     from py4j.clientserver import SHUTDOWN_FINALIZER_WORKER
 
-    done = threading.Event()
+    releases = _Releases()
     client = getattr(gateway, "_gateway_client", None)
-    if client is None:
-        done.set()
-        return done
-    client.is_connected = False
     queue = getattr(client, "finalizer_deque", None)
+    if client is None or (before_stop and queue is None):
+        releases.reached.set()
+        return releases
+    with _RELEASES_LOCK:
+        if client in _RELEASES_STOPPED:
+            return _RELEASES_STOPPED[client]
+        _RELEASES_STOPPED[client] = releases
+    client.is_connected = False
     if queue is None:
-        done.set()
-        return done
+        releases.reached.set()
+        return releases
 
     class _Reached:
         def garbage_collect_object(self, target_id: str, enqueue: bool) -> None:
-            done.set()
+            releases.reached.set()
 
     # The thread takes from the right: both come after everything queued before them.
     queue.appendleft((_Reached(), ""))
     queue.appendleft(SHUTDOWN_FINALIZER_WORKER)
-    return done
+    return releases
 
 
 def _wait_gone(procs: list[Any], timeout: float) -> list[Any]:

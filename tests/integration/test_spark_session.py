@@ -337,7 +337,10 @@ client = SparkContext._gateway._gateway_client
 for _ in range(200_000):
     client.garbage_collect_object("o-released", True)
 owned.close()
-finalizers = [t for t in threading.enumerate() if isinstance(t, FinalizerWorker) and t.is_alive()]
+finalizers = [t for t in threading.enumerate() if isinstance(t, FinalizerWorker)]
+for thread in finalizers:  # it ends after its last look (it sleeps 1 s between empty ones)
+    thread.join(10)
+finalizers = [t for t in finalizers if t.is_alive()]
 print(json.dumps({"log": log.getvalue(), "finalizers": len(finalizers)}))
 """
 
