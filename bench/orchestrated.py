@@ -893,9 +893,12 @@ def _floor(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Airflow's floor under ``airflow dags test`` (launch to a no-op task's success) beside
     the example DAG's ingest task (launch to its start, its own time) and what ``ehingest run``
     pays before its run starts (``startup``: launch to its first phase; the interpreter, the
-    imports, the config file), which an Airflow task does not: no operator's task can end
-    earlier after the launch than the floor, so under ``dags test`` its gap to ``ehingest
-    run`` is at least the floor minus that ``startup``, whatever the operator does."""
+    imports, the config file), which an Airflow task does not. An operator's task under ``dags
+    test`` pays the floor, then its body: the rest of ``ehingest run`` at best. So its gap to
+    ``ehingest run`` is at least the floor minus that ``startup`` (``smallest_gap_s``), and,
+    for a body that paid none of ``ehingest run``'s time after its last phase either (its
+    session's stop, the interpreter's exit), the floor minus both
+    (``smallest_gap_without_stop_s``): the target is possible only if that is at most 3 s."""
 
     def med(rs: list[dict[str, Any]], f: Callable[[dict[str, Any]], float]) -> float:
         return round(statistics.median(f(r) for r in rs), 2)
@@ -917,7 +920,10 @@ def _floor(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         ),
     }
     f["smallest_gap_s"] = round(f["floor_median_s"] - f["ehingest_startup_median_s"], 2)
-    f["target possible"] = f["smallest_gap_s"] <= 3
+    f["smallest_gap_without_stop_s"] = round(
+        f["smallest_gap_s"] - f["ehingest_after_phases_median_s"], 2
+    )
+    f["target possible"] = f["smallest_gap_without_stop_s"] <= 3
     print(
         f"  {FLOOR} (one no-op @task): launch to its success {f['floor_median_s']:.2f} s "
         f"(to its start {f['floor_task_start_median_s']:.2f} s, the task "
@@ -929,7 +935,8 @@ def _floor(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         f"{f['ehingest_startup_median_s']:.2f} s, after its last phase to exit "
         f"{f['ehingest_after_phases_median_s']:.2f} s\n"
         f"    smallest gap any operator's task can have under dags test: floor - ehingest "
-        f"startup = {f['smallest_gap_s']:+.2f} s; target <= +3 s "
+        f"startup = {f['smallest_gap_s']:+.2f} s; minus its time after its last phase too "
+        f"{f['smallest_gap_without_stop_s']:+.2f} s; target <= +3 s "
         f"{'possible' if f['target possible'] else 'NOT possible'}",
         flush=True,
     )
