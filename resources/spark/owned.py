@@ -135,7 +135,10 @@ class OwnedSession:
             # In a hurry, ending the JVM stops the context with it (its shutdown hook).
             if stop_context and (keep_archive or not end_jvm):
                 try:
-                    session.stop()
+                    if end_jvm:
+                        _stop_before_the_jvm_ends(session)
+                    else:
+                        session.stop()
                 except Exception:  # a JVM that already died: ending it below is what is left
                     log.debug("stopping the Spark session failed", exc_info=True)
             if end_jvm:
@@ -159,6 +162,63 @@ class OwnedSession:
                     for proc in [*child.children(recursive=True), child]:
                         with contextlib.suppress(psutil.Error):
                             proc.kill()
+
+
+def _stop_before_the_jvm_ends(session: SparkSession) -> bool:
+    """``session.stop()`` of a classic session whose JVM is ended next, without waiting out
+    PySpark's accumulator server. Returns whether the server was woken.
+
+    A SparkContext's stop ends by shutting down the Python server its JVM sends accumulator
+    updates to. That server's request handler looks for an update once a second and for the
+    shutdown between two looks, so the stop waits out the rest of that second: 0.8-0.9 s of
+    every run's end. Once the shutdown is asked for, one empty update from the context's own
+    JVM accumulator wakes the handler, which answers it and ends: the stop returns 0.1 s after
+    it began. The empty update is taken before the stop (creating one needs a running
+    context); the stop runs on a thread of its own meanwhile. Best effort: without PySpark's
+    accumulator server (Spark Connect), or where anything of this fails, the stop ends as
+    PySpark's does. For a JVM about to end only: the stop's thread, not the caller's, clears
+    the JVM's thread-local active session.
+    """
+    import logging
+
+    from dagster_eventhub_ingest.resources.spark.kind import is_connect_session
+
+    empty = server = accumulator = None
+    if not is_connect_session(session):
+        context = session.sparkContext
+        server = getattr(context, "_accumulatorServer", None)
+        accumulator = getattr(context, "_javaAccumulator", None)
+        if server is not None and accumulator is not None:
+            try:
+                empty = accumulator.copyAndReset()
+            except Exception:
+                logging.getLogger(__name__).debug("copying the accumulator failed", exc_info=True)
+    if empty is None or accumulator is None:
+        session.stop()
+        return False
+    failed: list[BaseException] = []
+
+    def stop() -> None:
+        try:
+            session.stop()
+        except BaseException as exc:  # raised in the caller's thread below
+            failed.append(exc)
+
+    thread = threading.Thread(target=stop, name="ehingest-session-stop", daemon=True)
+    thread.start()
+    while thread.is_alive() and not getattr(server, "server_shutdown", False):
+        thread.join(0.005)
+    woken = False
+    if thread.is_alive():
+        try:
+            accumulator.merge(empty)
+            woken = True
+        except Exception:  # the server ended meanwhile: nothing to wake
+            logging.getLogger(__name__).debug("waking the accumulator server failed", exc_info=True)
+    thread.join()
+    if failed:
+        raise failed[0]
+    return woken
 
 
 def _running_driver() -> tuple[bool, bool]:
@@ -251,13 +311,14 @@ class _Releases:
     """py4j's releases of freed JVM objects to one JVM, stopped (:func:`_stop_object_releases`).
 
     A release already on its way when they were stopped takes a round trip to the running JVM
-    (well under a millisecond when idle). :meth:`wait_in_flight` returns once the finalizer
-    thread got past it, or :data:`IN_FLIGHT_SECONDS` after the stop: the thread sleeps a second
-    between empty looks, and is not waited for to the end. An owned session stops them before
-    its stop, which takes longer than that: the JVM's end then does not wait.
+    (well under a millisecond when idle, a few under load). :meth:`wait_in_flight` returns once
+    the finalizer thread got past it, or :data:`IN_FLIGHT_SECONDS` after they were stopped: the
+    thread sleeps a second between empty looks (nothing on its way then), and is not waited for
+    to the end. An owned session stops them before its own stop (0.1 s): the JVM's end then
+    waits little or not at all.
     """
 
-    IN_FLIGHT_SECONDS = 0.25
+    IN_FLIGHT_SECONDS = 0.1
 
     def __init__(self) -> None:
         import time

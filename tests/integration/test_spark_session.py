@@ -358,3 +358,48 @@ def test_ending_the_jvm_under_py4j_s_object_releases_logs_no_error() -> None:
     assert "Exception while sending command" not in seen["log"], seen["log"][-3000:]
     assert "Traceback" not in seen["log"], seen["log"][-3000:]
     assert seen["finalizers"] == 0
+
+
+_ACCUMULATOR_GUEST = """
+import contextlib, io, json, threading
+from pyspark import SparkContext
+import dagster_eventhub_ingest.resources.spark.owned as owned
+from dagster_eventhub_ingest.resources.spark.session import local_spark_session
+
+spark = local_spark_session("accumulators", master="local[2]", register_source=False)
+counted = spark.sparkContext.accumulator(0)
+
+def count(rows):  # a Python task: its updates reach the driver through the server
+    for row in rows:
+        counted.add(1)
+        yield row
+
+spark.sparkContext.parallelize(range(100), 4).mapPartitions(count).count()
+server = spark.sparkContext._accumulatorServer
+err = io.StringIO()
+with contextlib.redirect_stderr(err):  # where socketserver prints a handler's failure
+    woken = owned._stop_before_the_jvm_ends(spark)
+    owned.end_local_driver()
+print(json.dumps({
+    "woken": woken,
+    "counted": counted.value,
+    "serving": [t.name for t in threading.enumerate() if "serve_forever" in t.name],
+    "shut_down": server.server_shutdown,
+    "context": SparkContext._active_spark_context is not None,
+    "stderr": err.getvalue(),
+}))
+"""
+
+
+@pytest.mark.spark
+def test_a_session_stopped_before_its_jvm_ends_wakes_the_accumulator_server() -> None:
+    """The stop of a session whose JVM is ended next wakes PySpark's accumulator server with an
+    empty update (its handler would otherwise wait out its once-a-second look: 0.8-0.9 s of
+    every run's end, bench/ingest_throughput.py). Every update before the stop arrived, the
+    server and its thread ended, the context is stopped, and nothing was printed."""
+    seen = script_in_fresh_jvm(_ACCUMULATOR_GUEST)
+    assert seen["woken"] is True
+    assert seen["counted"] == 100
+    assert seen["serving"] == [] and seen["shut_down"] is True
+    assert seen["context"] is False
+    assert seen["stderr"] == ""
