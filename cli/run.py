@@ -9,7 +9,8 @@ released. The message says which.
 Progress goes to stderr while the run works: a bar on a terminal, one line per update
 otherwise (logs, CI). ``--json`` prints the run report as JSON on stdout (for Airflow, scripts),
 ``phases`` included: wall and CPU seconds of start-up, management calls, snapshot, claims,
-planning, Spark start, read/write, verify, checkpoint and report (``-v`` logs them too).
+planning, Spark start, read/write, verify, checkpoint, report (``-v`` logs these too) and the
+stop of the Spark session and JVM the run started.
 """
 
 from __future__ import annotations
@@ -311,7 +312,9 @@ def run(
         finally:
             # A stopped run must exit within seconds: its JVM does not finish writing a class-data
             # archive then.
-            session.close(keep_archive=not cancel.cancelled)
+            with clock.phase("spark_stop"):
+                session.close(keep_archive=not cancel.cancelled)
+        report.phases = clock.as_dict()
         _close(printer)
         if as_json:
             click.echo(json.dumps(report_json(report), indent=2))

@@ -63,7 +63,7 @@ PHASES = (
     "verify",  # reading the batch's row count back from the sink
     "checkpoint",  # checkpoints moved and leases released
     "report",  # the final look at the hub and store for the report (lag)
-    "spark_stop",  # Airflow's operator: the session and JVM it started, stopped in the task
+    "spark_stop",  # CLI, Airflow's operator: the session and JVM the run started, stopped
 )
 
 

@@ -67,6 +67,8 @@ def test_run_and_status_from_the_command_line(
     assert data["complete"] is True and data["owner_id"] == "cli-2" and data["events"] == 4
     assert data["partitions"]["0"]["checkpoint_sequence_number"] == 11
     assert data["partitions"]["1"]["first_sequence_number"] == 10
+    # Its phases end with the stop of the session and JVM it started, before it exits.
+    assert list(data["phases"])[-1] == "spark_stop" and "spark_start" in data["phases"]
     assert "progress 0%: snapshot: 0/4 events landed" in rest.stderr
     assert (
         "progress 100%: finished: 4/4 events landed of this run's share (partitions 0, 1); "
