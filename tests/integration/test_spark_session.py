@@ -6,7 +6,8 @@ answer imports ``pyspark.testing.utils`` and with it pandas (0.4 s of CPU on the
 call). The control shows that import; the real session (its gateway launched by
 resources/spark/gateway.py) shows it gone, with NumPy arrays and scalars still converted as
 pyspark converts them, and py4j's global converters, pyspark's functions and ``os.environ``
-untouched.
+untouched. At its end (resources/spark/owned.py), a session whose JVM is ended next sends no
+py4j release into the ending JVM and does not wait out PySpark's accumulator server.
 """
 
 from __future__ import annotations
