@@ -131,7 +131,9 @@ class OwnedSession:
 
             log = logging.getLogger(__name__)
             if end_jvm:  # the finalizer thread gets through its queue while the session stops
-                _stop_object_releases(_current_gateway(), before_stop=True)
+                from pyspark import SparkContext
+
+                _stop_object_releases(SparkContext._gateway, before_stop=True)
             # In a hurry, ending the JVM stops the context with it (its shutdown hook).
             if stop_context and (keep_archive or not end_jvm):
                 try:
@@ -301,12 +303,6 @@ def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECOND
     if gateway is not None:
         with contextlib.suppress(Exception):
             gateway.close()
-
-
-def _current_gateway() -> Any:
-    from pyspark import SparkContext
-
-    return SparkContext._gateway
 
 
 class _Releases:
