@@ -258,14 +258,15 @@ def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECOND
     proc = jvm_archive.gateway_process()
     if proc is None:
         return
-    releases = _stop_object_releases(SparkContext._gateway, before_stop=False)
+    gateway = SparkContext._gateway
+    releases = _stop_object_releases(gateway, before_stop=False)
     join_preparations(5.0)
     try:
         tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
     except psutil.Error:
         tree = []
     releases.wait_in_flight()
-    _shut_gateway_server(SparkContext._gateway)
+    _shut_gateway_server(gateway)
     if keep_archive:
         jvm_archive.finish_dumps()  # closes stdin and waits for a pending archive, if any
     with contextlib.suppress(OSError, ValueError):
@@ -289,7 +290,6 @@ def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECOND
         proc.wait(1.0)  # reap it: no zombie left behind
     # The gateway object would point at the dead JVM: put back what PySpark holds before any
     # JVM was launched (None), so a later session in this process launches its own.
-    gateway = SparkContext._gateway
     with SparkContext._lock:
         if SparkContext._gateway is gateway:
             SparkContext._gateway = None
@@ -330,6 +330,13 @@ class _Releases:
         self.reached.wait(max(0.0, self.since + self.IN_FLIGHT_SECONDS - time.monotonic()))
 
 
+def _client_and_finalizer_queue(gateway: Any) -> tuple[Any, Any]:
+    """py4j's client of ``gateway`` and its finalizer thread's queue: None for the queue of a
+    client without that thread (``PYSPARK_PIN_THREAD=false``), both None without a gateway."""
+    client = getattr(gateway, "_gateway_client", None)
+    return client, getattr(client, "finalizer_deque", None)
+
+
 #: The gateway clients whose releases :func:`_stop_object_releases` stopped.
 _RELEASES_STOPPED: weakref.WeakKeyDictionary[Any, _Releases] = weakref.WeakKeyDictionary()
 _RELEASES_LOCK = threading.Lock()
@@ -355,8 +362,7 @@ def _stop_object_releases(gateway: Any, *, before_stop: bool) -> _Releases:
     from py4j.clientserver import SHUTDOWN_FINALIZER_WORKER
 
     releases = _Releases()
-    client = getattr(gateway, "_gateway_client", None)
-    queue = getattr(client, "finalizer_deque", None)
+    client, queue = _client_and_finalizer_queue(gateway)
     if client is None or (before_stop and queue is None):
         releases.reached.set()
         return releases
@@ -390,8 +396,7 @@ def _shut_gateway_server(gateway: Any) -> None:
     """
     import logging
 
-    client = getattr(gateway, "_gateway_client", None)
-    if getattr(client, "finalizer_deque", None) is None:
+    if _client_and_finalizer_queue(gateway)[1] is None:
         return
     try:
         gateway.shutdown()
