@@ -8,9 +8,15 @@ wheel is then tagged for this interpreter and platform (``auditwheel repair`` tu
 ``linux_x86_64`` into the manylinux tag, scripts/tiers/wheel.sh). Editable installs (a checkout) get
 nothing: they compile at run time, into the host's cache.
 
+The local driver's class preloader (``resources/spark/java/ClassPreload.java``, a Java agent) is
+compiled with the building host's ``javac`` by ``class_preload.build_jar`` and added as
+``dagster_eventhub_ingest/resources/spark/java/ehingest-class-preload.jar``: a jar runs on any
+platform's JVM, so it changes no tag.
+
 ``EHINGEST_BUILD_NATIVE``: unset or ``auto`` compiles when this host can and builds the pure
-wheel (``py3-none-any``, compiled at run time where it runs) when it cannot; ``require`` fails
-the build instead; ``off`` always builds the pure wheel.
+wheel (``py3-none-any``, compiled at run time where it runs) and leaves the jar out (compiled at
+run time where a JDK is) when it cannot; ``require`` fails the build instead; ``off`` builds
+neither.
 """
 
 from __future__ import annotations
@@ -26,11 +32,12 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 NATIVE_STEP = Path("dagster_eventhub_ingest", "resources", "eventhubs_source", "fastpath")
+JAVA_DIR = Path("dagster_eventhub_ingest", "resources", "spark", "java")
 MODE_ENV = "EHINGEST_BUILD_NATIVE"
 
 
 class NativeStepHook(BuildHookInterface):
-    """Compiles the native step into a standard (not editable) wheel."""
+    """Compiles the native step and the class preloader into a standard (not editable) wheel."""
 
     PLUGIN_NAME = "custom"
 
@@ -40,10 +47,11 @@ class NativeStepHook(BuildHookInterface):
             return
         if mode not in ("auto", "require"):
             raise ValueError(f"{MODE_ENV}={mode!r} is not valid; valid: auto, require, off")
+        self._tmp = tempfile.mkdtemp(prefix="ehingest-native-")
+        self._preload_jar(build_data, mode)
         folder = Path(self.root, NATIVE_STEP)
         native = _load(folder / "loader.py")
         suffix = sysconfig.get_config_var("EXT_SUFFIX")
-        self._tmp = tempfile.mkdtemp(prefix="ehingest-native-")
         target = Path(self._tmp, f"_amqp_columns{suffix}")
         try:
             native.compile_module(target, (folder / "_amqp_columns.c").read_bytes())
@@ -58,6 +66,25 @@ class NativeStepHook(BuildHookInterface):
         build_data["force_include"][str(target)] = (NATIVE_STEP / target.name).as_posix()
         build_data["pure_python"] = False
         build_data["infer_tag"] = True
+
+    def _preload_jar(self, build_data: dict[str, Any], mode: str) -> None:
+        folder = Path(self.root, JAVA_DIR)
+        preload = _load(folder.parent / "class_preload.py")
+        target = Path(self._tmp, preload.JAR)
+        javac = preload.find_javac()
+        try:
+            if javac is None:
+                raise RuntimeError("no javac (a JDK's) on this host")
+            preload.build_jar(target, (folder / preload.SOURCE).read_bytes(), javac)
+        except RuntimeError as exc:
+            if mode == "require":
+                raise RuntimeError(f"the driver's class preloader did not compile: {exc}") from exc
+            self.app.display_warning(
+                f"the driver's class preloader did not compile ({exc}): the wheel goes without "
+                "it; it compiles at run time where a JDK is"
+            )
+            return
+        build_data["force_include"][str(target)] = (JAVA_DIR / target.name).as_posix()
 
     def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
         tmp = getattr(self, "_tmp", None)

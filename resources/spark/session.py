@@ -40,6 +40,7 @@ __all__ = [
     "join_preparations",
     "local_spark_session",
     "make_active",
+    "owns_driver_classes",
     "spark_session",
     "start_classic_driver",
     "verifies_classes",
@@ -114,16 +115,20 @@ _JAR_SETTINGS = ("spark.jars", "spark.jars.packages", "spark.driver.userClassPat
 def verifies_classes(settings: Mapping[str, str], env: Mapping[str, str] = os.environ) -> bool:
     """Whether a local driver's JVM started with ``settings`` and no class-data archive keeps
     bytecode verification: it goes without (:data:`UNVERIFIED_JAVA_OPTIONS`) only with
-    ``EHINGEST_JVM_SKIP_VERIFY=on``, this package's Java options
-    (:data:`LOCAL_DRIVER_JAVA_OPTIONS`), Spark's own jars and the package's conf directory."""
+    ``EHINGEST_JVM_SKIP_VERIFY=on`` and :func:`owns_driver_classes`."""
+    return not (switched_on(env.get(SKIP_VERIFY_ENV)) and owns_driver_classes(settings, env))
+
+
+def owns_driver_classes(settings: Mapping[str, str], env: Mapping[str, str] = os.environ) -> bool:
+    """Whether a local driver's JVM started with ``settings`` runs this package's Java options
+    (:data:`LOCAL_DRIVER_JAVA_OPTIONS`) on Spark's own jars: no jars, class path or Spark conf
+    directory of the user's."""
     from dagster_eventhub_ingest.resources.spark.class_path import class_path_is_users
 
-    if not switched_on(env.get(SKIP_VERIFY_ENV)):
-        return True
     options = settings.get("spark.driver.extraJavaOptions", "")
     if not options.startswith(LOCAL_DRIVER_JAVA_OPTIONS):
-        return True
-    return class_path_is_users(settings, env) or any(settings.get(k) for k in _JAR_SETTINGS)
+        return False
+    return not (class_path_is_users(settings, env) or any(settings.get(k) for k in _JAR_SETTINGS))
 
 
 def session_defaults(master: str | None, remote: str | None = None) -> dict[str, str]:
@@ -255,6 +260,7 @@ def start_classic_driver(settings: Mapping[str, str]) -> SparkSession:
         CLASS_PATH_SETTING,
         driver_class_path,
     )
+    from dagster_eventhub_ingest.resources.spark.class_preload import preload_java_options
     from dagster_eventhub_ingest.resources.spark.jvm_archive import plan_archive, start_with_archive
 
     local = is_local_master(settings.get("spark.master"))
@@ -287,8 +293,11 @@ def start_classic_driver(settings: Mapping[str, str]) -> SparkSession:
             options = java_options
             if with_plan is not None:
                 options = f"{java_options} {with_plan.java_options}"
-            elif local and not verifies_classes(settings):
-                options = f"{java_options} {UNVERIFIED_JAVA_OPTIONS}"
+            elif local:  # no archive: its classes load from Spark's jars
+                if not verifies_classes(settings):
+                    options = f"{options} {UNVERIFIED_JAVA_OPTIONS}"
+                if owns_driver_classes(settings):
+                    options = f"{options} {preload_java_options()}"
             chosen = {**settings, "spark.driver.extraJavaOptions": options.strip()}
             if class_path is not None:
                 chosen[CLASS_PATH_SETTING] = class_path

@@ -2,8 +2,10 @@
 # Tier `wheel`: the BUILT wheel (not the checkout) in the environments users add it to.
 #
 # 1. Builds the sdist, the platform wheel from it (the reader's native step compiled in:
-#    EHINGEST_BUILD_NATIVE=require, then `auditwheel repair` for its manylinux tag) and the pure
-#    wheel; checks what each holds (one import name, py.typed, the compiled step or none).
+#    EHINGEST_BUILD_NATIVE=require, then `auditwheel repair` for its manylinux tag; the driver's
+#    class preloader's jar too) and the pure wheel; checks what each holds (one import name,
+#    py.typed, the compiled step and the jar or neither), and that the installed wheel's driver
+#    takes the shipped jar.
 # 2. Starts Azurite and the Event Hubs emulator (the wheel's own `ehingest emulator`), a
 #    4-partition hub `telemetry`, and sends 50 + 100 + 150 + 200 numbered events.
 # 3. Two fresh Dagster projects (create-dagster's layout, each with its own `resources.py` and
@@ -82,7 +84,11 @@ for names in (platform, pure):
 so = [n for n in platform if n.endswith(".so")]
 assert so == ["dagster_eventhub_ingest/resources/eventhubs_source/fastpath/_amqp_columns.cpython-311-x86_64-linux-gnu.so"], so
 assert not [n for n in pure if n.endswith(".so")]
-print("   one import name, py.typed, the compiled step in the platform wheel only")
+jar = "dagster_eventhub_ingest/resources/spark/java/ehingest-class-preload.jar"
+assert jar in platform and jar not in pure
+for names in (platform, pure):
+    assert "dagster_eventhub_ingest/resources/spark/java/driver-classes.txt" in names
+print("   one import name, py.typed, the compiled step and the preloader's jar in the platform wheel only")
 EOF
 
 # -- requirement files: the lock's exact versions, or the lowest set ----------------------------
@@ -110,6 +116,13 @@ NEWEST_PROJECT="$WORK/newest/userproj"
 mkdir -p "$NEWEST_PROJECT"
 new_venv "$NEWEST_PROJECT/.venv" "$WORK/newest.txt" "dagster-eventhub-ingest[dagster] @ file://$WHEEL"
 NEWEST_BIN="$NEWEST_PROJECT/.venv/bin"
+# A driver without an archive takes the wheel's preloader jar: nothing compiles on the host.
+"$NEWEST_BIN/python" - <<'EOF'
+from dagster_eventhub_ingest.resources.spark import class_preload as p
+jar = p.JAVA_DIR / p.JAR
+assert "site-packages" in str(jar) and p.agent_jar({"PATH": "/nonexistent"}) == jar, jar
+assert p.preload_java_options({}) == f"-javaagent:{jar}={p.JAVA_DIR / p.CLASS_LIST}"
+EOF
 
 # -- 2. services ---------------------------------------------------------------------------------
 free_port() { "$NEWEST_BIN/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }

@@ -260,6 +260,7 @@ maps = open(f"/proc/{pid}/maps").read()
 print("MAPPED" if os.environ["EHINGEST_CACHE_DIR"] in maps else "NOT-MAPPED")
 command = open(f"/proc/{pid}/cmdline").read().split(chr(0))
 print("UNVERIFIED" if "-XX:-BytecodeVerificationRemote" in command else "VERIFIED")
+print("PRELOADS" if any(a.startswith("-javaagent:") for a in command) else "NO-PRELOAD")
 """
 
 
@@ -293,6 +294,8 @@ def test_spark_archive_writes_the_archive_a_session_then_maps(tmp_path: Path) ->
     assert "MAPPED" in used.stdout.split()
     # Skipping was asked for, but the archive's classes were verified when it was written.
     assert "VERIFIED" in used.stdout.split()
+    # Its classes are mapped: nothing to load ahead.
+    assert "NO-PRELOAD" in used.stdout.split()
     # The package's quiet log4j2 config still applies (passed as a system property now).
     assert " INFO " not in used.stderr and "default log4j profile" not in used.stderr
     # A damaged archive: the JVM starts without it; it is removed and not written again.
@@ -646,6 +649,7 @@ def test_without_an_archive_the_local_driver_skips_verifying_spark_s_classes_if_
     said = used.stdout.split()
     assert "NOT-MAPPED" in said
     assert ("UNVERIFIED" if skip == "on" else "VERIFIED") in said
+    assert "PRELOADS" in said  # and its classes load ahead either way (test_class_preload.py)
 
 
 def test_verification_is_skipped_only_for_spark_s_own_jars_and_the_package_s_options(
