@@ -14,9 +14,10 @@ checkpoint container and sink, so all read the very same events:
   (at the lowest CPU priority) and map the archive once it is in place.
 * ``fresh 4``: once the writer is done (its time printed), a run mapping the archive it wrote.
 * ``--alternate N``: instead of the fresh runs, N alternated rounds of ``warm``, ``no archive``
-  (``EHINGEST_JVM_ARCHIVE=off``: a fresh host's first run without the writer) and
-  ``unverified`` (the same, its JVM not verifying Spark's classes:
-  ``EHINGEST_JVM_SKIP_VERIFY=on``, docs/deploy.md), their medians and ratios: the side-by-side
+  (``EHINGEST_JVM_ARCHIVE=off``: a fresh host's first run without the writer), ``no preload``
+  (the same without the driver's class preloader: ``EHINGEST_JVM_PRELOAD=off``) and
+  ``unverified`` (no archive, its JVM not verifying Spark's classes:
+  ``EHINGEST_JVM_SKIP_VERIFY=on``; docs/deploy.md), their medians and ratios: the side-by-side
   figures. ``--candidate KEY=VALUE`` (repeatable) adds two alternated variants, ``warm
   candidate`` and ``candidate`` (no archive), with those environment variables besides, and the
   candidate's own ratio.
@@ -127,12 +128,14 @@ def _alternate(
     rounds: int, run: Any, warm_env: dict[str, str], rep: Any, candidate: list[str]
 ) -> None:
     """``rounds`` rounds of: the warm cache, no archive (a fresh host's first run), no archive
-    without verifying Spark's classes (and no archive with the ``candidate`` environment);
+    without the class preloader, no archive without verifying Spark's classes (and no archive
+    with the ``candidate`` environment);
     each variant's medians and their ratios."""
     off = {**warm_env, "EHINGEST_JVM_ARCHIVE": "off"}
     variants = {
         "warm": warm_env,
         "no archive": off,
+        "no preload": {**off, "EHINGEST_JVM_PRELOAD": "off"},
         "unverified": {**off, "EHINGEST_JVM_SKIP_VERIFY": "on"},
     }
     if candidate:
@@ -172,6 +175,14 @@ def _alternate(
         "JVM CPU, unverified against no archive, s", round(jvm["unverified"] - jvm["no archive"], 2)
     )
     print(f"  JVM CPU without verifying: {saved:+.2f} s")
+    ahead = rep.add(
+        "seconds, no archive against no preload",
+        round(medians["no archive"]["seconds"] - medians["no preload"]["seconds"], 2),
+    )
+    print(f"  seconds with the class preloader: {ahead:+.2f} s")
+    first = medians["no archive"]["seconds"] / medians["warm"]["seconds"]
+    rep.add("target: no archive / warm <= 1.3", {"value": round(first, 2), "met": first <= 1.3})
+    print(f"target no archive / warm <= 1.3: {first:.2f} ({'met' if first <= 1.3 else 'NOT met'})")
 
 
 def _main(args: argparse.Namespace, rep: Any) -> None:
