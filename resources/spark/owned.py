@@ -143,6 +143,8 @@ class OwnedSession:
                         session.stop()
                 except Exception:  # a JVM that already died: ending it below is what is left
                     log.debug("stopping the Spark session failed", exc_info=True)
+            elif end_jvm:  # in a hurry: only PySpark's accumulator server, before the JVM ends
+                _shut_accumulator_server(session)
             if end_jvm:
                 end_local_driver(keep_archive=keep_archive)
 
@@ -173,40 +175,89 @@ def _stop_before_the_jvm_ends(session: SparkSession) -> bool:
     A SparkContext's stop ends by shutting down the Python server its JVM sends accumulator
     updates to. That server's request handler looks for an update once a second and for the
     shutdown between two looks, so the stop waits out the rest of that second: 0.8-0.9 s of
-    every run's end. Once the shutdown is asked for, one empty update from the context's own
-    JVM accumulator wakes the handler, which answers it and ends: the stop returns 0.1 s after
-    it began. The empty update is taken before the stop (creating one needs a running
-    context); the stop runs on a thread of its own meanwhile. Best effort: without PySpark's
-    accumulator server (Spark Connect), or where anything of this fails, the stop ends as
-    PySpark's does. For a JVM about to end only: the stop's thread, not the caller's, clears
-    the JVM's thread-local active session.
+    every run's end. With the server woken (:func:`_wake_while_shutting`), the stop returns
+    0.1 s after it began. Best effort: without PySpark's accumulator server (Spark Connect),
+    or where anything of this fails, the stop ends as PySpark's does. For a JVM about to end
+    only: the stop's thread, not the caller's, clears the JVM's thread-local active session.
     """
+    update = _empty_update(session)
+    if update is None:
+        session.stop()
+        return False
+    return _wake_while_shutting(*update, session.stop)
+
+
+def _shut_accumulator_server(session: SparkSession, wait: float = 1.0) -> None:
+    """Shut PySpark's accumulator server of a classic session whose JVM is ended next without
+    the session being stopped (in a hurry), its handler woken (:func:`_wake_while_shutting`).
+
+    The handler reads updates from a connection the JVM opened; ending the JVM closes it under
+    the handler, which fails reading it, and socketserver prints that ``EOFError``'s traceback
+    to stderr (a stopped run's output, in the CLI). A handler that saw the shutdown has
+    returned and closed its end first. Returns after ``wait`` seconds at most: a JVM that does not
+    answer is ended all the same (its handler may print then).
+    """
+    import logging
+
+    def shut() -> None:
+        try:
+            update = _empty_update(session)
+            if update is not None:
+                _wake_while_shutting(*update, update[0].shutdown)
+        except Exception:  # the JVM is ended next all the same
+            logging.getLogger(__name__).debug(
+                "shutting the accumulator server failed", exc_info=True
+            )
+
+    thread = threading.Thread(target=shut, name="ehingest-accumulators-shut", daemon=True)
+    thread.start()
+    thread.join(wait)
+
+
+def _empty_update(session: SparkSession) -> tuple[Any, Any, Any] | None:
+    """(PySpark's accumulator server, the context's JVM accumulator, an empty update of it) of
+    a classic session; None without the server (Spark Connect), or where taking the update
+    failed (it needs a running context, so it is taken before the server's shutdown)."""
     import logging
 
     from dagster_eventhub_ingest.resources.spark.kind import is_connect_session
 
-    empty = server = accumulator = None
-    if not is_connect_session(session):
-        context = session.sparkContext
-        server = getattr(context, "_accumulatorServer", None)
-        accumulator = getattr(context, "_javaAccumulator", None)
-        if server is not None and accumulator is not None:
-            try:
-                empty = accumulator.copyAndReset()
-            except Exception:
-                logging.getLogger(__name__).debug("copying the accumulator failed", exc_info=True)
-    if empty is None or accumulator is None:
-        session.stop()
-        return False
+    if is_connect_session(session):
+        return None
+    context = session.sparkContext
+    server = getattr(context, "_accumulatorServer", None)
+    accumulator = getattr(context, "_javaAccumulator", None)
+    if server is None or accumulator is None:
+        return None
+    try:
+        return server, accumulator, accumulator.copyAndReset()
+    except Exception:
+        logging.getLogger(__name__).debug("copying the accumulator failed", exc_info=True)
+        return None
+
+
+def _wake_while_shutting(
+    server: Any, accumulator: Any, empty: Any, shutting: Callable[[], None]
+) -> bool:
+    """Run ``shutting`` (which shuts PySpark's accumulator ``server`` down) on a thread of its
+    own and wake the server's handler meanwhile; return whether it was woken, once
+    ``shutting`` returned (raising what it raised).
+
+    The handler looks for an update once a second, and for the shutdown between two looks.
+    Once the shutdown is asked for, one ``empty`` update from the context's own JVM
+    ``accumulator`` wakes the handler, which answers it, sees the shutdown and ends.
+    """
+    import logging
+
     failed: list[BaseException] = []
 
-    def stop() -> None:
+    def run() -> None:
         try:
-            session.stop()
+            shutting()
         except BaseException as exc:  # raised in the caller's thread below
             failed.append(exc)
 
-    thread = threading.Thread(target=stop, name="ehingest-session-stop", daemon=True)
+    thread = threading.Thread(target=run, name="ehingest-accumulators-shutdown", daemon=True)
     thread.start()
     while thread.is_alive() and not getattr(server, "server_shutdown", False):
         thread.join(0.005)

@@ -119,6 +119,7 @@ def test_sigterm_mid_read_stops_cleanly_and_the_next_run_takes_over_at_once(
     assert took < STOPPED_PROMPTLY_SECONDS, (took, text[-3000:])
     print(f"SIGTERM mid-read: exit {code} after {took:.1f} s")
     assert "stopped: the run stopped while reading and writing (SIGTERM received)" in text, text
+    assert "Traceback" not in text, text[-3000:]  # the session's end in a hurry prints none
     assert still_running(tree) == [], text[-2000:]
     assert store.list_checkpoints() == {}  # nothing was checkpointed: the read never finished
     owns = store.list_ownership()

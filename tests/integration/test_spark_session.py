@@ -7,7 +7,8 @@ call). The control shows that import; the real session (its gateway launched by
 resources/spark/gateway.py) shows it gone, with NumPy arrays and scalars still converted as
 pyspark converts them, and py4j's global converters, pyspark's functions and ``os.environ``
 untouched. At its end (resources/spark/owned.py), a session whose JVM is ended next sends no
-py4j release into the ending JVM and does not wait out PySpark's accumulator server.
+py4j release into the ending JVM and does not wait out PySpark's accumulator server, and one
+closed in a hurry leaves no handler of that server to fail as the JVM ends.
 """
 
 from __future__ import annotations
@@ -361,13 +362,16 @@ def test_ending_the_jvm_under_py4j_s_object_releases_logs_no_error() -> None:
     assert seen["finalizers"] == 0
 
 
-_ACCUMULATOR_GUEST = """
+_ACCUMULATED = """
 import contextlib, io, json, threading
 from pyspark import SparkContext
 import dagster_eventhub_ingest.resources.spark.owned as owned
 from dagster_eventhub_ingest.resources.spark.session import local_spark_session
 
-spark = local_spark_session("accumulators", master="local[2]", register_source=False)
+session = owned.OwnedSession(
+    lambda: local_spark_session("accumulators", master="local[2]", register_source=False)
+)
+spark = session.get()
 counted = spark.sparkContext.accumulator(0)
 
 def count(rows):  # a Python task: its updates reach the driver through the server
@@ -377,6 +381,12 @@ def count(rows):  # a Python task: its updates reach the driver through the serv
 
 spark.sparkContext.parallelize(range(100), 4).mapPartitions(count).count()
 server = spark.sparkContext._accumulatorServer
+serving = [t for t in threading.enumerate() if "serve_forever" in t.name]
+"""
+
+_ACCUMULATOR_GUEST = (
+    _ACCUMULATED
+    + """
 err = io.StringIO()
 with contextlib.redirect_stderr(err):  # where socketserver prints a handler's failure
     woken = owned._stop_before_the_jvm_ends(spark)
@@ -384,12 +394,33 @@ with contextlib.redirect_stderr(err):  # where socketserver prints a handler's f
 print(json.dumps({
     "woken": woken,
     "counted": counted.value,
-    "serving": [t.name for t in threading.enumerate() if "serve_forever" in t.name],
+    "serving": [t.name for t in serving if t.is_alive()],
     "shut_down": server.server_shutdown,
     "context": SparkContext._active_spark_context is not None,
     "stderr": err.getvalue(),
 }))
 """
+)
+
+_HURRY_GUEST = (
+    _ACCUMULATED
+    + """
+import psutil
+
+err = io.StringIO()
+with contextlib.redirect_stderr(err):  # where socketserver prints a handler's failure
+    session.close(keep_archive=False)
+    for thread in serving:  # a handler that failed prints, then the server goes on serving
+        thread.join(2.0)
+print(json.dumps({
+    "counted": counted.value,
+    "serving": [t.name for t in serving if t.is_alive()],
+    "shut_down": server.server_shutdown,
+    "java_left": [p.pid for p in psutil.Process().children(recursive=True)],
+    "stderr": err.getvalue(),
+}))
+"""
+)
 
 
 @pytest.mark.spark
@@ -404,3 +435,17 @@ def test_a_session_stopped_before_its_jvm_ends_wakes_the_accumulator_server() ->
     assert seen["serving"] == [] and seen["shut_down"] is True
     assert seen["context"] is False
     assert seen["stderr"] == ""
+
+
+@pytest.mark.spark
+def test_a_session_closed_in_a_hurry_shuts_the_accumulator_server_before_its_jvm_ends() -> None:
+    """A stopped run's session (``close(keep_archive=False)``) ends its JVM without stopping the
+    context; PySpark's accumulator server is shut first, its handler woken by an empty update,
+    so the JVM's end does not close the connection under the handler (which would fail reading
+    it and print an ``EOFError`` traceback on the stopped run's stderr). Every update before the
+    close arrived, and nothing of the session is left."""
+    seen = script_in_fresh_jvm(_HURRY_GUEST)
+    assert seen["stderr"] == "", seen["stderr"]
+    assert seen["counted"] == 100
+    assert seen["serving"] == [] and seen["shut_down"] is True
+    assert seen["java_left"] == []
