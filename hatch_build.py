@@ -26,6 +26,7 @@ import os
 import shutil
 import sysconfig
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,44 +48,52 @@ class NativeStepHook(BuildHookInterface):
             return
         if mode not in ("auto", "require"):
             raise ValueError(f"{MODE_ENV}={mode!r} is not valid; valid: auto, require, off")
-        self._tmp = tempfile.mkdtemp(prefix="ehingest-native-")
-        self._preload_jar(build_data, mode)
+        self._tmp = tempfile.mkdtemp(prefix="ehingest-build-")
+        jar = self._compiled(
+            mode,
+            "the driver's class preloader",
+            self._build_jar,
+            "the wheel goes without it; it compiles at run time where a JDK is",
+        )
+        if jar is not None:
+            build_data["force_include"][str(jar)] = (JAVA_DIR / jar.name).as_posix()
+        native = self._compiled(
+            mode,
+            "the reader's native step",
+            self._build_native,
+            "building the pure wheel; it compiles at run time where a compiler is",
+        )
+        if native is not None:
+            build_data["force_include"][str(native)] = (NATIVE_STEP / native.name).as_posix()
+            build_data["pure_python"] = False
+            build_data["infer_tag"] = True
+
+    def _compiled(
+        self, mode: str, what: str, build: Callable[[], Path], otherwise: str
+    ) -> Path | None:
+        """What ``build`` compiled, or None with a warning (``auto``); ``require`` fails."""
+        try:
+            return build()
+        except RuntimeError as exc:
+            if mode == "require":
+                raise RuntimeError(f"{what} did not compile: {exc}") from exc
+            self.app.display_warning(f"{what} did not compile ({exc}): {otherwise}")
+            return None
+
+    def _build_native(self) -> Path:
         folder = Path(self.root, NATIVE_STEP)
         native = _load(folder / "loader.py")
-        suffix = sysconfig.get_config_var("EXT_SUFFIX")
-        target = Path(self._tmp, f"_amqp_columns{suffix}")
-        try:
-            native.compile_module(target, (folder / "_amqp_columns.c").read_bytes())
-        except RuntimeError as exc:
-            if mode == "require":
-                raise RuntimeError(f"the reader's native step did not compile: {exc}") from exc
-            self.app.display_warning(
-                f"the reader's native step did not compile ({exc}): building the pure wheel; "
-                "it compiles at run time where a compiler is"
-            )
-            return
-        build_data["force_include"][str(target)] = (NATIVE_STEP / target.name).as_posix()
-        build_data["pure_python"] = False
-        build_data["infer_tag"] = True
+        target = Path(self._tmp, f"_amqp_columns{sysconfig.get_config_var('EXT_SUFFIX')}")
+        return native.compile_module(target, (folder / "_amqp_columns.c").read_bytes())
 
-    def _preload_jar(self, build_data: dict[str, Any], mode: str) -> None:
+    def _build_jar(self) -> Path:
         folder = Path(self.root, JAVA_DIR)
         preload = _load(folder.parent / "class_preload.py")
-        target = Path(self._tmp, preload.JAR)
         javac = preload.find_javac()
-        try:
-            if javac is None:
-                raise RuntimeError("no javac (a JDK's) on this host")
-            preload.build_jar(target, (folder / preload.SOURCE).read_bytes(), javac)
-        except RuntimeError as exc:
-            if mode == "require":
-                raise RuntimeError(f"the driver's class preloader did not compile: {exc}") from exc
-            self.app.display_warning(
-                f"the driver's class preloader did not compile ({exc}): the wheel goes without "
-                "it; it compiles at run time where a JDK is"
-            )
-            return
-        build_data["force_include"][str(target)] = (JAVA_DIR / target.name).as_posix()
+        if javac is None:
+            raise RuntimeError("no javac (a JDK's) on this host")
+        source = (folder / preload.SOURCE).read_bytes()
+        return preload.build_jar(Path(self._tmp, preload.JAR), source, javac)
 
     def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
         tmp = getattr(self, "_tmp", None)

@@ -41,7 +41,18 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CLASS_LIST", "DONE_PROPERTY", "JAR", "PRELOAD_ENV", "build_jar", "preload_java_options"]
+__all__ = [
+    "CLASS_LIST",
+    "DONE_PROPERTY",
+    "JAR",
+    "JAVA_DIR",
+    "PRELOAD_ENV",
+    "SOURCE",
+    "agent_jar",
+    "build_jar",
+    "find_javac",
+    "preload_java_options",
+]
 
 #: ``off`` (or ``0``, ``false``, ``no``): local drivers start without the agent.
 PRELOAD_ENV = "EHINGEST_JVM_PRELOAD"
