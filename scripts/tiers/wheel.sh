@@ -117,7 +117,8 @@ mkdir -p "$NEWEST_PROJECT"
 new_venv "$NEWEST_PROJECT/.venv" "$WORK/newest.txt" "dagster-eventhub-ingest[dagster] @ file://$WHEEL"
 NEWEST_BIN="$NEWEST_PROJECT/.venv/bin"
 # A driver without an archive takes the wheel's preloader jar: nothing compiles on the host.
-"$NEWEST_BIN/python" - <<'EOF'
+# (From the project: the checkout's folder is not on the path.)
+(cd "$NEWEST_PROJECT" && "$NEWEST_BIN/python" -) <<'EOF'
 from dagster_eventhub_ingest.resources.spark import class_preload as p
 jar = p.JAVA_DIR / p.JAR
 assert "site-packages" in str(jar) and p.agent_jar({"PATH": "/nonexistent"}) == jar, jar
