@@ -146,7 +146,9 @@ class OwnedSession:
             elif end_jvm:  # in a hurry: only PySpark's accumulator server, before the JVM ends
                 _shut_accumulator_server(session)
             if end_jvm:
-                end_local_driver(keep_archive=keep_archive)
+                ended = end_local_driver(keep_archive=keep_archive)
+                if ended and stop_context and not keep_archive:
+                    _forget_context(session)
 
     def _kill_starting(self) -> None:
         """Kill a local driver JVM this session's start launched and that still starts."""
@@ -166,6 +168,35 @@ class OwnedSession:
                     for proc in [*child.children(recursive=True), child]:
                         with contextlib.suppress(psutil.Error):
                             proc.kill()
+
+
+def _forget_context(session: SparkSession) -> None:
+    """Reset in this process what PySpark's own stop of ``session`` resets there (its
+    ``SparkContext.stop`` and ``SparkSession.stop``), for a session whose start started the
+    context and whose JVM was ended without it being stopped (in a hurry); nothing is sent to
+    the JVM, which is gone.
+
+    Left as they were, the context would stay the process's active one and the session its
+    default and active one, holding the ended JVM's objects: every later session of the
+    process (the next run in a Dagster run worker or code server, an Airflow worker's next
+    task) would get them from ``getOrCreate`` and fail on the dead JVM (a refused
+    connection) instead of launching its own. Only what still points at this session's
+    context is reset; the session and context objects themselves are left to whoever holds
+    them (a stopped run's thread still winding down sees the JVM gone, as before).
+    """
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession, SQLContext
+
+    context = session.sparkContext
+    with SparkContext._lock:
+        if SparkContext._active_spark_context is context:
+            SparkContext._active_spark_context = None
+        if getattr(SparkSession._instantiatedSession, "_sc", None) is context:
+            SparkSession._instantiatedSession = None
+        if getattr(SparkSession._activeSession, "_sc", None) is context:
+            SparkSession._activeSession = None
+        if getattr(SQLContext._instantiatedContext, "_sc", None) is context:
+            SQLContext._instantiatedContext = None
 
 
 def _stop_before_the_jvm_ends(session: SparkSession) -> bool:
@@ -283,7 +314,7 @@ def _running_driver() -> tuple[bool, bool]:
     return SparkContext._active_spark_context is not None, SparkContext._gateway is not None
 
 
-def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECONDS) -> None:
+def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECONDS) -> bool:
     """End this process's local Spark driver JVM and the processes it started (Python workers),
     and forget its gateway so that a later session starts a JVM of its own.
 
@@ -295,7 +326,7 @@ def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECOND
     still running after ``wait`` seconds is terminated, then killed. ``keep_archive=False`` (in
     a hurry): what still runs after one second is killed, an archive being written with it.
     Only for a JVM this process launched (``SparkContext._gateway.proc``); a no-op without
-    one.
+    one (``spark-submit``'s). Returns whether it ended one.
     """
     import contextlib
     import logging
@@ -308,7 +339,7 @@ def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECOND
     log = logging.getLogger(__name__)
     proc = jvm_archive.gateway_process()
     if proc is None:
-        return
+        return False
     gateway = SparkContext._gateway
     releases = _stop_object_releases(gateway, before_stop=False)
     join_preparations(5.0)
@@ -354,6 +385,7 @@ def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECOND
     if gateway is not None:
         with contextlib.suppress(Exception):
             gateway.close()
+    return True
 
 
 class _Releases:

@@ -8,7 +8,8 @@ resources/spark/gateway.py) shows it gone, with NumPy arrays and scalars still c
 pyspark converts them, and py4j's global converters, pyspark's functions and ``os.environ``
 untouched. At its end (resources/spark/owned.py), a session whose JVM is ended next sends no
 py4j release into the ending JVM and does not wait out PySpark's accumulator server, and one
-closed in a hurry leaves no handler of that server to fail as the JVM ends.
+closed in a hurry leaves no handler of that server to fail as the JVM ends; closed either way,
+it leaves nothing of itself in PySpark's process state for the next session to be handed.
 """
 
 from __future__ import annotations
@@ -449,3 +450,82 @@ def test_a_session_closed_in_a_hurry_shuts_the_accumulator_server_before_its_jvm
     assert seen["counted"] == 100
     assert seen["serving"] == [] and seen["shut_down"] is True
     assert seen["java_left"] == []
+
+
+_REUSE_GUEST = """
+import json, sys
+import psutil
+from pyspark import SparkContext
+from pyspark.sql import SparkSession
+from dagster_eventhub_ingest.resources.spark import jvm_archive
+from dagster_eventhub_ingest.resources.spark.owned import OwnedSession, end_local_driver
+from dagster_eventhub_ingest.resources.spark.session import local_spark_session
+
+mode = sys.argv[1]
+
+def start():
+    return local_spark_session("reuse", master="local[1]", register_source=False)
+
+def job(spark):  # the JVM and a Python worker of it
+    return [spark.range(10).count(), spark.sparkContext.parallelize(range(10), 2).sum()]
+
+users = start() if mode == "users" else None  # a session the user built: never stopped by us
+first = OwnedSession(start)
+spark = first.get()
+seen = {"first": job(spark), "pids": [jvm_archive.gateway_process().pid]}
+first.close(keep_archive=mode == "keep")
+seen["left"] = {
+    "context": SparkContext._active_spark_context is not None,
+    "session": SparkSession._instantiatedSession is not None,
+    "active": SparkSession._activeSession is not None,
+    "gateway": SparkContext._gateway is not None,
+}
+second = OwnedSession(start)
+try:
+    again = second.get()
+    seen["pids"].append(jvm_archive.gateway_process().pid)
+    seen["second"] = job(again)
+    seen["fresh"] = again.sparkContext is not spark.sparkContext
+    seen["active_is_second"] = SparkSession.getActiveSession() is again
+except Exception as exc:
+    seen["error"] = f"{type(exc).__name__}: {exc}"[:500]
+second.close()
+if users is not None:
+    users.stop()
+    end_local_driver()
+seen["after"] = SparkContext._active_spark_context is not None
+seen["java_left"] = [p.pid for p in psutil.Process().children(recursive=True)]
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("close", ["hurry", "keep"])
+def test_a_new_session_after_one_closed_starts_its_own_jvm(close: str) -> None:
+    """A session closed in a hurry (a stopped run: its JVM ended without its context being
+    stopped) or as usual leaves nothing of itself in PySpark's process state: a new session in
+    the same process (Dagster's run worker or code server, an Airflow worker's next task)
+    launches a JVM of its own and runs a job on it, instead of being handed the context or
+    session whose JVM is gone; and its own close leaves nothing running."""
+    seen = script_in_fresh_jvm(_REUSE_GUEST, close)
+    assert "error" not in seen, seen
+    assert seen["first"] == seen["second"] == [10, 45]
+    assert seen["left"] == dict.fromkeys(("context", "session", "active", "gateway"), False)
+    first, second = seen["pids"]
+    assert first != second and seen["fresh"] is True
+    assert seen["active_is_second"] is True
+    assert seen["after"] is False and seen["java_left"] == []
+
+
+@pytest.mark.spark
+def test_a_session_closed_in_a_hurry_leaves_the_user_s_session_as_it_was() -> None:
+    """Closed in a hurry over a session the user built, an owned session neither ends its JVM
+    nor forgets it: the next one gets the user's session, on the same JVM, and runs a job."""
+    seen = script_in_fresh_jvm(_REUSE_GUEST, "users")
+    assert "error" not in seen, seen
+    assert seen["first"] == seen["second"] == [10, 45]
+    assert seen["left"] == dict.fromkeys(("context", "session", "active", "gateway"), True)
+    first, second = seen["pids"]
+    assert first == second and seen["fresh"] is False
+    assert seen["active_is_second"] is True
+    assert seen["after"] is False and seen["java_left"] == []
