@@ -2,8 +2,9 @@
 
 A local driver JVM that starts without a class-data archive (a fresh host's first run:
 docs/deploy.md) loads ~9,400 classes from Spark's jars once its gateway is up, each on the
-thread that first needs it: the context's and the session's start, then, mid-read, the tasks
-that convert Arrow batches and write Parquet, while the readers keep both cores busy. A Java
+thread that first needs it: the context's and the session's start, then, mid-read, the read's
+planning and code generation (Janino) and the tasks that take the readers' Arrow batches, while
+the readers keep both cores busy. A Java
 agent (``java/ClassPreload.java``) starts one daemon thread at the JVM's start that loads the
 classes of :data:`CLASS_LIST` in the order a run loads them, so the run's threads find most of
 them loaded. It loads each with the system class loader (the one that loads Spark's jars)
