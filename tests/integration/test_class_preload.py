@@ -109,6 +109,14 @@ def test_a_host_without_javac_or_whose_compile_failed_starts_drivers_without_it(
     assert not jar.exists()
 
 
+def test_a_cache_that_cannot_be_written_starts_drivers_without_it(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    env = {"EHINGEST_CACHE_DIR": str(blocker / "cache"), "PATH": os.environ["PATH"]}
+    assert class_preload.agent_jar(env) is None
+    assert preload_java_options(env) == ""
+
+
 def test_javac_s_error_is_kept_beside_the_jar_it_did_not_build(tmp_path: Path) -> None:
     target = tmp_path / "preload" / "x.jar"
     with pytest.raises(RuntimeError, match=r"javac failed \(exit 1\); see .*x\.failed"):
