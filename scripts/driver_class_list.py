@@ -35,7 +35,7 @@ from dagster_eventhub_ingest.resources.spark.class_preload import (  # noqa: E40
 )
 
 #: A line of ``-Xlog:class+load``: the class, then where it came from.
-_LOADED = re.compile(r"\] (\S+) source: (?:jar:)?file:(\S+\.jar)")
+_LOADED = re.compile(r"\] (\S+) source: (?:jar:)?file:\S+\.jar")
 #: The class whose loading says the driver's gateway is up.
 _GATEWAY = "org.apache.spark.api.python.PythonGatewayServer"
 

@@ -81,9 +81,11 @@ def preload_java_options(env: Mapping[str, str] = os.environ) -> str:
     if switched_off(env.get(PRELOAD_ENV)):
         return ""
     classes = JAVA_DIR / CLASS_LIST
+    if not classes.is_file():
+        return ""
     jar = agent_jar(env)
     # The JVM takes the jar's path up to the first "=" (what follows is the agent's argument).
-    if jar is None or "=" in str(jar) or not classes.is_file():
+    if jar is None or "=" in str(jar):
         return ""
     # Spark splits the Java options as a shell would: a path with a space stays one option.
     return shlex.quote(f"-javaagent:{jar}={classes}")

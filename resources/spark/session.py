@@ -293,11 +293,10 @@ def start_classic_driver(settings: Mapping[str, str]) -> SparkSession:
             options = java_options
             if with_plan is not None:
                 options = f"{java_options} {with_plan.java_options}"
-            elif local:  # no archive: its classes load from Spark's jars
+            elif local and owns_driver_classes(settings):  # no archive: Spark's jars' classes
                 if not verifies_classes(settings):
                     options = f"{options} {UNVERIFIED_JAVA_OPTIONS}"
-                if owns_driver_classes(settings):
-                    options = f"{options} {preload_java_options()}"
+                options = f"{options} {preload_java_options()}"
             chosen = {**settings, "spark.driver.extraJavaOptions": options.strip()}
             if class_path is not None:
                 chosen[CLASS_PATH_SETTING] = class_path
