@@ -146,9 +146,7 @@ class OwnedSession:
             elif end_jvm:  # in a hurry: only PySpark's accumulator server, before the JVM ends
                 _shut_accumulator_server(session)
             if end_jvm:
-                ended = end_local_driver(keep_archive=keep_archive)
-                if ended and stop_context and not keep_archive:
-                    _forget_context(session)
+                end_local_driver(keep_archive=keep_archive)
 
     def _kill_starting(self) -> None:
         """Kill a local driver JVM this session's start launched and that still starts."""
@@ -168,35 +166,6 @@ class OwnedSession:
                     for proc in [*child.children(recursive=True), child]:
                         with contextlib.suppress(psutil.Error):
                             proc.kill()
-
-
-def _forget_context(session: SparkSession) -> None:
-    """Reset in this process what PySpark's own stop of ``session`` resets there (its
-    ``SparkContext.stop`` and ``SparkSession.stop``), for a session whose start started the
-    context and whose JVM was ended without it being stopped (in a hurry); nothing is sent to
-    the JVM, which is gone.
-
-    Left as they were, the context would stay the process's active one and the session its
-    default and active one, holding the ended JVM's objects: every later session of the
-    process (the next run in a Dagster run worker or code server, an Airflow worker's next
-    task) would get them from ``getOrCreate`` and fail on the dead JVM (a refused
-    connection) instead of launching its own. Only what still points at this session's
-    context is reset; the session and context objects themselves are left to whoever holds
-    them (a stopped run's thread still winding down sees the JVM gone, as before).
-    """
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession, SQLContext
-
-    context = session.sparkContext
-    with SparkContext._lock:
-        if SparkContext._active_spark_context is context:
-            SparkContext._active_spark_context = None
-        if getattr(SparkSession._instantiatedSession, "_sc", None) is context:
-            SparkSession._instantiatedSession = None
-        if getattr(SparkSession._activeSession, "_sc", None) is context:
-            SparkSession._activeSession = None
-        if getattr(SQLContext._instantiatedContext, "_sc", None) is context:
-            SQLContext._instantiatedContext = None
 
 
 def _stop_before_the_jvm_ends(session: SparkSession) -> bool:
@@ -314,9 +283,10 @@ def _running_driver() -> tuple[bool, bool]:
     return SparkContext._active_spark_context is not None, SparkContext._gateway is not None
 
 
-def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECONDS) -> bool:
+def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECONDS) -> None:
     """End this process's local Spark driver JVM and the processes it started (Python workers),
-    and forget its gateway so that a later session starts a JVM of its own.
+    and forget its gateway, context and sessions so that a later session starts a JVM of its
+    own.
 
     py4j stops sending the JVM the objects Python frees (:func:`_stop_object_releases`), the
     JVM's py4j server is shut (:func:`_shut_gateway_server`), then the JVM's stdin is closed
@@ -326,7 +296,7 @@ def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECOND
     still running after ``wait`` seconds is terminated, then killed. ``keep_archive=False`` (in
     a hurry): what still runs after one second is killed, an archive being written with it.
     Only for a JVM this process launched (``SparkContext._gateway.proc``); a no-op without
-    one (``spark-submit``'s). Returns whether it ended one.
+    one (``spark-submit``'s).
     """
     import contextlib
     import logging
@@ -339,7 +309,7 @@ def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECOND
     log = logging.getLogger(__name__)
     proc = jvm_archive.gateway_process()
     if proc is None:
-        return False
+        return
     gateway = SparkContext._gateway
     releases = _stop_object_releases(gateway, before_stop=False)
     join_preparations(5.0)
@@ -370,22 +340,38 @@ def end_local_driver(*, keep_archive: bool = True, wait: float = JVM_EXIT_SECOND
         alive = _wait_gone(alive, 2.0)
     with contextlib.suppress(Exception):
         proc.wait(1.0)  # reap it: no zombie left behind
-    # The gateway object would point at the dead JVM: put back what PySpark holds before any
-    # JVM was launched (None), so a later session in this process launches its own.
     with SparkContext._lock:
         if SparkContext._gateway is gateway:
-            SparkContext._gateway = None
-            SparkContext._jvm = None
-            # A context whose stop met the JVM already dead (a refused connection, which pyspark
-            # does not catch) has no JVM side any more but is still the active one: getOrCreate
-            # would hand it out again.
-            context = SparkContext._active_spark_context
-            if context is not None and getattr(context, "_jsc", None) is None:
-                SparkContext._active_spark_context = None
+            _forget_jvm()
     if gateway is not None:
         with contextlib.suppress(Exception):
             gateway.close()
-    return True
+
+
+def _forget_jvm() -> None:
+    """Put back in this process what PySpark holds before any JVM was launched, for a JVM that
+    was ended (the caller holds ``SparkContext._lock``): its gateway, the context on it and the
+    sessions of that context, which PySpark's own stops reset (``SparkContext.stop``,
+    ``SparkSession.stop``); nothing is sent to the JVM, which is gone.
+
+    A context stopped before the JVM ended has reset them already. One that was not (a session
+    closed in a hurry: the JVM ended without it being stopped), or whose stop met the JVM
+    already dead (a refused connection, which PySpark does not catch), would otherwise stay the
+    process's active context and its session the default and active one: every later session
+    of the process (the next run in a Dagster run worker or code server, an Airflow worker's
+    next task) would get them from ``getOrCreate`` and fail on the dead JVM instead of
+    launching its own. The context and session objects are left to whoever holds them (a
+    stopped run's thread still winding down sees the JVM gone, as before).
+    """
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession, SQLContext
+
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    SparkContext._active_spark_context = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    SQLContext._instantiatedContext = None
 
 
 class _Releases:
